@@ -1,0 +1,17 @@
+// Command kube-controller-manager is the upstream controller manager (garbage
+// collector, namespace controller, ...), built from the k8s.io/kubernetes
+// module for Kiln's local control plane.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"kiln.dev/controlplane/lifeline"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	lifeline.Follow()
+	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+}

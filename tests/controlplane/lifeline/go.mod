@@ -1,0 +1,3 @@
+module kiln.dev/controlplane/lifeline
+
+go 1.25
