@@ -31,7 +31,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Controlplane(ControlplaneCommand::Up(args)) => runtime()?.block_on(up(args)),
         Command::Controlplane(ControlplaneCommand::Down(args)) => {
             let stopped = State::stop(&args.dir)?;
-            println!("stopped: {}", if stopped.is_empty() { "nothing".into() } else { stopped.join(", ") });
+            println!(
+                "stopped: {}",
+                if stopped.is_empty() {
+                    "nothing".into()
+                } else {
+                    stopped.join(", ")
+                }
+            );
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -49,7 +56,11 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let source = args.source.unwrap_or_else(Binaries::default_source);
     let mut opts = Options::new(Binaries::locate(&source)?);
     opts.dir = Some(dir);
-    opts.tether = if args.detach { Tether::Detached } else { Tether::Lifeline };
+    opts.tether = if args.detach {
+        Tether::Detached
+    } else {
+        Tether::Lifeline
+    };
     let cp = ControlPlane::start(opts).await?;
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     println!("control plane ready at {}", cp.server());
@@ -77,7 +88,9 @@ async fn shutdown_signal() -> anyhow::Result<()> {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn init_logging(level: Option<&str>) {
@@ -86,5 +99,8 @@ fn init_logging(level: Option<&str>) {
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -35,7 +35,10 @@ impl Binaries {
             .output()
             .map_err(|source| Error::io("run", &script, source))?;
         if !output.status.success() {
-            return Err(Error::Build { script, status: output.status.to_string() });
+            return Err(Error::Build {
+                script,
+                status: output.status.to_string(),
+            });
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
         let dir = stdout.lines().last().unwrap_or_default().trim();

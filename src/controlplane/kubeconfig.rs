@@ -38,3 +38,23 @@ pub fn render(server: &str, pki: &Pki) -> Result<String, serde_norway::Error> {
     });
     serde_norway::to_string(&doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_a_standalone_kubeconfig_kube_can_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::generate(dir.path()).unwrap();
+        let yaml = render("https://127.0.0.1:6443", &pki).unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some(CONTEXT));
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
+        let ca = STANDARD
+            .decode(cluster.certificate_authority_data.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(String::from_utf8(ca).unwrap(), pki.ca_pem);
+    }
+}

@@ -31,8 +31,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use binaries::Binaries;
 pub use pki::{ADMIN_GROUP, ADMIN_USER};
-pub use process::Tether;
 use process::Component;
+pub use process::Tether;
 
 /// Errors starting or stopping a control plane.
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +113,11 @@ pub enum Error {
 
 impl Error {
     fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
-        Self::Io { action, path: path.to_path_buf(), source }
+        Self::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -167,9 +171,14 @@ impl State {
     /// Reads the state of a detached control plane.
     pub fn load(dir: &Path) -> Result<Self, Error> {
         let path = Self::path(dir);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::State { path: path.clone(), reason: e.to_string() })?;
-        serde_json::from_str(&text).map_err(|e| Error::State { path, reason: e.to_string() })
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::State {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        serde_json::from_str(&text).map_err(|e| Error::State {
+            path,
+            reason: e.to_string(),
+        })
     }
 
     /// Stops the processes of a detached control plane (newest first) and
@@ -255,7 +264,8 @@ impl ControlPlane {
             "--log-level=warn".to_string(),
         ];
         this.spawn("etcd", &bins.path("etcd"), &etcd_args, &dir, opts.tether)?;
-        this.wait_for("etcd", deadline, || etcd_healthy(etcd_port)).await?;
+        this.wait_for("etcd", deadline, || etcd_healthy(etcd_port))
+            .await?;
 
         let f = &pki.files;
         let mut api_args = vec![
@@ -269,16 +279,27 @@ impl ControlPlane {
             "--authorization-mode=RBAC".to_string(),
             format!("--service-account-issuer=https://127.0.0.1:{api_port}/"),
             format!("--service-account-key-file={}", f.sa_public_key.display()),
-            format!("--service-account-signing-key-file={}", f.sa_private_key.display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                f.sa_private_key.display()
+            ),
             "--service-cluster-ip-range=10.0.0.0/24".to_string(),
             "--allow-privileged=true".to_string(),
             "--disable-admission-plugins=ServiceAccount".to_string(),
         ];
         api_args.extend(opts.apiserver_args.iter().cloned());
-        this.spawn("kube-apiserver", &bins.path("kube-apiserver"), &api_args, &dir, opts.tether)?;
+        this.spawn(
+            "kube-apiserver",
+            &bins.path("kube-apiserver"),
+            &api_args,
+            &dir,
+            opts.tether,
+        )?;
         let client = this.client().await?;
-        this.wait_for("kube-apiserver", deadline, || readyz(&client)).await?;
-        this.wait_for("kube-apiserver", deadline, || default_namespace(&client)).await?;
+        this.wait_for("kube-apiserver", deadline, || readyz(&client))
+            .await?;
+        this.wait_for("kube-apiserver", deadline, || default_namespace(&client))
+            .await?;
 
         let kcm_args = vec![
             format!("--kubeconfig={}", this.kubeconfig.display()),
@@ -322,12 +343,17 @@ impl ControlPlane {
 
     /// PIDs of the running components, in start order.
     pub fn pids(&self) -> Vec<(String, u32)> {
-        self.components.iter().map(|c| (c.name().to_string(), c.pid())).collect()
+        self.components
+            .iter()
+            .map(|c| (c.name().to_string(), c.pid()))
+            .collect()
     }
 
     /// Fails if any component has exited.
     pub fn ensure_running(&mut self) -> Result<(), Error> {
-        self.components.iter_mut().try_for_each(Component::ensure_running)
+        self.components
+            .iter_mut()
+            .try_for_each(Component::ensure_running)
     }
 
     /// Leaves the processes running, writes `state.json` next to the
@@ -342,10 +368,16 @@ impl ControlPlane {
             .into_iter()
             .map(|c| (c.name().to_string(), c.release()))
             .collect();
-        let state = State { server: self.server.clone(), kubeconfig: self.kubeconfig.clone(), pids };
+        let state = State {
+            server: self.server.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            pids,
+        };
         let path = State::path(&dir);
-        let text = serde_json::to_string_pretty(&state)
-            .map_err(|e| Error::State { path: path.clone(), reason: e.to_string() })?;
+        let text = serde_json::to_string_pretty(&state).map_err(|e| Error::State {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         std::fs::write(&path, text).map_err(|source| Error::io("write", &path, source))?;
         Ok(state)
     }
@@ -366,7 +398,8 @@ impl ControlPlane {
         tether: Tether,
     ) -> Result<(), Error> {
         let log = dir.join(format!("{name}.log"));
-        self.components.push(Component::spawn(name, bin, args, log, tether)?);
+        self.components
+            .push(Component::spawn(name, bin, args, log, tether)?);
         Ok(())
     }
 
@@ -389,7 +422,11 @@ impl ControlPlane {
                 Err(last) => last,
             };
             if Instant::now() >= deadline {
-                return Err(Error::NotReady { component, waited: started.elapsed(), last });
+                return Err(Error::NotReady {
+                    component,
+                    waited: started.elapsed(),
+                    last,
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -421,7 +458,10 @@ async fn etcd_healthy(port: u16) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+    stream
+        .read_to_string(&mut response)
+        .await
+        .map_err(|e| e.to_string())?;
     if response.contains("\"health\":\"true\"") {
         Ok(())
     } else {
@@ -430,7 +470,9 @@ async fn etcd_healthy(port: u16) -> Result<(), String> {
 }
 
 async fn readyz(client: &Client) -> Result<(), String> {
-    let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+    let req = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
     match client.request_text(req).await {
         Ok(body) if body.trim() == "ok" => Ok(()),
         Ok(body) => Err(body),
@@ -439,13 +481,19 @@ async fn readyz(client: &Client) -> Result<(), String> {
 }
 
 async fn default_namespace(client: &Client) -> Result<(), String> {
-    Api::<Namespace>::all(client.clone()).get("default").await.map(drop).map_err(|e| e.to_string())
+    Api::<Namespace>::all(client.clone())
+        .get("default")
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// Removes temporary directories left by earlier processes that died without
 /// cleaning up (their processes are gone too, thanks to the lifeline).
 fn sweep_stale_tempdirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else {

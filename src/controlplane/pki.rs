@@ -54,7 +54,9 @@ impl Pki {
         std::fs::create_dir_all(dir).map_err(|source| Error::io("create pki dir", dir, source))?;
 
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.distinguished_name.push(DnType::CommonName, "kiln-local-ca");
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "kiln-local-ca");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -64,7 +66,9 @@ impl Pki {
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
         let mut serving = CertificateParams::new(Vec::<String>::new())?;
-        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         serving.subject_alt_names = vec![
             SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
             SanType::DnsName("localhost".try_into()?),
@@ -75,8 +79,12 @@ impl Pki {
         let serving_cert = serving.signed_by(&serving_key, &ca)?;
 
         let mut admin = CertificateParams::new(Vec::<String>::new())?;
-        admin.distinguished_name.push(DnType::CommonName, ADMIN_USER);
-        admin.distinguished_name.push(DnType::OrganizationName, ADMIN_GROUP);
+        admin
+            .distinguished_name
+            .push(DnType::CommonName, ADMIN_USER);
+        admin
+            .distinguished_name
+            .push(DnType::OrganizationName, ADMIN_GROUP);
         admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let admin_key = KeyPair::generate()?;
         let admin_cert = admin.signed_by(&admin_key, &ca)?;
@@ -117,4 +125,42 @@ fn write_secret(path: &Path, contents: &str) -> Result<(), Error> {
         .open(path)
         .and_then(|mut f| f.write_all(contents.as_bytes()))
         .map_err(|source| Error::io("write", path, source))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_every_file_the_api_server_reads_with_private_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::generate(dir.path()).unwrap();
+        let f = &pki.files;
+        for path in [
+            &f.ca_cert,
+            &f.serving_cert,
+            &f.serving_key,
+            &f.sa_public_key,
+            &f.sa_private_key,
+        ] {
+            let meta = std::fs::metadata(path).unwrap();
+            assert_eq!(
+                meta.permissions().mode() & 0o777,
+                0o600,
+                "{}",
+                path.display()
+            );
+        }
+        assert!(
+            std::fs::read_to_string(&f.sa_public_key)
+                .unwrap()
+                .contains("BEGIN PUBLIC KEY")
+        );
+        assert!(
+            pki.admin_cert_pem
+                .starts_with("-----BEGIN CERTIFICATE-----")
+        );
+        assert!(pki.admin_key_pem.contains("PRIVATE KEY"));
+    }
 }

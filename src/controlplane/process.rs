@@ -40,7 +40,9 @@ impl Component {
         tether: Tether,
     ) -> Result<Self, Error> {
         let out = File::create(&log).map_err(|source| Error::io("create log", &log, source))?;
-        let err = out.try_clone().map_err(|source| Error::io("open log", &log, source))?;
+        let err = out
+            .try_clone()
+            .map_err(|source| Error::io("open log", &log, source))?;
         let mut cmd = Command::new(bin);
         cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         match tether {
@@ -51,7 +53,9 @@ impl Component {
                 std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             }
         }
-        let child = cmd.spawn().map_err(|source| Error::io("start", bin, source))?;
+        let child = cmd
+            .spawn()
+            .map_err(|source| Error::io("start", bin, source))?;
         Ok(Self { name, child, log })
     }
 
@@ -84,7 +88,9 @@ impl Component {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
-        terminate(self.child.id(), grace, || matches!(self.child.try_wait(), Ok(Some(_))));
+        terminate(self.child.id(), grace, || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -132,4 +138,55 @@ pub fn free_port() -> Result<u16, Error> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|source| Error::io("bind", Path::new("127.0.0.1:0"), source))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, "a\nb\nc\nd\n").unwrap();
+        assert_eq!(log_tail(&log, 2), "c\nd");
+        assert_eq!(log_tail(&log, 10), "a\nb\nc\nd");
+        assert_eq!(log_tail(&dir.path().join("missing"), 3), "");
+    }
+
+    #[test]
+    fn an_early_exit_is_reported_with_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = vec!["-c".to_string(), "echo boom; exit 3".to_string()];
+        let mut c = Component::spawn(
+            "sh",
+            Path::new("/bin/sh"),
+            &args,
+            dir.path().join("sh.log"),
+            Tether::Lifeline,
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let err = c.ensure_running().unwrap_err().to_string();
+        assert!(err.contains("sh exited during start-up"), "{err}");
+        assert!(err.contains("boom"), "{err}");
+    }
+
+    #[test]
+    fn stop_terminates_and_reaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = vec!["30".to_string()];
+        let mut c = Component::spawn(
+            "sleep",
+            Path::new("/bin/sleep"),
+            &args,
+            dir.path().join("s.log"),
+            Tether::Lifeline,
+        )
+        .unwrap();
+        let pid = c.pid();
+        assert!(alive(pid));
+        c.stop(Duration::from_secs(5));
+        assert!(!alive(pid));
+    }
 }

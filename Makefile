@@ -1,0 +1,33 @@
+# Kiln's developer entry points. `make help` lists them.
+
+CARGO            ?= cargo
+CONTROLPLANE_DIR ?= .kiln/controlplane
+KILN             := $(CARGO) run --quiet --locked --
+
+.PHONY: help build test lint controlplane cluster-up cluster-down clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## Build the kiln binary
+	$(CARGO) build --locked
+
+test: lint controlplane ## Lints, unit tests and integration tests against a real local control plane
+	$(CARGO) test --locked
+
+lint: ## rustfmt and clippy (warnings are errors)
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl from Go modules (cached)
+	@bash tests/controlplane/build.sh >/dev/null
+
+cluster-up: controlplane ## Start a local control plane in the background; prints the KUBECONFIG to use
+	$(KILN) controlplane up --detach --dir $(CONTROLPLANE_DIR)
+
+cluster-down: ## Stop the control plane started by cluster-up
+	$(KILN) controlplane down --dir $(CONTROLPLANE_DIR)
+	rm -rf $(CONTROLPLANE_DIR)
+
+clean: ## Remove build outputs (the control-plane cache outside the repo stays)
+	$(CARGO) clean

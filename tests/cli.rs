@@ -1,0 +1,51 @@
+//! The `kiln` binary's command line, run as a user would.
+#![allow(clippy::unwrap_used, missing_docs, reason = "test code")]
+
+use std::process::Command;
+
+fn kiln(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn version_names_kiln_and_the_kubernetes_api() {
+    let (ok, out, _) = kiln(&["version"]);
+    assert!(ok);
+    assert_eq!(
+        out.trim(),
+        format!("kiln {} (Kubernetes API 1.36)", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let (ok, out, _) = kiln(&["--help"]);
+    assert!(ok);
+    for sub in ["version", "controlplane"] {
+        assert!(out.contains(sub), "--help lacks {sub}:\n{out}");
+    }
+}
+
+#[test]
+fn controlplane_down_without_a_running_one_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, err) = kiln(&[
+        "controlplane",
+        "down",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("no running control plane recorded in"),
+        "{err}"
+    );
+}

@@ -1,0 +1,16 @@
+//! Integration tests against a real control plane (etcd, kube-apiserver,
+//! kube-controller-manager built from Go modules; see `tests/controlplane/`).
+//!
+//! One control plane serves every test in this binary; each test works in a
+//! namespace of its own.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    reason = "test code fails loudly by design"
+)]
+
+mod support;
+
+mod foundation;

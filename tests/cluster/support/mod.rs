@@ -1,0 +1,211 @@
+//! Test support: one real control plane per test binary, a namespace per test,
+//! CRD installation that waits for discovery.
+//!
+//! With `KILN_TEST_KUBECONFIG` set, the tests run against that cluster instead
+//! of starting one (each test still gets its own namespace).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kiln::controlplane::{Binaries, ControlPlane, Options, client_from_kubeconfig};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, Client, discovery};
+use serde::Deserialize;
+
+/// The field manager tests write with.
+pub const MANAGER: &str = "kiln-test";
+
+/// Label put on every namespace a test creates, so leftovers can be found.
+pub const TEST_LABEL: &str = "kiln.dev/test";
+
+struct Cluster {
+    kubeconfig_yaml: String,
+    /// Kept alive for the whole run; its processes also exit with this one.
+    _control_plane: Option<ControlPlane>,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(|| {
+        if let Ok(path) = std::env::var("KILN_TEST_KUBECONFIG") {
+            let kubeconfig_yaml = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("KILN_TEST_KUBECONFIG={path}: {e}"));
+            return Cluster {
+                kubeconfig_yaml,
+                _control_plane: None,
+            };
+        }
+        // Tests run on their own (current-thread) runtimes; start-up gets a
+        // runtime of its own on a plain thread so any test may be first.
+        let cp = std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let bins = Binaries::locate(&Binaries::default_source())?;
+            rt.block_on(ControlPlane::start(Options::new(bins)))
+                .map_err(anyhow::Error::from)
+        })
+        .join()
+        .expect("control-plane start-up thread panicked")
+        .unwrap_or_else(|e| panic!("starting the local control plane: {e:#}"));
+        Cluster {
+            kubeconfig_yaml: cp.kubeconfig_yaml().to_string(),
+            _control_plane: Some(cp),
+        }
+    })
+}
+
+/// The admin kubeconfig of the test cluster.
+pub fn kubeconfig_yaml() -> &'static str {
+    &cluster().kubeconfig_yaml
+}
+
+/// A client authenticated as the cluster admin, bound to the calling runtime.
+pub async fn admin_client() -> Client {
+    client_from_kubeconfig(kubeconfig_yaml())
+        .await
+        .expect("admin client")
+}
+
+/// A client that authenticates with a bearer token instead of the admin's
+/// client certificate (same server, same CA).
+pub async fn token_client(token: &str) -> Client {
+    let mut kc = Kubeconfig::from_yaml(kubeconfig_yaml()).expect("kubeconfig");
+    let user = kc.auth_infos.first_mut().expect("kubeconfig has a user");
+    user.auth_info = Some(serde_json::from_value(serde_json::json!({ "token": token })).unwrap());
+    let yaml = serde_norway::to_string(&kc).unwrap();
+    client_from_kubeconfig(&yaml).await.expect("token client")
+}
+
+/// A namespace of its own for one test, named after it.
+pub struct TestNamespace {
+    name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    /// Creates `kiln-<prefix>-<n>`.
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("kiln-{prefix}-{}-{n}", std::process::id());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { TEST_LABEL: "true" } }
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        Self {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the namespace (the namespace controller empties it).
+    pub async fn delete(self) {
+        let _ = Api::<Namespace>::all(self.client)
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Applies every CustomResourceDefinition in the YAML files under `dir`
+/// (relative to the repository root) and waits until discovery serves each
+/// of their served versions. Returns the resolved resources.
+pub async fn install_crds(client: &Client, dir: &str) -> Vec<ApiResource> {
+    let crds = read_crds(&repo_root().join(dir));
+    assert!(
+        !crds.is_empty(),
+        "no CustomResourceDefinition found under {dir}"
+    );
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    for crd in &crds {
+        let name = crd.metadata.name.as_deref().expect("CRD has a name");
+        api.patch(name, &pp, &Patch::Apply(crd)).await.unwrap();
+    }
+    let mut resolved = Vec::new();
+    for crd in &crds {
+        for version in crd.spec.versions.iter().filter(|v| v.served) {
+            let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+            resolved.push(wait_for_kind(client, &gvk, Duration::from_secs(30)).await);
+        }
+    }
+    resolved
+}
+
+/// Polls discovery until `gvk` is served.
+pub async fn wait_for_kind(
+    client: &Client,
+    gvk: &GroupVersionKind,
+    limit: Duration,
+) -> ApiResource {
+    let started = Instant::now();
+    loop {
+        match discovery::pinned_kind(client, gvk).await {
+            Ok((ar, _caps)) => return ar,
+            Err(e) if started.elapsed() > limit => {
+                panic!("{gvk:?} not served after {limit:?}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn read_crds(dir: &Path) -> Vec<CustomResourceDefinition> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    let mut crds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for doc in serde_norway::Deserializer::from_str(&text) {
+            let value = serde_json::Value::deserialize(doc).unwrap();
+            if value.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition") {
+                crds.push(serde_json::from_value(value).unwrap());
+            }
+        }
+    }
+    crds
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics with `what`.
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
