@@ -6,7 +6,15 @@
 //!
 //! - [`controlplane`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager built from Go modules) for tests and the demo.
+//! - [`yaml`]: YAML documents with the position of every node.
+//! - [`rules`]: the rule format, loading and validation.
+//! - [`template`]: typed templates (minijinja), compiled once per rule.
+//! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`version`]: what this build is.
 
 pub mod controlplane;
+pub mod render;
+pub mod rules;
+pub mod template;
 pub mod version;
+pub mod yaml;

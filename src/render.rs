@@ -1,0 +1,407 @@
+//! Rendering one rule for one primary: a pure function of the rule, the
+//! primary, its related objects and its live children. The engine and
+//! `kiln render` call the same function, so what `kiln render` prints is what
+//! the engine applies.
+
+use minijinja::Value as JinjaValue;
+use serde_json::{Map, Value, json};
+
+use crate::rules::{Gvk, Rule};
+use crate::template::{Budget, RenderError, to_jinja};
+
+/// Label every child carries.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const MANAGED_BY: &str = "kiln";
+/// Label naming the rule that rendered a child.
+pub const RULE_LABEL: &str = "kiln.dev/rule";
+/// Most children one `forEach` may render.
+pub const MAX_FOR_EACH: usize = 1000;
+
+/// What rendering needs besides the rule.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The primary object.
+    pub primary: Value,
+    /// Watch name → the related object (or list, for a selector). Absent when not found.
+    pub related: Map<String, Value>,
+    /// Child id → the live child (or list of live children, for `forEach`). Absent when not found.
+    pub observed: Map<String, Value>,
+}
+
+/// Whether a kind is namespaced. The engine answers from discovery; without a
+/// cluster, [`well_known_scope`] answers for built-in kinds.
+pub type ScopeOf<'a> = &'a dyn Fn(&Gvk) -> Option<bool>;
+
+/// A child as it should be applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredChild {
+    /// The child's id in the rule.
+    pub id: String,
+    /// Its kind.
+    pub gvk: Gvk,
+    /// The object, with namespace, labels and owner reference set.
+    pub object: Value,
+}
+
+/// Readiness of one rendered child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildReadiness {
+    /// The child's id.
+    pub id: String,
+    /// The child's name.
+    pub name: String,
+    /// Whether it exists and its `readyWhen` holds.
+    pub ready: bool,
+}
+
+/// Everything a reconcile applies for one primary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// Children to apply, in rule order.
+    pub children: Vec<DesiredChild>,
+    /// Readiness of each child, from the live objects given.
+    pub readiness: Vec<ChildReadiness>,
+    /// The rule's status fields.
+    pub status: Map<String, Value>,
+}
+
+impl Rendered {
+    /// True when every child exists and is ready.
+    pub fn all_ready(&self) -> bool {
+        self.readiness.iter().all(|r| r.ready)
+    }
+}
+
+/// Why rendering failed for this primary. Each is permanent for the inputs
+/// given: retried when something changes, not in a hot loop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderFailure {
+    /// A template failed.
+    #[error("{0}")]
+    Template(#[from] RenderError),
+    /// A rendered child is not acceptable.
+    #[error("child `{id}`: {message}")]
+    Child {
+        /// The child's id.
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl RenderFailure {
+    fn child(id: &str, message: impl Into<String>) -> Self {
+        Self::Child {
+            id: id.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Watches marked `required` whose object is missing from `inputs`.
+pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
+    rule.watches
+        .iter()
+        .filter(|w| w.required && !inputs.related.get(&w.name).is_some_and(|v| !v.is_null()))
+        .map(|w| w.name.as_str())
+        .collect()
+}
+
+/// The template context for a primary.
+pub fn context(rule: &Rule, inputs: &Inputs) -> JinjaValue {
+    to_jinja(&json!({
+        "self": inputs.primary,
+        "related": inputs.related,
+        "children": inputs.observed,
+        "rule": { "name": rule.name },
+    }))
+}
+
+/// Renders every child and the status of one primary.
+pub fn render(
+    rule: &Rule,
+    inputs: &Inputs,
+    scope_of: ScopeOf<'_>,
+) -> Result<Rendered, RenderFailure> {
+    let ctx = context(rule, inputs);
+    let set = &rule.templates;
+    let mut budget = Budget::default();
+    let owner = Owner::of(&inputs.primary, &rule.primary.gvk);
+    let mut children = Vec::new();
+    let mut readiness = Vec::new();
+
+    for child in &rule.children {
+        if let Some(when) = &child.when {
+            if !set.eval_bool(when, &ctx)? {
+                continue;
+            }
+        }
+        let items: Vec<(JinjaValue, Option<Value>)> = match &child.for_each {
+            None => vec![(ctx.clone(), None)],
+            Some(list) => {
+                let value = set.eval(list, &ctx, &mut budget)?;
+                let Value::Array(items) = value else {
+                    return Err(RenderFailure::child(
+                        &child.id,
+                        format!(
+                            "forEach must give a list, got {}",
+                            crate::template::tree::kind_of(&value)
+                        ),
+                    ));
+                };
+                if items.len() > MAX_FOR_EACH {
+                    return Err(RenderFailure::child(
+                        &child.id,
+                        format!(
+                            "forEach gave {} items; at most {MAX_FOR_EACH} are allowed",
+                            items.len()
+                        ),
+                    ));
+                }
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        let c = minijinja::context! { item => to_jinja(&item), index => i, ..ctx.clone() };
+                        (c, Some(item))
+                    })
+                    .collect()
+            }
+        };
+        for (item_ctx, _item) in items {
+            let object = child.template.render(set, &item_ctx, &mut budget)?;
+            let object = finish_child(rule, &child.id, &child.gvk, object, &owner, scope_of)?;
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let live = observed_named(inputs.observed.get(&child.id), &name);
+            let ready = match (live, &child.ready_when) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some(live), Some(expr)) => {
+                    let c = minijinja::context! { child => to_jinja(live), ..item_ctx.clone() };
+                    set.eval_bool(expr, &c)?
+                }
+            };
+            readiness.push(ChildReadiness {
+                id: child.id.clone(),
+                name: name.clone(),
+                ready,
+            });
+            if children.iter().any(|c: &DesiredChild| {
+                c.gvk == child.gvk && c.object["metadata"] == object["metadata"]
+            }) {
+                return Err(RenderFailure::child(
+                    &child.id,
+                    format!("renders `{name}` twice; names must differ per item"),
+                ));
+            }
+            children.push(DesiredChild {
+                id: child.id.clone(),
+                gvk: child.gvk.clone(),
+                object,
+            });
+        }
+    }
+
+    let mut status = Map::new();
+    for (name, tree) in &rule.status_fields {
+        status.insert(name.clone(), tree.render(set, &ctx, &mut budget)?);
+    }
+    Ok(Rendered {
+        children,
+        readiness,
+        status,
+    })
+}
+
+/// The live child with this name: the object itself, or the match in a list.
+fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a Value> {
+    match observed? {
+        Value::Array(items) => items.iter().find(|o| o["metadata"]["name"] == name),
+        Value::Null => None,
+        one if one["metadata"]["name"] == name => Some(one),
+        _ => None,
+    }
+}
+
+struct Owner {
+    namespace: Option<String>,
+    reference: Option<Value>,
+}
+
+impl Owner {
+    fn of(primary: &Value, gvk: &Gvk) -> Self {
+        let meta = &primary["metadata"];
+        let namespace = meta["namespace"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let reference = meta["uid"].as_str().map(|uid| {
+            json!({
+                "apiVersion": gvk.api_version(),
+                "kind": gvk.kind,
+                "name": meta["name"],
+                "uid": uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            })
+        });
+        Self {
+            namespace,
+            reference,
+        }
+    }
+}
+
+/// Checks a rendered child and adds what kiln owns: namespace, labels, owner.
+fn finish_child(
+    rule: &Rule,
+    id: &str,
+    gvk: &Gvk,
+    mut object: Value,
+    owner: &Owner,
+    scope_of: ScopeOf<'_>,
+) -> Result<Value, RenderFailure> {
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return Err(RenderFailure::child(id, "metadata must render to a map"));
+    };
+    match meta.get("name") {
+        Some(Value::String(n)) if !n.is_empty() => {}
+        Some(other) => {
+            return Err(RenderFailure::child(
+                id,
+                format!("metadata.name rendered to {other}, not a non-empty string"),
+            ));
+        }
+        None => return Err(RenderFailure::child(id, "metadata.name is missing")),
+    }
+    let namespaced = scope_of(gvk).unwrap_or(true);
+    let rendered_ns = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    match (&owner.namespace, namespaced, rendered_ns) {
+        (Some(own), true, None) => {
+            meta.insert("namespace".into(), Value::String(own.clone()));
+        }
+        (Some(own), true, Some(ns)) if &ns != own => {
+            return Err(RenderFailure::child(
+                id,
+                format!(
+                    "would be created in namespace `{ns}`, but its primary is in `{own}`: a namespaced primary may only own children in its own namespace"
+                ),
+            ));
+        }
+        (Some(_), false, _) => {
+            return Err(RenderFailure::child(
+                id,
+                format!(
+                    "{gvk} is cluster-scoped; a namespaced primary cannot own cluster-scoped children"
+                ),
+            ));
+        }
+        (None, true, None) => {
+            return Err(RenderFailure::child(
+                id,
+                format!("{gvk} is namespaced and the primary is not: set metadata.namespace"),
+            ));
+        }
+        (None, false, Some(_)) => {
+            return Err(RenderFailure::child(
+                id,
+                format!("{gvk} is cluster-scoped: remove metadata.namespace"),
+            ));
+        }
+        _ => {}
+    }
+    let labels = meta
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(labels) = labels.as_object_mut() else {
+        return Err(RenderFailure::child(
+            id,
+            "metadata.labels must render to a map",
+        ));
+    };
+    labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
+    labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
+    if let Some(reference) = &owner.reference {
+        meta.insert(
+            "ownerReferences".into(),
+            Value::Array(vec![reference.clone()]),
+        );
+    }
+    Ok(object)
+}
+
+/// Scope of well-known built-in kinds, for rendering without a cluster.
+/// `None` for kinds it does not know (the engine asks discovery instead).
+pub fn well_known_scope(gvk: &Gvk) -> Option<bool> {
+    const CLUSTER: &[(&str, &str)] = &[
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("storage.k8s.io", "StorageClass"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+        ),
+        ("networking.k8s.io", "IngressClass"),
+    ];
+    const NAMESPACED: &[(&str, &str)] = &[
+        ("", "ConfigMap"),
+        ("", "Secret"),
+        ("", "Service"),
+        ("", "ServiceAccount"),
+        ("", "Pod"),
+        ("", "PersistentVolumeClaim"),
+        ("", "ResourceQuota"),
+        ("", "LimitRange"),
+        ("apps", "Deployment"),
+        ("apps", "StatefulSet"),
+        ("apps", "DaemonSet"),
+        ("batch", "Job"),
+        ("batch", "CronJob"),
+        ("rbac.authorization.k8s.io", "Role"),
+        ("rbac.authorization.k8s.io", "RoleBinding"),
+        ("networking.k8s.io", "Ingress"),
+        ("networking.k8s.io", "NetworkPolicy"),
+        ("policy", "PodDisruptionBudget"),
+    ];
+    let key = (gvk.group.as_str(), gvk.kind.as_str());
+    if CLUSTER.contains(&key) {
+        Some(false)
+    } else if NAMESPACED.contains(&key) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// The status patch the engine applies for these fields (before it adds
+/// `observedGeneration` and conditions).
+pub fn status_patch(rule: &Rule, primary: &Value, status: &Map<String, Value>) -> Value {
+    let mut meta = Map::new();
+    meta.insert("name".into(), primary["metadata"]["name"].clone());
+    if let Some(ns) = primary["metadata"]["namespace"].as_str() {
+        meta.insert("namespace".into(), Value::String(ns.to_string()));
+    }
+    json!({
+        "apiVersion": rule.primary.gvk.api_version(),
+        "kind": rule.primary.gvk.kind,
+        "metadata": meta,
+        "status": status,
+    })
+}

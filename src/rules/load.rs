@@ -1,0 +1,210 @@
+//! Reading rule files: paths → files → YAML documents (with positions) →
+//! [`RawRule`]s. Files and directories may be mixed; a directory contributes
+//! its `*.yaml` / `*.yml` files (not hidden ones: a mounted ConfigMap keeps its
+//! real files under `..data`), in name order.
+
+use std::path::{Path, PathBuf};
+
+use super::diagnostic::Diagnostic;
+use super::spec::{API_VERSION, KIND, RawRule};
+use crate::yaml::{self, Kind, Limits, Node, Step};
+
+/// Largest rule file read; a bigger one is refused, not parsed.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// One rule file's text.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Where it came from.
+    pub file: PathBuf,
+    /// Its contents.
+    pub text: String,
+}
+
+/// A rule document as parsed, with its YAML tree for positions.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The file it is in.
+    pub file: PathBuf,
+    /// The file's text (for diagnostics).
+    pub text: std::sync::Arc<str>,
+    /// The document's YAML tree.
+    pub node: Node,
+    /// The document as a rule.
+    pub raw: RawRule,
+}
+
+impl Document {
+    /// A diagnostic at `path` inside this document.
+    pub fn diagnostic(&self, path: &[Step], message: impl Into<String>) -> Diagnostic {
+        Diagnostic::new(
+            &self.file,
+            &self.text,
+            Some(self.node.locate(path)),
+            yaml::path_string(path),
+            message.into(),
+        )
+        .in_rule(&self.raw.metadata.name)
+    }
+}
+
+/// Reads every rule file named by `paths` (files, or directories of files).
+pub fn read_sources(paths: &[PathBuf]) -> (Vec<Source>, Vec<Diagnostic>) {
+    let mut sources = Vec::new();
+    let mut diagnostics = Vec::new();
+    for path in paths {
+        let files = if path.is_dir() {
+            match list_dir(path) {
+                Ok(files) => files,
+                Err(e) => {
+                    diagnostics.push(file_error(path, format!("cannot read directory: {e}")));
+                    continue;
+                }
+            }
+        } else {
+            vec![path.clone()]
+        };
+        for file in files {
+            match read_file(&file) {
+                Ok(text) => sources.push(Source { file, text }),
+                Err(message) => diagnostics.push(file_error(&file, message)),
+            }
+        }
+    }
+    (sources, diagnostics)
+}
+
+/// The rule files of a directory, sorted, hidden files skipped.
+pub fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| is_rule_file(p) && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Whether a path names a rule file: `*.yaml` or `*.yml`, not hidden.
+pub fn is_rule_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+fn read_file(file: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(file).map_err(|e| format!("cannot read file: {e}"))?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "file is {} bytes; rule files may be at most {MAX_FILE_BYTES} bytes",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read file: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "file is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn file_error(file: &Path, message: String) -> Diagnostic {
+    Diagnostic::new(file, "", None, String::new(), message)
+}
+
+/// Parses the rule documents of one file.
+pub fn parse(source: &Source) -> (Vec<Document>, Vec<Diagnostic>) {
+    let text: std::sync::Arc<str> = source.text.as_str().into();
+    let error = |pos, path: &[Step], message: String| {
+        Diagnostic::new(
+            &source.file,
+            &source.text,
+            Some(pos),
+            yaml::path_string(path),
+            message,
+        )
+    };
+    let nodes = match yaml::parse_documents(&source.text, Limits::default()) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![error(e.pos, &[], format!("invalid YAML: {}", e.message))],
+            );
+        }
+    };
+    let mut docs = Vec::new();
+    let mut diagnostics = Vec::new();
+    for node in nodes {
+        if !matches!(node.kind, Kind::Map(_)) {
+            diagnostics.push(error(
+                node.pos,
+                &[],
+                "a rule must be a mapping with apiVersion, kind, metadata and spec".into(),
+            ));
+            continue;
+        }
+        let field = |k: &str| node.get(&[Step::Key(k.into())]).map(Node::to_json);
+        let (api_version, kind) = (field("apiVersion"), field("kind"));
+        if api_version.as_ref().and_then(|v| v.as_str()) != Some(API_VERSION)
+            || kind.as_ref().and_then(|v| v.as_str()) != Some(KIND)
+        {
+            let show =
+                |v: Option<serde_json::Value>| v.map_or("nothing".to_string(), |v| v.to_string());
+            diagnostics.push(error(
+                node.pos,
+                &[],
+                format!(
+                    "not a kiln rule: expected apiVersion `{API_VERSION}` and kind `{KIND}`, found {} and {}",
+                    show(api_version),
+                    show(kind)
+                ),
+            ));
+            continue;
+        }
+        match serde_path_to_error::deserialize::<_, RawRule>(node.to_json()) {
+            Ok(raw) => docs.push(Document {
+                file: source.file.clone(),
+                text: text.clone(),
+                node,
+                raw,
+            }),
+            Err(e) => {
+                let mut path = steps(e.path());
+                let message = e.inner().to_string();
+                // Point at the offending key itself, not at its parent map.
+                if let Some(field) = message
+                    .strip_prefix("unknown field `")
+                    .and_then(|m| m.split('`').next())
+                {
+                    if path.last() != Some(&Step::Key(field.to_string())) {
+                        path.push(Step::Key(field.to_string()));
+                    }
+                }
+                let name = node
+                    .get(&[Step::Key("metadata".into()), Step::Key("name".into())])
+                    .map(Node::to_json);
+                let mut d = error(node.locate(&path), &path, message);
+                if let Some(serde_json::Value::String(name)) = name {
+                    d = d.in_rule(&name);
+                }
+                diagnostics.push(d);
+            }
+        }
+    }
+    (docs, diagnostics)
+}
+
+fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|s| match s {
+            Segment::Seq { index } => Some(Step::Index(*index)),
+            Segment::Map { key } => Some(Step::Key(key.clone())),
+            Segment::Enum { variant } => Some(Step::Key(variant.clone())),
+            Segment::Unknown => None,
+        })
+        .collect()
+}

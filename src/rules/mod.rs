@@ -1,0 +1,199 @@
+//! Rules: the `kiln.dev/v1alpha1` rule format, loaded from files and
+//! validated into compiled [`Rule`]s. Every problem is reported at once, each
+//! at its file, line and column with its path inside the rule.
+//!
+//! ```text
+//! paths ─read_sources─▶ Source ─parse─▶ Document (RawRule + YAML tree)
+//!       ─validate─▶ Rule (GVKs checked, templates compiled, durations parsed)
+//! ```
+
+pub mod diagnostic;
+pub mod duration;
+pub mod load;
+pub mod spec;
+mod validate;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use diagnostic::Diagnostic;
+pub use spec::RawLabelSelector as LabelSelector;
+
+use crate::template::{Piece, TemplateId, TemplateSet, Tree};
+
+/// A group, version and kind, checked for syntax.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gvk {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// Version, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `Deployment`.
+    pub kind: String,
+}
+
+impl Gvk {
+    /// `group/version`, or just `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl std::fmt::Display for Gvk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.api_version(), self.kind)
+    }
+}
+
+/// The primary kind of a rule and which of its objects it takes.
+#[derive(Debug, Clone)]
+pub struct Primary {
+    /// The kind.
+    pub gvk: Gvk,
+    /// Only these namespaces (empty: all).
+    pub namespaces: Vec<String>,
+    /// Only objects matching this selector.
+    pub selector: Option<LabelSelector>,
+}
+
+/// How a watched object is found for a primary.
+#[derive(Debug, Clone)]
+pub enum WatchTarget {
+    /// One object by name (and namespace).
+    Ref {
+        /// Name template.
+        name: Piece,
+        /// Namespace template; `None` means the primary's namespace.
+        namespace: Option<Piece>,
+    },
+    /// Every object with these labels; templates see a list.
+    Selector {
+        /// Label key and value template.
+        match_labels: Vec<(String, Piece)>,
+        /// Namespace template; `None` means the primary's namespace.
+        namespace: Option<Piece>,
+    },
+}
+
+/// An object (or set of objects) a primary depends on.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    /// The name templates use (`related.<name>`).
+    pub name: String,
+    /// The watched kind.
+    pub gvk: Gvk,
+    /// How to find it.
+    pub target: WatchTarget,
+    /// Whether its absence makes the primary wait.
+    pub required: bool,
+}
+
+/// A child rendered for each primary.
+#[derive(Debug, Clone)]
+pub struct Child {
+    /// Unique within the rule.
+    pub id: String,
+    /// The child's kind (literal in the template).
+    pub gvk: Gvk,
+    /// Render only when this is true.
+    pub when: Option<TemplateId>,
+    /// One child per item of this list.
+    pub for_each: Option<TemplateId>,
+    /// The object.
+    pub template: Tree,
+    /// Ready when this is true of the live child.
+    pub ready_when: Option<TemplateId>,
+}
+
+/// Exponential backoff bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// First delay.
+    pub initial: Duration,
+    /// Largest delay.
+    pub max: Duration,
+}
+
+/// When to reconcile again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requeue {
+    /// After a success, even without a change.
+    pub resync: Option<Duration>,
+    /// While waiting on a dependency or a child.
+    pub waiting: Duration,
+    /// After a transient error.
+    pub on_error: Backoff,
+}
+
+impl Default for Requeue {
+    fn default() -> Self {
+        Self {
+            resync: None,
+            waiting: Duration::from_secs(5),
+            on_error: Backoff {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+        }
+    }
+}
+
+/// A validated rule with every template compiled.
+#[derive(Debug)]
+pub struct Rule {
+    /// Unique in a rule set.
+    pub name: String,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// SHA-256 of the rule's content, to tell changed rules from unchanged ones.
+    pub fingerprint: String,
+    /// The primary kind.
+    pub primary: Primary,
+    /// Dependencies.
+    pub watches: Vec<Watch>,
+    /// Children.
+    pub children: Vec<Child>,
+    /// Status fields, in order.
+    pub status_fields: Vec<(String, Tree)>,
+    /// Requeue policy.
+    pub requeue: Requeue,
+    /// The compiled templates every part above refers to.
+    pub templates: TemplateSet,
+}
+
+/// A validated set of rules with unique names.
+#[derive(Debug, Default, Clone)]
+pub struct RuleSet {
+    /// The rules, in file order.
+    pub rules: Vec<Arc<Rule>>,
+}
+
+impl RuleSet {
+    /// The rule with this name.
+    pub fn get(&self, name: &str) -> Option<&Arc<Rule>> {
+        self.rules.iter().find(|r| r.name == name)
+    }
+}
+
+/// Loads and validates every rule under `paths`. Either every rule is valid
+/// and the set is returned, or every problem found is.
+pub fn load(paths: &[PathBuf]) -> Result<RuleSet, Vec<Diagnostic>> {
+    let (sources, mut diagnostics) = load::read_sources(paths);
+    let mut docs = Vec::new();
+    for source in &sources {
+        let (d, errs) = load::parse(source);
+        docs.extend(d);
+        diagnostics.extend(errs);
+    }
+    let set = validate::validate_all(docs, &mut diagnostics);
+    if diagnostics.is_empty() {
+        Ok(set)
+    } else {
+        Err(diagnostics)
+    }
+}

@@ -1,0 +1,210 @@
+//! The rule file as written: serde types that mirror the YAML one to one.
+//! These may be wrong in every way the type system allows; `validate` turns
+//! them into a [`Rule`](super::Rule) that cannot be.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The only `apiVersion` a rule may have.
+pub const API_VERSION: &str = "kiln.dev/v1alpha1";
+/// The only `kind` a rule may have.
+pub const KIND: &str = "Rule";
+
+/// A Kiln rule: one primary kind, what to render for each of its objects, and
+/// how to requeue.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "Kiln Rule")]
+pub struct RawRule {
+    /// Always `kiln.dev/v1alpha1`.
+    pub api_version: String,
+    /// Always `Rule`.
+    pub kind: String,
+    /// The rule's name (unique in a rule set; used in labels and metrics).
+    pub metadata: RawMetadata,
+    /// What the rule does.
+    pub spec: RawSpec,
+}
+
+/// Rule metadata.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetadata {
+    /// A DNS-1123 label: lower-case letters, digits and `-`, at most 63 characters.
+    pub name: String,
+    /// Free-form labels (not interpreted).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Free-form annotations (not interpreted).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The body of a rule.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawSpec {
+    /// The primary kind: every object of it is reconciled (controller-runtime's `For`).
+    #[serde(rename = "for")]
+    pub for_: RawFor,
+    /// Objects a primary depends on (controller-runtime's `Watches`); templates see them as `related.<name>`.
+    #[serde(default)]
+    pub watches: Vec<RawWatch>,
+    /// Children rendered and owned for each primary (controller-runtime's `Owns`).
+    #[serde(default)]
+    pub children: Vec<RawChild>,
+    /// Fields written to the primary's status.
+    #[serde(default)]
+    pub status: Option<RawStatus>,
+    /// When to reconcile again.
+    #[serde(default)]
+    pub requeue: RawRequeue,
+}
+
+/// The primary kind and which of its objects the rule takes.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawFor {
+    /// `group/version`, or `v1` for the core group.
+    pub api_version: String,
+    /// The kind, e.g. `WebApp`.
+    pub kind: String,
+    /// Only these namespaces; empty means all.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Only objects with these labels.
+    #[serde(default)]
+    pub selector: Option<RawLabelSelector>,
+}
+
+/// A Kubernetes label selector.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawLabelSelector {
+    /// Labels that must have exactly these values.
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements.
+    #[serde(default)]
+    pub match_expressions: Vec<RawLabelRequirement>,
+}
+
+/// One set-based label requirement.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawLabelRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// Values for `In` / `NotIn`.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// An object (or a set of objects) a primary depends on.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawWatch {
+    /// The name templates use: `related.<name>`. Letters, digits and `_`.
+    pub name: String,
+    /// `group/version` of the watched kind.
+    pub api_version: String,
+    /// The watched kind.
+    pub kind: String,
+    /// One object, by a name rendered per primary. Exactly one of `ref` and `selector`.
+    #[serde(default, rename = "ref")]
+    pub ref_: Option<RawRef>,
+    /// All objects matching labels rendered per primary; templates see a list.
+    #[serde(default)]
+    pub selector: Option<RawWatchSelector>,
+    /// When true, a missing object puts the primary in `Waiting` instead of rendering.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// A reference to one object, rendered per primary.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRef {
+    /// Template for the object's name.
+    pub name: String,
+    /// Template for its namespace (default: the primary's; ignored for cluster-scoped kinds).
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// Objects chosen by labels, rendered per primary.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawWatchSelector {
+    /// Label values (each a template) the objects must have.
+    pub match_labels: BTreeMap<String, String>,
+    /// Template for the namespace to look in (default: the primary's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// A child object rendered for each primary.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawChild {
+    /// Unique within the rule; templates see the live child as `children.<id>`.
+    pub id: String,
+    /// An expression; the child exists only while it is true (default: always).
+    #[serde(default)]
+    pub when: Option<String>,
+    /// An expression giving a list; one child per item, which templates see as
+    /// `item` (and its position as `index`). The name must differ per item.
+    #[serde(default)]
+    pub for_each: Option<String>,
+    /// The object: a YAML tree whose string scalars are templates.
+    /// `apiVersion` and `kind` must be literal.
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub template: Value,
+    /// An expression on `child` (the live object); the child counts as ready when true.
+    /// Default: ready once it exists.
+    #[serde(default)]
+    pub ready_when: Option<String>,
+}
+
+/// What the engine writes to the primary's status.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawStatus {
+    /// Field name -> template. `observedGeneration` and `conditions` belong to the engine.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub fields: serde_json::Map<String, Value>,
+}
+
+/// Requeue policy (controller-runtime's `Result{RequeueAfter}`), as durations
+/// like `30s`, `5m`, `1h30m`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRequeue {
+    /// Reconcile again this long after a success, even without a change (default: never).
+    #[serde(default)]
+    pub resync: Option<String>,
+    /// Retry this often while a required dependency is missing or a child is not ready (default `5s`).
+    #[serde(default)]
+    pub waiting: Option<String>,
+    /// Exponential backoff for transient errors, per object.
+    #[serde(default)]
+    pub on_error: Option<RawBackoff>,
+}
+
+/// Exponential backoff bounds.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackoff {
+    /// First delay (default `1s`).
+    #[serde(default)]
+    pub initial: Option<String>,
+    /// Largest delay (default `5m`).
+    #[serde(default)]
+    pub max: Option<String>,
+}

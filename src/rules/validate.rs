@@ -1,0 +1,762 @@
+//! `RawRule` → [`Rule`]: names, kinds, durations and selectors checked; every
+//! template and expression compiled once; every reference to `related.<name>`
+//! and `children.<id>` checked against what the rule declares. All problems
+//! are collected, none stops the others from being found.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::load::Document;
+use super::spec::{RawChild, RawLabelSelector, RawRule, RawWatch};
+use super::{
+    Backoff, Child, Diagnostic, Gvk, Primary, Requeue, Rule, RuleSet, Watch, WatchTarget, duration,
+};
+use crate::template::{Piece, TemplateId, TemplateSet, Tree};
+use crate::yaml::{Step, path_string};
+
+/// Functions minijinja provides; they show up as variables when analysing templates.
+const GLOBALS: &[&str] = &[
+    "range",
+    "dict",
+    "namespace",
+    "debug",
+    "lipsum",
+    "cycler",
+    "joiner",
+    "loop",
+];
+
+/// Fields of a primary's status that the engine owns.
+const ENGINE_STATUS_FIELDS: &[&str] = &["observedGeneration", "conditions"];
+
+pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic>) -> RuleSet {
+    let mut rules = Vec::new();
+    let mut first_seen: HashMap<String, String> = HashMap::new();
+    for doc in docs {
+        let name = doc.raw.metadata.name.clone();
+        let at = [key("metadata"), key("name")];
+        if let Some(first) = first_seen.get(&name) {
+            diagnostics.push(doc.diagnostic(
+                &at,
+                format!("duplicate rule name `{name}` (first defined at {first})"),
+            ));
+            continue;
+        }
+        first_seen.insert(name, doc.diagnostic(&at, "").location());
+        match Checker::new(&doc).check() {
+            Ok(rule) => rules.push(Arc::new(rule)),
+            Err(errs) => diagnostics.extend(errs),
+        }
+    }
+    RuleSet { rules }
+}
+
+fn key(k: &str) -> Step {
+    Step::Key(k.to_string())
+}
+
+struct Checker<'a> {
+    doc: &'a Document,
+    raw: &'a RawRule,
+    set: TemplateSet,
+    errors: Vec<Diagnostic>,
+}
+
+/// What a template may refer to where it stands.
+struct Scope<'a> {
+    roots: &'a [&'a str],
+}
+
+impl<'a> Checker<'a> {
+    fn new(doc: &'a Document) -> Self {
+        Self {
+            doc,
+            raw: &doc.raw,
+            set: TemplateSet::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn error(&mut self, path: &[Step], message: impl Into<String>) {
+        self.errors.push(self.doc.diagnostic(path, message));
+    }
+
+    fn check(mut self) -> Result<Rule, Vec<Diagnostic>> {
+        let raw = self.raw;
+        let name = raw.metadata.name.clone();
+        if let Err(why) = dns_label(&name) {
+            self.error(
+                &[key("metadata"), key("name")],
+                format!("rule name `{name}` {why}"),
+            );
+        }
+        let primary = self.primary();
+        let watch_names: Vec<String> = raw.spec.watches.iter().map(|w| w.name.clone()).collect();
+        let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
+        let watches = self.watches();
+        let children = self.children(&watch_names, &child_ids);
+        let status_fields = self.status_fields(&watch_names, &child_ids);
+        let requeue = self.requeue();
+
+        let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
+            return Err(self.errors);
+        };
+        let fingerprint = {
+            let canonical = serde_json::to_vec(&self.doc.node.to_json()).unwrap_or_default();
+            Sha256::digest(&canonical)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        Ok(Rule {
+            name,
+            file: self.doc.file.clone(),
+            fingerprint,
+            primary,
+            watches,
+            children,
+            status_fields,
+            requeue,
+            templates: self.set,
+        })
+    }
+
+    fn primary(&mut self) -> Option<Primary> {
+        let f = &self.raw.spec.for_;
+        let base = [key("spec"), key("for")];
+        let gvk = self.gvk(&base, &f.api_version, &f.kind);
+        for (i, ns) in f.namespaces.iter().enumerate() {
+            if let Err(why) = dns_label(ns) {
+                self.error(
+                    &[key("spec"), key("for"), key("namespaces"), Step::Index(i)],
+                    format!("namespace `{ns}` {why}"),
+                );
+            }
+        }
+        if let Some(sel) = &f.selector {
+            self.selector(&[key("spec"), key("for"), key("selector")], sel);
+        }
+        Some(Primary {
+            gvk: gvk?,
+            namespaces: f.namespaces.clone(),
+            selector: f.selector.clone(),
+        })
+    }
+
+    fn gvk(&mut self, at: &[Step], api_version: &str, kind: &str) -> Option<Gvk> {
+        let with = |k: &str| [at, &[key(k)]].concat();
+        let parsed = parse_api_version(api_version);
+        if let Err(why) = &parsed {
+            self.error(&with("apiVersion"), why.clone());
+        }
+        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && kind.chars().all(|c| c.is_ascii_alphanumeric());
+        if !kind_ok {
+            self.error(&with("kind"), format!("kind `{kind}` must be CamelCase letters and digits, starting upper-case (e.g. `Deployment`)"));
+        }
+        let (group, version) = parsed.ok()?;
+        kind_ok.then(|| Gvk {
+            group,
+            version,
+            kind: kind.to_string(),
+        })
+    }
+
+    fn selector(&mut self, at: &[Step], sel: &RawLabelSelector) {
+        for (i, req) in sel.match_expressions.iter().enumerate() {
+            let here = [at, &[key("matchExpressions"), Step::Index(i)]].concat();
+            match (req.operator.as_str(), req.values.is_empty()) {
+                ("In" | "NotIn", true) => self.error(
+                    &here,
+                    format!("operator `{}` needs at least one value", req.operator),
+                ),
+                ("Exists" | "DoesNotExist", false) => {
+                    self.error(
+                        &here,
+                        format!("operator `{}` takes no values", req.operator),
+                    );
+                }
+                ("In" | "NotIn" | "Exists" | "DoesNotExist", _) => {}
+                (op, _) => self.error(
+                    &[here.as_slice(), &[key("operator")]].concat(),
+                    format!("unknown operator `{op}` (use In, NotIn, Exists or DoesNotExist)"),
+                ),
+            }
+        }
+    }
+
+    fn watches(&mut self) -> Vec<Watch> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        // A watch is found from the primary alone.
+        let scope = Scope {
+            roots: &["self", "rule"],
+        };
+        for (i, w) in self.raw.spec.watches.iter().enumerate() {
+            let at = vec![key("spec"), key("watches"), Step::Index(i)];
+            let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
+            if !is_identifier(&w.name) {
+                self.error(&with("name"), format!("watch name `{}` must be letters, digits and `_` (templates write `related.<name>`)", w.name));
+            } else if !seen.insert(w.name.clone()) {
+                self.error(&with("name"), format!("duplicate watch name `{}`", w.name));
+            }
+            let gvk = self.gvk(&at, &w.api_version, &w.kind);
+            let target = self.watch_target(&at, w, &scope);
+            if let (Some(gvk), Some(target)) = (gvk, target) {
+                out.push(Watch {
+                    name: w.name.clone(),
+                    gvk,
+                    target,
+                    required: w.required,
+                });
+            }
+        }
+        out
+    }
+
+    fn watch_target(
+        &mut self,
+        at: &[Step],
+        w: &RawWatch,
+        scope: &Scope<'_>,
+    ) -> Option<WatchTarget> {
+        match (&w.ref_, &w.selector) {
+            (Some(r), None) => {
+                let base = [at, &[key("ref")]].concat();
+                let name = self.piece(
+                    &[base.as_slice(), &[key("name")]].concat(),
+                    &r.name,
+                    scope,
+                    &[],
+                    &[],
+                );
+                let namespace = r.namespace.as_ref().map(|ns| {
+                    self.piece(
+                        &[base.as_slice(), &[key("namespace")]].concat(),
+                        ns,
+                        scope,
+                        &[],
+                        &[],
+                    )
+                });
+                Some(WatchTarget::Ref {
+                    name: name?,
+                    namespace: namespace.flatten(),
+                })
+            }
+            (None, Some(sel)) => {
+                let base = [at, &[key("selector")]].concat();
+                if sel.match_labels.is_empty() {
+                    self.error(
+                        &base,
+                        "a watch selector needs at least one label in matchLabels",
+                    );
+                }
+                let mut labels = Vec::new();
+                for (k, v) in &sel.match_labels {
+                    let p = [base.as_slice(), &[key("matchLabels"), key(k)]].concat();
+                    if let Some(piece) = self.piece(&p, v, scope, &[], &[]) {
+                        labels.push((k.clone(), piece));
+                    }
+                }
+                let namespace = sel.namespace.as_ref().and_then(|ns| {
+                    self.piece(
+                        &[base.as_slice(), &[key("namespace")]].concat(),
+                        ns,
+                        scope,
+                        &[],
+                        &[],
+                    )
+                });
+                Some(WatchTarget::Selector {
+                    match_labels: labels,
+                    namespace,
+                })
+            }
+            (Some(_), Some(_)) => {
+                self.error(at, "a watch takes either `ref` or `selector`, not both");
+                None
+            }
+            (None, None) => {
+                self.error(
+                    at,
+                    "a watch needs `ref` (one object by name) or `selector` (objects by label)",
+                );
+                None
+            }
+        }
+    }
+
+    fn children(&mut self, watches: &[String], ids: &[String]) -> Vec<Child> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, c) in self.raw.spec.children.iter().enumerate() {
+            let at = vec![key("spec"), key("children"), Step::Index(i)];
+            let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
+            if !is_identifier(&c.id) {
+                self.error(&with("id"), format!("child id `{}` must be letters, digits and `_` (templates write `children.<id>`)", c.id));
+            } else if !seen.insert(c.id.clone()) {
+                self.error(&with("id"), format!("duplicate child id `{}`", c.id));
+            }
+            let base: &[&str] = &["self", "related", "children", "rule"];
+            let item: &[&str] = &["self", "related", "children", "rule", "item", "index"];
+            let roots = if c.for_each.is_some() { item } else { base };
+            let scope = Scope { roots };
+            let plain = Scope { roots: base };
+            let when = c
+                .when
+                .as_ref()
+                .and_then(|e| self.expr(&with("when"), e, &plain, watches, ids));
+            let for_each = c
+                .for_each
+                .as_ref()
+                .and_then(|e| self.expr(&with("forEach"), e, &plain, watches, ids));
+            let ready_roots: Vec<&str> = roots.iter().copied().chain(["child"]).collect();
+            let ready_when = c.ready_when.as_ref().and_then(|e| {
+                self.expr(
+                    &with("readyWhen"),
+                    e,
+                    &Scope {
+                        roots: &ready_roots,
+                    },
+                    watches,
+                    ids,
+                )
+            });
+            let template = self.child_template(&with("template"), c, &scope, watches, ids);
+            if let Some((gvk, template)) = template {
+                out.push(Child {
+                    id: c.id.clone(),
+                    gvk,
+                    when,
+                    for_each,
+                    template,
+                    ready_when,
+                });
+            }
+        }
+        out
+    }
+
+    fn child_template(
+        &mut self,
+        at: &[Step],
+        c: &RawChild,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<(Gvk, Tree)> {
+        let Value::Object(obj) = &c.template else {
+            self.error(at, "a child template must be a mapping: a Kubernetes object with apiVersion, kind and metadata");
+            return None;
+        };
+        let with = |k: &str| [at, &[key(k)]].concat();
+        let literal = |k: &str| {
+            obj.get(k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.contains("{{") && !s.contains("{%"))
+        };
+        let (api_version, kind) = (literal("apiVersion"), literal("kind"));
+        for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
+            if value.is_none() {
+                let msg = if obj.contains_key(field) {
+                    format!(
+                        "`{field}` must be a literal string: kiln watches each child kind, so it cannot vary per object"
+                    )
+                } else {
+                    format!("the child template has no `{field}`")
+                };
+                self.error(
+                    &if obj.contains_key(field) {
+                        with(field)
+                    } else {
+                        at.to_vec()
+                    },
+                    msg,
+                );
+            }
+        }
+        let metadata = obj.get("metadata");
+        match metadata.and_then(|m| m.get("name")) {
+            Some(Value::String(name)) => {
+                if c.for_each.is_some() && !name.contains("{{") {
+                    self.error(
+                        &[at, &[key("metadata"), key("name")]].concat(),
+                        "with `forEach`, metadata.name must differ per item (use `item` or `index` in it)",
+                    );
+                }
+            }
+            Some(_) => self.error(
+                &[at, &[key("metadata"), key("name")]].concat(),
+                "metadata.name must be a string",
+            ),
+            None => {
+                let here = if metadata.is_some() {
+                    [at, &[key("metadata")]].concat()
+                } else {
+                    at.to_vec()
+                };
+                self.error(&here, "the child template has no metadata.name");
+            }
+        }
+        if metadata.and_then(|m| m.get("ownerReferences")).is_some() {
+            self.error(
+                &[at, &[key("metadata"), key("ownerReferences")]].concat(),
+                "kiln sets ownerReferences on children itself; remove them",
+            );
+        }
+        if obj.contains_key("status") {
+            self.error(
+                &with("status"),
+                "a child's status belongs to its own controller; remove `status` from the template",
+            );
+        }
+        let gvk = match (api_version, kind) {
+            (Some(v), Some(k)) => self.gvk(at, v, k),
+            _ => None,
+        };
+        let tree = self.tree(at, &c.template, scope, watches, ids)?;
+        Some((gvk?, tree))
+    }
+
+    fn status_fields(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {
+        let Some(status) = &self.raw.spec.status else {
+            return Vec::new();
+        };
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule"],
+        };
+        let mut out = Vec::new();
+        for (name, value) in &status.fields {
+            let at = [key("spec"), key("status"), key("fields"), key(name)];
+            if ENGINE_STATUS_FIELDS.contains(&name.as_str()) {
+                self.error(
+                    &at,
+                    format!("status field `{name}` is written by the engine; choose another name"),
+                );
+                continue;
+            }
+            if let Some(tree) = self.tree(&at, value, &scope, watches, ids) {
+                out.push((name.clone(), tree));
+            }
+        }
+        out
+    }
+
+    fn requeue(&mut self) -> Requeue {
+        let r = &self.raw.spec.requeue;
+        let d = Requeue::default();
+        let at = |k: &str| vec![key("spec"), key("requeue"), key(k)];
+        let resync = r
+            .resync
+            .as_ref()
+            .and_then(|s| self.duration(&at("resync"), s));
+        let waiting = r
+            .waiting
+            .as_ref()
+            .and_then(|s| self.duration(&at("waiting"), s))
+            .unwrap_or(d.waiting);
+        if waiting.is_zero() {
+            self.error(&at("waiting"), "requeue.waiting must be more than 0");
+        }
+        let mut on_error = d.on_error;
+        if let Some(b) = &r.on_error {
+            let at = |k: &str| vec![key("spec"), key("requeue"), key("onError"), key(k)];
+            let initial = b
+                .initial
+                .as_ref()
+                .and_then(|s| self.duration(&at("initial"), s))
+                .unwrap_or(on_error.initial);
+            let max = b
+                .max
+                .as_ref()
+                .and_then(|s| self.duration(&at("max"), s))
+                .unwrap_or(on_error.max);
+            if initial.is_zero() {
+                self.error(&at("initial"), "onError.initial must be more than 0");
+            }
+            if initial > max {
+                self.error(
+                    &at("max"),
+                    format!("onError.max ({max:?}) is shorter than onError.initial ({initial:?})"),
+                );
+            }
+            on_error = Backoff { initial, max };
+        }
+        Requeue {
+            resync,
+            waiting,
+            on_error,
+        }
+    }
+
+    fn duration(&mut self, at: &[Step], text: &str) -> Option<std::time::Duration> {
+        duration::parse(text)
+            .map_err(|why| self.error(at, why))
+            .ok()
+    }
+
+    // --- templates -------------------------------------------------------
+
+    fn piece(
+        &mut self,
+        at: &[Step],
+        s: &str,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<Piece> {
+        match Piece::compile(s, at, &path_string(at), &mut self.set) {
+            Ok(piece) => {
+                if let Some(id) = piece.template() {
+                    self.references(at, id, scope, watches, ids);
+                }
+                Some(piece)
+            }
+            Err((p, e)) => {
+                self.error(&p, format!("template does not compile: {}", e.message));
+                None
+            }
+        }
+    }
+
+    fn expr(
+        &mut self,
+        at: &[Step],
+        e: &str,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<TemplateId> {
+        let source = e.trim();
+        let source = source
+            .strip_prefix("{{")
+            .and_then(|s| s.strip_suffix("}}"))
+            .unwrap_or(source);
+        match self.set.add_expr(&path_string(at), source) {
+            Ok(id) => {
+                self.references(at, &id, scope, watches, ids);
+                Some(id)
+            }
+            Err(err) => {
+                self.error(at, format!("expression does not compile: {}", err.message));
+                None
+            }
+        }
+    }
+
+    fn tree(
+        &mut self,
+        at: &[Step],
+        value: &Value,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<Tree> {
+        let mut errors = Vec::new();
+        let mut path = at.to_vec();
+        let tree = Tree::compile(value, &mut path, &mut self.set, &mut errors);
+        let ok = errors.is_empty();
+        for (p, e) in errors {
+            self.error(&p, format!("template does not compile: {}", e.message));
+        }
+        let ids_in_tree: Vec<TemplateId> = tree.templates().into_iter().cloned().collect();
+        for id in &ids_in_tree {
+            let steps = self.steps_of(id, at);
+            self.references(&steps, id, scope, watches, ids);
+        }
+        ok.then_some(tree)
+    }
+
+    /// Finds the YAML path of a compiled template (its name is that path).
+    fn steps_of(&self, id: &TemplateId, fallback: &[Step]) -> Vec<Step> {
+        let name = id.path().trim_end_matches(" (key)");
+        find_path(&self.doc.node, name).unwrap_or_else(|| fallback.to_vec())
+    }
+
+    fn references(
+        &mut self,
+        at: &[Step],
+        id: &TemplateId,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) {
+        for var in self.set.references(id) {
+            let mut parts = var.split('.');
+            let root = parts.next().unwrap_or_default();
+            if GLOBALS.contains(&root) {
+                continue;
+            }
+            if !scope.roots.contains(&root) {
+                let allowed: Vec<String> = scope.roots.iter().map(|r| format!("`{r}`")).collect();
+                self.error(
+                    at,
+                    format!(
+                        "unknown variable `{root}`: here templates can use {}",
+                        allowed.join(", ")
+                    ),
+                );
+                continue;
+            }
+            let declared = match root {
+                "related" => Some(("spec.watches", watches)),
+                "children" => Some(("spec.children", ids)),
+                _ => None,
+            };
+            if let (Some((section, names)), Some(name)) = (declared, parts.next()) {
+                if !names.iter().any(|n| n == name) {
+                    let known = if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    };
+                    self.error(
+                        at,
+                        format!("`{root}.{name}` is not declared in {section} (declared: {known})"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Resolves a rendered path (`spec.children[0].template.metadata.name`) back to steps.
+fn find_path(root: &crate::yaml::Node, name: &str) -> Option<Vec<Step>> {
+    use crate::yaml::Kind;
+    fn walk(node: &crate::yaml::Node, want: &str, path: &mut Vec<Step>) -> bool {
+        if path_string(path) == want {
+            return true;
+        }
+        match &node.kind {
+            Kind::Map(entries) => entries.iter().any(|e| {
+                path.push(Step::Key(e.key.clone()));
+                let found = walk(&e.value, want, path);
+                if !found {
+                    path.pop();
+                }
+                found
+            }),
+            Kind::Seq(items) => items.iter().enumerate().any(|(i, n)| {
+                path.push(Step::Index(i));
+                let found = walk(n, want, path);
+                if !found {
+                    path.pop();
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut path = Vec::new();
+    walk(root, name, &mut path).then_some(path)
+}
+
+/// `group/version` or `version` → (group, version), checked.
+pub fn parse_api_version(api_version: &str) -> Result<(String, String), String> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let version_ok = version.strip_prefix('v').is_some_and(|rest| {
+        let digits_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(digits_end);
+        let tail_ok = tail.is_empty()
+            || ["alpha", "beta"].iter().any(|p| {
+                tail.strip_prefix(p)
+                    .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+            });
+        !num.is_empty() && !num.starts_with('0') && tail_ok
+    });
+    if !version_ok {
+        return Err(format!(
+            "apiVersion `{api_version}`: version `{version}` is not a Kubernetes version (e.g. `v1`, `v1beta1`, `v2alpha3`)"
+        ));
+    }
+    if api_version.matches('/').count() > 1
+        || (!group.is_empty() && dns_subdomain(group).is_err())
+        || (group.is_empty() && api_version.contains('/'))
+    {
+        return Err(format!(
+            "apiVersion `{api_version}`: group `{group}` is not a DNS subdomain (e.g. `apps`, `demo.example.com`)"
+        ));
+    }
+    Ok((group.to_string(), version.to_string()))
+}
+
+/// Checks a DNS-1123 label (names used in labels and namespaces).
+pub fn dns_label(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 63 {
+        return Err("must be 1 to 63 characters".into());
+    }
+    let ok_chars = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok_chars || s.starts_with('-') || s.ends_with('-') {
+        return Err("must be lower-case letters, digits and `-`, starting and ending with a letter or digit".into());
+    }
+    Ok(())
+}
+
+fn dns_subdomain(s: &str) -> Result<(), String> {
+    if s.len() > 253 {
+        return Err("too long".into());
+    }
+    s.split('.').try_for_each(dns_label)
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_versions() {
+        assert_eq!(
+            parse_api_version("v1").unwrap(),
+            (String::new(), "v1".into())
+        );
+        assert_eq!(
+            parse_api_version("apps/v1").unwrap(),
+            ("apps".into(), "v1".into())
+        );
+        assert_eq!(
+            parse_api_version("demo.kiln.dev/v1beta2").unwrap(),
+            ("demo.kiln.dev".into(), "v1beta2".into())
+        );
+        for bad in [
+            "",
+            "1",
+            "V1",
+            "apps/1",
+            "apps/v0",
+            "apps/v1gamma1",
+            "Apps/v1",
+            "a/b/v1",
+            "/v1",
+            "apps/v1beta",
+            "apps_x/v1",
+        ] {
+            assert!(parse_api_version(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dns_labels() {
+        assert!(dns_label("web-1").is_ok());
+        for bad in ["", "-a", "a-", "A", "a_b", &"a".repeat(64)] {
+            assert!(dns_label(bad).is_err(), "{bad}");
+        }
+    }
+}

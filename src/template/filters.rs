@@ -1,0 +1,221 @@
+//! Filters kiln adds to minijinja's built-ins. Each is pure: no files, no
+//! environment, no network.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use jsonpath_rust::JsonPath;
+use minijinja::{Environment, Error, ErrorKind, Value};
+use sha2::{Digest, Sha256};
+
+/// Adds kiln's filters to `env`.
+pub fn register(env: &mut Environment<'static>) {
+    env.add_filter("b64encode", b64encode);
+    env.add_filter("b64decode", b64decode);
+    env.add_filter("sha256", sha256);
+    env.add_filter("to_json", to_json);
+    env.add_filter("from_json", from_json);
+    env.add_filter("to_yaml", to_yaml);
+    env.add_filter("jsonpath", jsonpath);
+    env.add_filter("dns1123", dns1123);
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidOperation, message.into())
+}
+
+fn json(value: &Value) -> Result<serde_json::Value, Error> {
+    if value.is_undefined() {
+        return Err(Error::new(
+            ErrorKind::UndefinedError,
+            "the filter's input is undefined",
+        ));
+    }
+    serde_json::to_value(value)
+        .map_err(|e| invalid(format!("value is not representable as JSON: {e}")))
+}
+
+/// The bytes a filter works on: a string as is, anything else as compact JSON.
+fn bytes_of(value: &Value) -> Result<Vec<u8>, Error> {
+    match value.as_str() {
+        Some(s) => Ok(s.as_bytes().to_vec()),
+        None => serde_json::to_vec(&json(value)?).map_err(|e| invalid(e.to_string())),
+    }
+}
+
+/// `"abc" | b64encode` → `"YWJj"`
+fn b64encode(value: &Value) -> Result<String, Error> {
+    Ok(STANDARD.encode(bytes_of(value)?))
+}
+
+/// `"YWJj" | b64decode` → `"abc"`; fails unless the result is UTF-8 text.
+fn b64decode(value: &str) -> Result<String, Error> {
+    let bytes = STANDARD
+        .decode(value.trim())
+        .map_err(|e| invalid(format!("b64decode: {e}")))?;
+    String::from_utf8(bytes).map_err(|_| invalid("b64decode: the decoded bytes are not UTF-8 text"))
+}
+
+/// Hex SHA-256 of a string, or of the compact JSON of any other value.
+fn sha256(value: &Value) -> Result<String, Error> {
+    let digest = Sha256::digest(bytes_of(value)?);
+    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Compact JSON text of a value.
+fn to_json(value: &Value) -> Result<String, Error> {
+    serde_json::to_string(&json(value)?).map_err(|e| invalid(e.to_string()))
+}
+
+/// Parses JSON text into a value.
+fn from_json(value: &str) -> Result<Value, Error> {
+    let parsed: serde_json::Value =
+        serde_json::from_str(value).map_err(|e| invalid(format!("from_json: {e}")))?;
+    Ok(Value::from(minijinja::value::Serde(parsed)))
+}
+
+/// YAML text of a value (for ConfigMap data, say).
+fn to_yaml(value: &Value) -> Result<String, Error> {
+    serde_norway::to_string(&json(value)?).map_err(|e| invalid(format!("to_yaml: {e}")))
+}
+
+/// Every match of a JSONPath expression, as a list: `obj | jsonpath("$.items[*].name")`.
+fn jsonpath(value: &Value, path: &str) -> Result<Value, Error> {
+    let doc = json(value)?;
+    let found = doc
+        .query(path)
+        .map_err(|e| invalid(format!("jsonpath `{path}`: {e}")))?;
+    Ok(Value::from(minijinja::value::Serde(found)))
+}
+
+/// A valid DNS-1123 label made from any string: lower-case, runs of other
+/// characters become one `-`, trimmed, at most 63 characters.
+fn dns1123(value: &str) -> Result<String, Error> {
+    let mut out = String::with_capacity(value.len().min(63));
+    for c in value.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    out.truncate(63);
+    let out = out.trim_end_matches('-').to_string();
+    if out.is_empty() {
+        return Err(invalid(format!(
+            "dns1123: `{value}` has no letters or digits to make a name from"
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(src: &str, ctx: serde_json::Value) -> Result<String, Error> {
+        let mut env = Environment::new();
+        register(&mut env);
+        env.render_str(src, Value::from(minijinja::value::Serde(ctx)))
+    }
+
+    #[test]
+    fn b64_round_trips_text() {
+        assert_eq!(
+            render(r#"{{ "hunter2" | b64encode }}"#, serde_json::json!({})).unwrap(),
+            "aHVudGVyMg=="
+        );
+        assert_eq!(
+            render(r#"{{ "aHVudGVyMg==" | b64decode }}"#, serde_json::json!({})).unwrap(),
+            "hunter2"
+        );
+        let err = render(r#"{{ "!!" | b64decode }}"#, serde_json::json!({})).unwrap_err();
+        assert!(err.to_string().contains("b64decode"), "{err}");
+        let err = render(r#"{{ "/w==" | b64decode }}"#, serde_json::json!({})).unwrap_err();
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn sha256_hashes_strings_and_values() {
+        assert_eq!(
+            render(r#"{{ "abc" | sha256 }}"#, serde_json::json!({})).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // A map hashes as its compact JSON, so a config change changes the hash.
+        let a = render("{{ m | sha256 }}", serde_json::json!({"m": {"a": 1}})).unwrap();
+        let b = render("{{ m | sha256 }}", serde_json::json!({"m": {"a": 2}})).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn json_and_yaml_conversions() {
+        assert_eq!(
+            render(
+                "{{ m | to_json }}",
+                serde_json::json!({"m": {"a": [1, true]}})
+            )
+            .unwrap(),
+            r#"{"a":[1,true]}"#
+        );
+        assert_eq!(
+            render(
+                r#"{{ ('{"a": 2}' | from_json).a + 1 }}"#,
+                serde_json::json!({})
+            )
+            .unwrap(),
+            "3"
+        );
+        assert!(
+            render(r#"{{ "{nope" | from_json }}"#, serde_json::json!({}))
+                .unwrap_err()
+                .to_string()
+                .contains("from_json")
+        );
+        assert_eq!(
+            render(
+                "{{ m | to_yaml }}",
+                serde_json::json!({"m": {"a": 1, "b": "x"}})
+            )
+            .unwrap(),
+            "a: 1\nb: x\n"
+        );
+    }
+
+    #[test]
+    fn jsonpath_returns_every_match() {
+        let ctx = serde_json::json!({"o": {"items": [{"n": "a"}, {"n": "b"}]}});
+        assert_eq!(
+            render(
+                r#"{{ o | jsonpath("$.items[*].n") | join(",") }}"#,
+                ctx.clone()
+            )
+            .unwrap(),
+            "a,b"
+        );
+        assert_eq!(
+            render(r#"{{ o | jsonpath("$.missing") | length }}"#, ctx.clone()).unwrap(),
+            "0"
+        );
+        assert!(
+            render(r#"{{ o | jsonpath("$[") }}"#, ctx)
+                .unwrap_err()
+                .to_string()
+                .contains("jsonpath")
+        );
+    }
+
+    #[test]
+    fn dns1123_makes_valid_labels() {
+        for (input, want) in [
+            ("My_App.v2", "my-app-v2"),
+            ("--Hello   World--", "hello-world"),
+            ("ok", "ok"),
+            ("Ünïcode", "n-code"),
+        ] {
+            assert_eq!(dns1123(input).unwrap(), want, "{input}");
+        }
+        let long = "a".repeat(62) + "-b";
+        assert_eq!(dns1123(&long).unwrap(), "a".repeat(62));
+        assert!(dns1123("___").is_err());
+    }
+}

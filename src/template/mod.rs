@@ -1,0 +1,304 @@
+//! Typed templates: a YAML tree whose string scalars are minijinja templates.
+//!
+//! A scalar that is exactly one `{{ expr }}` keeps the expression's native
+//! type (number, bool, list, map, null); any other string with template
+//! syntax renders to a string; everything else is copied as is. Nothing is
+//! rendered to text and parsed back.
+//!
+//! Each rule owns one [`TemplateSet`]: every template and expression of the
+//! rule is compiled into it once, at validation, under the name of its path in
+//! the rule (so errors name that path). Rendering is strict where it
+//! matters: writing an undefined value into the output, or an expression
+//! that evaluates to undefined, is an error naming the expression. Lookups
+//! chain, so `children.db.status.ready | default(false)` and
+//! `x.y is defined` work even while `children.db` does not exist yet.
+//! Rendering is bounded by fuel and an output budget. Templates have no loader and no
+//! functions that reach files, the environment or the network.
+
+mod filters;
+pub mod tree;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value as JinjaValue};
+use serde_json::Value;
+
+pub use tree::{Budget, Piece, Tree};
+
+/// Instructions one template evaluation may execute.
+pub const FUEL: u64 = 200_000;
+/// Bytes all rendered strings of one primary may add up to.
+pub const OUTPUT_BUDGET: usize = 2 * 1024 * 1024;
+
+/// Where a template sits in its rule, e.g. `spec.children[0].template.spec.replicas`.
+pub type TemplatePath = String;
+
+/// Name of the variable native-typed expressions are captured in.
+const CAPTURE: &str = "__kiln_value";
+
+/// A template that did not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CompileError {
+    /// What minijinja said.
+    pub message: String,
+}
+
+/// A template that failed for one set of inputs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct RenderError {
+    /// The template's path in its rule.
+    pub path: TemplatePath,
+    /// What went wrong, e.g. "undefined value: `self.spec.image` is undefined".
+    pub message: String,
+}
+
+impl RenderError {
+    /// An error at `path`.
+    pub fn new(path: &str, message: impl Into<String>) -> Self {
+        Self {
+            path: path.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A handle to one compiled template or expression in a [`TemplateSet`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateId(TemplatePath);
+
+impl TemplateId {
+    /// The template's path in its rule.
+    pub fn path(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The compiled templates of one rule.
+pub struct TemplateSet {
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for TemplateSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplateSet").finish_non_exhaustive()
+    }
+}
+
+impl Default for TemplateSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TemplateSet {
+    /// An empty set with kiln's filters, strict undefined and fuel.
+    pub fn new() -> Self {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Chainable);
+        env.set_formatter(|out, state, value| {
+            if value.is_undefined() {
+                return Err(minijinja::Error::new(
+                    ErrorKind::UndefinedError,
+                    "undefined value in output",
+                ));
+            }
+            minijinja::escape_formatter(out, state, value)
+        });
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(64);
+        env.set_debug(true);
+        // Templates render YAML values, not HTML.
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        filters::register(&mut env);
+        Self { env }
+    }
+
+    /// Compiles a string template (rendered to a string).
+    pub fn add_text(&mut self, path: &str, source: &str) -> Result<TemplateId, CompileError> {
+        self.add(path, source.to_string(), 0)
+    }
+
+    /// Compiles an expression (evaluated to a native value).
+    pub fn add_expr(&mut self, path: &str, expr: &str) -> Result<TemplateId, CompileError> {
+        let prefix = format!("{{% set {CAPTURE} = (");
+        let wrapped = format!("{prefix}{expr}\n) %}}");
+        self.add(path, wrapped, prefix.len())
+    }
+
+    fn add(
+        &mut self,
+        path: &str,
+        source: String,
+        offset: usize,
+    ) -> Result<TemplateId, CompileError> {
+        self.env
+            .add_template_owned(path.to_string(), source)
+            .map_err(|e| {
+                let detail = e.detail().unwrap_or_default();
+                let at = e
+                    .range()
+                    .map(|r| format!(" (at character {})", r.start.saturating_sub(offset) + 1));
+                CompileError {
+                    message: format!("{}: {detail}{}", e.kind(), at.unwrap_or_default()),
+                }
+            })?;
+        Ok(TemplateId(path.to_string()))
+    }
+
+    /// The variables a template reads, as dotted paths (`self.spec.image`,
+    /// `related.credentials`), for checking references at validation.
+    pub fn references(&self, id: &TemplateId) -> BTreeSet<String> {
+        self.env
+            .get_template(&id.0)
+            .map(|t| t.undeclared_variables(true).into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Renders a string template, charging its length to `budget`.
+    pub fn render_text(
+        &self,
+        id: &TemplateId,
+        ctx: &JinjaValue,
+        budget: &mut Budget,
+    ) -> Result<String, RenderError> {
+        let tmpl = self
+            .env
+            .get_template(&id.0)
+            .map_err(|e| to_render_error(&id.0, "", &e))?;
+        let mut out = LimitedWriter {
+            buf: Vec::new(),
+            limit: budget.remaining(),
+        };
+        tmpl.render_captured_to(ctx.clone(), &mut out)
+            .map_err(|e| {
+                if out.buf.len() >= out.limit {
+                    budget.exhausted(&id.0)
+                } else {
+                    to_render_error(&id.0, tmpl.source(), &e)
+                }
+            })?;
+        budget.charge(&id.0, out.buf.len())?;
+        String::from_utf8(out.buf).map_err(|_| RenderError::new(&id.0, "rendered invalid UTF-8"))
+    }
+
+    /// Evaluates an expression to a JSON value.
+    pub fn eval(
+        &self,
+        id: &TemplateId,
+        ctx: &JinjaValue,
+        budget: &mut Budget,
+    ) -> Result<Value, RenderError> {
+        let value = self.eval_native(id, ctx)?;
+        let json = serde_json::to_value(&value).map_err(|e| {
+            RenderError::new(&id.0, format!("result is not representable as JSON: {e}"))
+        })?;
+        budget.charge(&id.0, approximate_size(&json))?;
+        Ok(json)
+    }
+
+    /// Evaluates an expression for its truth (`when`, `readyWhen`).
+    pub fn eval_bool(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<bool, RenderError> {
+        Ok(self.eval_native(id, ctx)?.is_true())
+    }
+
+    fn eval_native(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<JinjaValue, RenderError> {
+        let tmpl = self
+            .env
+            .get_template(&id.0)
+            .map_err(|e| to_render_error(&id.0, "", &e))?;
+        let captured = tmpl
+            .render_captured(ctx.clone())
+            .map_err(|e| to_render_error(&id.0, tmpl.source(), &e))?;
+        let value = captured
+            .state()
+            .lookup(CAPTURE)
+            .unwrap_or(JinjaValue::UNDEFINED);
+        if value.is_undefined() {
+            let expr = tmpl
+                .source()
+                .split_once(" = (")
+                .map_or("", |(_, rest)| rest.trim_end_matches("\n) %}").trim());
+            return Err(RenderError::new(
+                &id.0,
+                format!("undefined value: `{expr}` is undefined"),
+            ));
+        }
+        Ok(value)
+    }
+}
+
+/// Converts a JSON value into a template value.
+pub fn to_jinja(value: &Value) -> JinjaValue {
+    JinjaValue::from(minijinja::value::Serde(value))
+}
+
+fn to_render_error(path: &str, source: &str, e: &minijinja::Error) -> RenderError {
+    let message = match (e.kind(), e.detail()) {
+        (ErrorKind::OutOfFuel, _) => {
+            format!("template ran out of fuel ({FUEL} steps): a loop or recursion too large")
+        }
+        (ErrorKind::UndefinedError, _) => {
+            match e.range().and_then(|r| enclosing_expression(source, r)) {
+                Some(expr) => format!("undefined value: `{expr}` is undefined"),
+                None => "undefined value".to_string(),
+            }
+        }
+        (kind, Some(detail)) => format!("{kind}: {detail}"),
+        (kind, None) => kind.to_string(),
+    };
+    RenderError::new(path, message)
+}
+
+/// The text of the `{{ ... }}` around a byte range of a template's source.
+fn enclosing_expression(source: &str, range: std::ops::Range<usize>) -> Option<&str> {
+    let start = source
+        .get(..range.start)?
+        .rfind("{{")
+        .map_or(range.start, |i| i + 2);
+    let end = source
+        .get(range.end..)?
+        .find("}}")
+        .map_or(range.end, |i| range.end + i);
+    let expr = source
+        .get(start..end)?
+        .trim_matches(|c: char| c.is_whitespace() || c == '-' || c == '+');
+    Some(expr.split('|').next().unwrap_or(expr).trim())
+}
+
+fn approximate_size(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(approximate_size).sum::<usize>() + 1,
+        Value::Object(m) => {
+            m.iter()
+                .map(|(k, v)| k.len() + approximate_size(v))
+                .sum::<usize>()
+                + 1
+        }
+        _ => 8,
+    }
+}
+
+/// A writer that refuses to grow past a limit, so a runaway template stops
+/// instead of filling memory.
+struct LimitedWriter {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl Write for LimitedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            self.buf.resize(self.limit, 0);
+            return Err(std::io::Error::other("output budget exhausted"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
