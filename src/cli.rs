@@ -21,10 +21,56 @@ pub struct Cli {
 pub enum Command {
     /// Print the version of kiln and of the Kubernetes API it was built for.
     Version,
+    /// Check rule files and report every problem with file, line and column.
+    Validate(ValidateArgs),
+    /// Show what rules render for an object, exactly as the engine would apply it; no cluster needed.
+    Render(RenderArgs),
+    /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
+    Schema,
     /// Start or stop a local control plane (etcd, kube-apiserver,
     /// kube-controller-manager) built from Go modules, for development and tests.
     #[command(subcommand)]
     Controlplane(ControlplaneCommand),
+}
+
+/// `kiln validate`
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Rule files or directories of them.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+/// `kiln render`
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// Rule files or directories (repeatable).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// The primary object (YAML).
+    #[arg(long)]
+    pub object: PathBuf,
+    /// A related object for a watch: `NAME=FILE` (a file with several documents gives a list).
+    #[arg(long = "related", value_parser = parse_named)]
+    pub related: Vec<(String, PathBuf)>,
+    /// A live child, for readyWhen and status: `ID=FILE`.
+    #[arg(long = "observed", value_parser = parse_named)]
+    pub observed: Vec<(String, PathBuf)>,
+    /// Only this rule (default: every rule whose primary kind matches the object).
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// Print only the children (no status patch), e.g. to pipe into kubectl.
+    #[arg(long)]
+    pub children_only: bool,
+}
+
+fn parse_named(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(format!("expected NAME=FILE, got `{s}`")),
+    }
 }
 
 /// `kiln controlplane ...`

@@ -103,7 +103,7 @@ impl RenderFailure {
 pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
     rule.watches
         .iter()
-        .filter(|w| w.required && !inputs.related.get(&w.name).is_some_and(|v| !v.is_null()))
+        .filter(|w| w.required && inputs.related.get(&w.name).is_none_or(Value::is_null))
         .map(|w| w.name.as_str())
         .collect()
 }
@@ -132,10 +132,10 @@ pub fn render(
     let mut readiness = Vec::new();
 
     for child in &rule.children {
-        if let Some(when) = &child.when {
-            if !set.eval_bool(when, &ctx)? {
-                continue;
-            }
+        if let Some(when) = &child.when
+            && !set.eval_bool(when, &ctx)?
+        {
+            continue;
         }
         let items: Vec<(JinjaValue, Option<Value>)> = match &child.for_each {
             None => vec![(ctx.clone(), None)],
@@ -404,4 +404,186 @@ pub fn status_patch(rule: &Rule, primary: &Value, status: &Map<String, Value>) -
         "metadata": meta,
         "status": status,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules;
+
+    fn rule(children: &str) -> Rule {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        let text = format!(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: demo.kiln.dev/v1, kind: App}}\n  children:\n{children}"
+        );
+        std::fs::write(&file, text).unwrap();
+        let mut set = rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
+        std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
+    }
+
+    fn primary(namespace: Option<&str>, spec: Value) -> Inputs {
+        let mut meta = json!({"name": "a", "uid": "u-1"});
+        if let Some(ns) = namespace {
+            meta["namespace"] = json!(ns);
+        }
+        Inputs {
+            primary: json!({"apiVersion": "demo.kiln.dev/v1", "kind": "App", "metadata": meta, "spec": spec}),
+            ..Inputs::default()
+        }
+    }
+
+    const CM: &str = "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: \"{{ self.spec.ns }}\"}}\n";
+
+    #[test]
+    fn children_get_namespace_labels_and_a_controller_owner() {
+        let r = rule(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+        );
+        let out = render(&r, &primary(Some("team"), json!({})), &well_known_scope).unwrap();
+        let meta = &out.children[0].object["metadata"];
+        assert_eq!(meta["namespace"], "team");
+        assert_eq!(meta["labels"][MANAGED_BY_LABEL], "kiln");
+        assert_eq!(meta["labels"][RULE_LABEL], "r");
+        assert_eq!(
+            meta["ownerReferences"],
+            json!([{"apiVersion": "demo.kiln.dev/v1", "kind": "App", "name": "a", "uid": "u-1", "controller": true, "blockOwnerDeletion": true}])
+        );
+    }
+
+    #[test]
+    fn a_namespaced_primary_cannot_reach_another_namespace() {
+        let r = rule(CM);
+        let err = render(
+            &r,
+            &primary(Some("team"), json!({"ns": "kube-system"})),
+            &well_known_scope,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "would be created in namespace `kube-system`, but its primary is in `team`"
+            ),
+            "{err}"
+        );
+        // Its own namespace, spelled out, is fine.
+        assert!(
+            render(
+                &r,
+                &primary(Some("team"), json!({"ns": "team"})),
+                &well_known_scope
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_namespaced_primary_cannot_own_cluster_scoped_children() {
+        let r = rule(
+            "    - id: role\n      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: x}}\n",
+        );
+        let err = render(&r, &primary(Some("team"), json!({})), &well_known_scope).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "cluster-scoped; a namespaced primary cannot own cluster-scoped children"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_scoped_primary_must_name_the_namespace() {
+        let r = rule(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+        );
+        let err = render(&r, &primary(None, json!({})), &well_known_scope).unwrap_err();
+        assert!(err.to_string().contains("set metadata.namespace"), "{err}");
+        let r = rule(CM);
+        let out = render(
+            &r,
+            &primary(None, json!({"ns": "anywhere"})),
+            &well_known_scope,
+        )
+        .unwrap();
+        assert_eq!(out.children[0].object["metadata"]["namespace"], "anywhere");
+    }
+
+    #[test]
+    fn for_each_renders_one_child_per_item_and_refuses_duplicates() {
+        let each = "    - id: cm\n      forEach: self.spec.items\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ item }}\"}, data: {i: \"{{ index }}\"}}\n";
+        let r = rule(each);
+        let out = render(
+            &r,
+            &primary(Some("t"), json!({"items": ["a", "b"]})),
+            &well_known_scope,
+        )
+        .unwrap();
+        let names: Vec<&Value> = out
+            .children
+            .iter()
+            .map(|c| &c.object["metadata"]["name"])
+            .collect();
+        assert_eq!(names, [&json!("a"), &json!("b")]);
+        assert_eq!(out.children[1].object["data"]["i"], json!(1));
+        let err = render(
+            &r,
+            &primary(Some("t"), json!({"items": ["a", "a"]})),
+            &well_known_scope,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("renders `a` twice"), "{err}");
+        let err = render(
+            &r,
+            &primary(Some("t"), json!({"items": "nope"})),
+            &well_known_scope,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("forEach must give a list, got a string"),
+            "{err}"
+        );
+        let many: Vec<String> = (0..=MAX_FOR_EACH).map(|i| format!("n{i}")).collect();
+        let err = render(
+            &r,
+            &primary(Some("t"), json!({"items": many})),
+            &well_known_scope,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("at most 1000"), "{err}");
+    }
+
+    #[test]
+    fn when_false_leaves_the_child_out_and_ready_when_reads_the_live_child() {
+        let r = rule(
+            "    - id: cm\n      when: self.spec.on\n      readyWhen: child.data.ok == 'yes'\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+        );
+        let off = render(
+            &r,
+            &primary(Some("t"), json!({"on": false})),
+            &well_known_scope,
+        )
+        .unwrap();
+        assert!(off.children.is_empty());
+        let mut inputs = primary(Some("t"), json!({"on": true}));
+        let on = render(&r, &inputs, &well_known_scope).unwrap();
+        assert!(!on.all_ready(), "a child not observed yet is not ready");
+        inputs.observed.insert(
+            "cm".into(),
+            json!({"metadata": {"name": "x"}, "data": {"ok": "yes"}}),
+        );
+        assert!(render(&r, &inputs, &well_known_scope).unwrap().all_ready());
+    }
+
+    #[test]
+    fn a_malformed_primary_fails_with_the_missing_field_named() {
+        let r = rule(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ self.spec.name }}\"}}\n",
+        );
+        let err = render(&r, &primary(Some("t"), json!({})), &well_known_scope).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "spec.children[0].template.metadata.name: undefined value: `self.spec.name` is undefined"
+        );
+    }
 }

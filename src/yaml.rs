@@ -187,10 +187,10 @@ pub fn parse_documents(text: &str, limits: Limits) -> Result<Vec<Node>, Error> {
                 None
             }
             Event::DocumentEnd => {
-                if let Some(node) = root.take() {
-                    if node.kind != Kind::Null {
-                        docs.push(node);
-                    }
+                if let Some(node) = root.take()
+                    && node.kind != Kind::Null
+                {
+                    docs.push(node);
                 }
                 None
             }

@@ -49,3 +49,29 @@ fn controlplane_down_without_a_running_one_says_so() {
         "{err}"
     );
 }
+
+#[test]
+fn the_shipped_rules_validate() {
+    let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("ok: 4 rules in 4 files"), "{out}");
+}
+
+#[test]
+fn the_committed_json_schema_is_fresh() {
+    let (ok, out, _) = kiln(&["schema"]);
+    assert!(ok);
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules/rule.schema.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        out.trim(),
+        committed.trim(),
+        "rules/rule.schema.json is stale: run `cargo run -- schema > rules/rule.schema.json`"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(schema["title"], "Kiln Rule");
+    assert!(schema["properties"]["spec"].is_object());
+}

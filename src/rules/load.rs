@@ -178,10 +178,9 @@ pub fn parse(source: &Source) -> (Vec<Document>, Vec<Diagnostic>) {
                 if let Some(field) = message
                     .strip_prefix("unknown field `")
                     .and_then(|m| m.split('`').next())
+                    && path.last() != Some(&Step::Key(field.to_string()))
                 {
-                    if path.last() != Some(&Step::Key(field.to_string())) {
-                        path.push(Step::Key(field.to_string()));
-                    }
+                    path.push(Step::Key(field.to_string()));
                 }
                 let name = node
                     .get(&[Step::Key("metadata".into()), Step::Key("name".into())])

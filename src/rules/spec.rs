@@ -188,13 +188,30 @@ pub struct RawStatus {
 pub struct RawRequeue {
     /// Reconcile again this long after a success, even without a change (default: never).
     #[serde(default)]
-    pub resync: Option<String>,
+    pub resync: Option<DurationText>,
     /// Retry this often while a required dependency is missing or a child is not ready (default `5s`).
     #[serde(default)]
-    pub waiting: Option<String>,
+    pub waiting: Option<DurationText>,
     /// Exponential backoff for transient errors, per object.
     #[serde(default)]
     pub on_error: Option<RawBackoff>,
+}
+
+/// A duration as written (`30s`, `5m`, `1h30m`). A bare number is taken in
+/// only so that validation can refuse it with a useful message.
+#[derive(Debug, Clone, JsonSchema)]
+pub struct DurationText(pub String);
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(Self(s)),
+            Value::Number(n) => Ok(Self(n.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "expected a duration like `30s` or `5m`, found {other}"
+            ))),
+        }
+    }
 }
 
 /// Exponential backoff bounds.
@@ -203,8 +220,15 @@ pub struct RawRequeue {
 pub struct RawBackoff {
     /// First delay (default `1s`).
     #[serde(default)]
-    pub initial: Option<String>,
+    pub initial: Option<DurationText>,
     /// Largest delay (default `5m`).
     #[serde(default)]
-    pub max: Option<String>,
+    pub max: Option<DurationText>,
+}
+
+/// The JSON Schema of a rule document, pretty-printed (what `kiln schema`
+/// prints and `rules/rule.schema.json` holds).
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(RawRule);
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::load::Document;
-use super::spec::{RawChild, RawLabelSelector, RawRule, RawWatch};
+use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
     Backoff, Child, Diagnostic, Gvk, Primary, Requeue, Rule, RuleSet, Watch, WatchTarget, duration,
 };
@@ -493,8 +493,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn duration(&mut self, at: &[Step], text: &str) -> Option<std::time::Duration> {
-        duration::parse(text)
+    fn duration(&mut self, at: &[Step], text: &DurationText) -> Option<std::time::Duration> {
+        duration::parse(&text.0)
             .map_err(|why| self.error(at, why))
             .ok()
     }
@@ -607,18 +607,18 @@ impl<'a> Checker<'a> {
                 "children" => Some(("spec.children", ids)),
                 _ => None,
             };
-            if let (Some((section, names)), Some(name)) = (declared, parts.next()) {
-                if !names.iter().any(|n| n == name) {
-                    let known = if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    };
-                    self.error(
-                        at,
-                        format!("`{root}.{name}` is not declared in {section} (declared: {known})"),
-                    );
-                }
+            if let (Some((section, names)), Some(name)) = (declared, parts.next())
+                && !names.iter().any(|n| n == name)
+            {
+                let known = if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                };
+                self.error(
+                    at,
+                    format!("`{root}.{name}` is not declared in {section} (declared: {known})"),
+                );
             }
         }
     }
@@ -657,6 +657,11 @@ fn find_path(root: &crate::yaml::Node, name: &str) -> Option<Vec<Step>> {
 
 /// `group/version` or `version` → (group, version), checked.
 pub fn parse_api_version(api_version: &str) -> Result<(String, String), String> {
+    if api_version.matches('/').count() > 1 {
+        return Err(format!(
+            "apiVersion `{api_version}` has more than one `/` (expected `group/version` or `v1`)"
+        ));
+    }
     let (group, version) = match api_version.split_once('/') {
         Some((g, v)) => (g, v),
         None => ("", api_version),

@@ -118,32 +118,37 @@ impl TemplateSet {
 
     /// Compiles a string template (rendered to a string).
     pub fn add_text(&mut self, path: &str, source: &str) -> Result<TemplateId, CompileError> {
-        self.add(path, source.to_string(), 0)
+        self.add(path, source.to_string(), 0, source.len())
     }
 
     /// Compiles an expression (evaluated to a native value).
     pub fn add_expr(&mut self, path: &str, expr: &str) -> Result<TemplateId, CompileError> {
         let prefix = format!("{{% set {CAPTURE} = (");
         let wrapped = format!("{prefix}{expr}\n) %}}");
-        self.add(path, wrapped, prefix.len())
+        self.add(path, wrapped, prefix.len(), expr.len())
     }
 
+    /// Adds `source` under `path`; the user's text is `len` bytes starting at
+    /// `offset` (expressions are wrapped to capture their value).
     fn add(
         &mut self,
         path: &str,
         source: String,
         offset: usize,
+        len: usize,
     ) -> Result<TemplateId, CompileError> {
         self.env
             .add_template_owned(path.to_string(), source)
             .map_err(|e| {
+                let kind = e.kind();
                 let detail = e.detail().unwrap_or_default();
-                let at = e
-                    .range()
-                    .map(|r| format!(" (at character {})", r.start.saturating_sub(offset) + 1));
-                CompileError {
-                    message: format!("{}: {detail}{}", e.kind(), at.unwrap_or_default()),
-                }
+                let message = match e.range().map(|r| r.start.saturating_sub(offset)) {
+                    // The parser tripped over the wrapper: the user's text ended early.
+                    Some(at) if at >= len => format!("{kind}: the expression is incomplete"),
+                    Some(at) => format!("{kind}: {detail} (at character {})", at + 1),
+                    None => format!("{kind}: {detail}"),
+                };
+                CompileError { message }
             })?;
         Ok(TemplateId(path.to_string()))
     }

@@ -34,7 +34,9 @@ pub enum Tree {
 /// Whether a string holds template syntax, and which kind.
 enum Shape<'a> {
     Literal,
-    Expr(&'a str),
+    /// Starts with `{{` and ends with `}}`: one expression if the inside
+    /// compiles as one (`{{ a }}-{{ b }}` does not; `{{ {"k": {}} }}` does).
+    MaybeExpr(&'a str),
     Text,
 }
 
@@ -45,11 +47,9 @@ fn shape(s: &str) -> Shape<'_> {
     if let Some(inner) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {
         let inner = inner.strip_prefix(['-', '+']).unwrap_or(inner);
         let inner = inner.strip_suffix('-').unwrap_or(inner);
-        let nested = ["{{", "}}", "{%", "%}", "{#", "#}"]
-            .iter()
-            .any(|t| inner.contains(t));
-        if !nested && !inner.trim().is_empty() {
-            return Shape::Expr(inner.trim());
+        let blocks = ["{%", "%}", "{#", "#}"].iter().any(|t| inner.contains(t));
+        if !blocks && !inner.trim().is_empty() {
+            return Shape::MaybeExpr(inner.trim());
         }
     }
     Shape::Text
@@ -68,7 +68,10 @@ impl Piece {
     ) -> Result<Self, PathError> {
         let result = match shape(s) {
             Shape::Literal => return Ok(Self::Literal(s.to_string())),
-            Shape::Expr(expr) => set.add_expr(name, expr).map(Self::Expr),
+            Shape::MaybeExpr(expr) => match set.add_expr(name, expr) {
+                Ok(id) => Ok(Self::Expr(id)),
+                Err(_) => set.add_text(name, s).map(Self::Text),
+            },
             Shape::Text => set.add_text(name, s).map(Self::Text),
         };
         result.map_err(|e| (path.to_vec(), e))
@@ -323,6 +326,7 @@ mod tests {
             ("{{- self.spec.replicas -}}", json!(3)),
             ("{{ self.spec.name }}", json!("web")),
             ("{{ self.spec.replicas | string }}", json!("3")),
+            (r#"{{ {"a": {"b": 1}}["a"] }}"#, json!({"b": 1})),
         ];
         for (template, want) in cases {
             assert_eq!(
@@ -340,6 +344,7 @@ mod tests {
             ("r{{ self.spec.replicas }}", "r3"),
             ("{{ self.spec.replicas }} ", "3 "),
             ("{{ self.spec.name }}-{{ self.spec.replicas }}", "web-3"),
+            ("{{ self.spec.name }}{{ self.spec.replicas }}", "web3"),
             ("{% if self.spec.replicas > 1 %}many{% endif %}", "many"),
             ("plain", "plain"),
         ] {

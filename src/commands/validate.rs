@@ -1,0 +1,35 @@
+//! `kiln validate PATH...`
+
+use std::process::ExitCode;
+
+use kiln::rules;
+
+use crate::cli::ValidateArgs;
+
+/// Prints every problem (stderr) or a summary (stdout); exit 1 when invalid.
+pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    match rules::load(&args.paths) {
+        Ok(set) => {
+            let files: std::collections::BTreeSet<_> = set.rules.iter().map(|r| &r.file).collect();
+            let names: Vec<&str> = set.rules.iter().map(|r| r.name.as_str()).collect();
+            println!(
+                "ok: {} rules in {} files ({})",
+                set.rules.len(),
+                files.len(),
+                names.join(", ")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(diagnostics) => {
+            for d in &diagnostics {
+                eprintln!("{d}");
+            }
+            let n = diagnostics.len();
+            eprintln!(
+                "error: {n} problem{} found; no rule was loaded",
+                if n == 1 { "" } else { "s" }
+            );
+            Ok(ExitCode::from(1))
+        }
+    }
+}
