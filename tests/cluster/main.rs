@@ -13,4 +13,5 @@
 
 mod support;
 
+mod examples;
 mod foundation;
