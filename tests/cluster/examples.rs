@@ -16,8 +16,11 @@ use serde_json::{Value, json};
 use crate::support::{self, MANAGER, TestNamespace};
 
 fn load_rule(name: &str) -> std::sync::Arc<Rule> {
-    let set = rules::load(&[support::repo_root().join("rules")]).unwrap_or_else(|d| panic!("{}", d[0]));
-    set.get(name).cloned().unwrap_or_else(|| panic!("no rule {name}"))
+    let set =
+        rules::load(&[support::repo_root().join("rules")]).unwrap_or_else(|d| panic!("{}", d[0]));
+    set.get(name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no rule {name}"))
 }
 
 fn read_example(path: &str) -> Value {
@@ -43,10 +46,15 @@ async fn create(client: &Client, mut object: Value, ns: Option<&str>) -> Value {
     let obj: DynamicObject = serde_json::from_value(object).unwrap();
     let name = obj.metadata.name.clone().unwrap();
     let api: Api<DynamicObject> = match ns {
-        Some(ns) if caps.scope == Scope::Namespaced => Api::namespaced_with(client.clone(), ns, &ar),
+        Some(ns) if caps.scope == Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
         _ => Api::all_with(client.clone(), &ar),
     };
-    let live = api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&obj)).await.unwrap();
+    let live = api
+        .patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&obj))
+        .await
+        .unwrap();
     serde_json::to_value(live).unwrap()
 }
 
@@ -70,7 +78,11 @@ async fn dry_run_children(client: &Client, rule: &Rule, inputs: &Inputs) -> Vec<
             _ => Api::all_with(client.clone(), ar),
         };
         let answer = api
-            .patch(&name, &PatchParams::apply("kiln").dry_run(), &Patch::Apply(&obj))
+            .patch(
+                &name,
+                &PatchParams::apply("kiln").dry_run(),
+                &Patch::Apply(&obj),
+            )
             .await
             .unwrap_or_else(|e| panic!("{} {name} refused by the API server: {e}", child.gvk));
         accepted.push(serde_json::to_value(answer).unwrap());
@@ -83,16 +95,38 @@ async fn webapp_children_are_accepted_by_the_api_server() {
     let client = support::admin_client().await;
     let ns = TestNamespace::new(&client, "ex-webapp").await;
     support::install_crds(&client, "examples/webapp").await;
-    let secret = create(&client, read_example("examples/webapp/secret.yaml"), Some(ns.name())).await;
-    let primary = create(&client, read_example("examples/webapp/webapp.yaml"), Some(ns.name())).await;
-    let mut inputs = Inputs { primary, ..Inputs::default() };
+    let secret = create(
+        &client,
+        read_example("examples/webapp/secret.yaml"),
+        Some(ns.name()),
+    )
+    .await;
+    let primary = create(
+        &client,
+        read_example("examples/webapp/webapp.yaml"),
+        Some(ns.name()),
+    )
+    .await;
+    let mut inputs = Inputs {
+        primary,
+        ..Inputs::default()
+    };
     inputs.related.insert("credentials".into(), secret);
 
     let accepted = dry_run_children(&client, &load_rule("webapp"), &inputs).await;
-    let kinds: Vec<&str> = accepted.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = accepted
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["ConfigMap", "Deployment", "Service"]);
-    assert_eq!(accepted[1]["spec"]["replicas"], 2, "replicas stayed an integer");
-    assert_eq!(accepted[1]["metadata"]["ownerReferences"][0]["kind"], "WebApp");
+    assert_eq!(
+        accepted[1]["spec"]["replicas"], 2,
+        "replicas stayed an integer"
+    );
+    assert_eq!(
+        accepted[1]["metadata"]["ownerReferences"][0]["kind"],
+        "WebApp"
+    );
     ns.delete().await;
 }
 
@@ -107,8 +141,19 @@ async fn database_children_are_accepted_by_the_api_server() {
     meta.remove("uid");
     meta.remove("creationTimestamp");
     let primary = create(&client, sample, Some(ns.name())).await;
-    let accepted = dry_run_children(&client, &load_rule("database"), &Inputs { primary, ..Inputs::default() }).await;
-    let kinds: Vec<&str> = accepted.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    let accepted = dry_run_children(
+        &client,
+        &load_rule("database"),
+        &Inputs {
+            primary,
+            ..Inputs::default()
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = accepted
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["Secret", "Service", "StatefulSet"]);
     assert_eq!(accepted[1]["spec"]["clusterIP"], "None");
     ns.delete().await;
@@ -119,9 +164,25 @@ async fn schedule_children_are_accepted_by_the_api_server() {
     let client = support::admin_client().await;
     let ns = TestNamespace::new(&client, "ex-sched").await;
     support::install_crds(&client, "examples/schedule").await;
-    let primary = create(&client, read_example("examples/schedule/schedule.yaml"), Some(ns.name())).await;
-    let accepted = dry_run_children(&client, &load_rule("schedule"), &Inputs { primary, ..Inputs::default() }).await;
-    let names: Vec<&str> = accepted.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+    let primary = create(
+        &client,
+        read_example("examples/schedule/schedule.yaml"),
+        Some(ns.name()),
+    )
+    .await;
+    let accepted = dry_run_children(
+        &client,
+        &load_rule("schedule"),
+        &Inputs {
+            primary,
+            ..Inputs::default()
+        },
+    )
+    .await;
+    let names: Vec<&str> = accepted
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["nightly-vacuum-db", "nightly-report"]);
     ns.delete().await;
 }
@@ -133,10 +194,30 @@ async fn tenant_children_of_a_built_in_namespace_are_accepted_by_the_api_server(
     let name = format!("kiln-tenant-{}", std::process::id());
     sample["metadata"]["name"] = json!(name);
     let primary = create(&client, sample, None).await;
-    let accepted = dry_run_children(&client, &load_rule("tenant"), &Inputs { primary, ..Inputs::default() }).await;
-    let kinds: Vec<&str> = accepted.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    let accepted = dry_run_children(
+        &client,
+        &load_rule("tenant"),
+        &Inputs {
+            primary,
+            ..Inputs::default()
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = accepted
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["ResourceQuota", "LimitRange", "RoleBinding"]);
-    assert_eq!(accepted[0]["spec"]["hard"]["pods"], "200", "size=large picked the large quota");
-    assert!(accepted.iter().all(|o| o["metadata"]["namespace"] == json!(name)));
-    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client).delete(&name, &Default::default()).await;
+    assert_eq!(
+        accepted[0]["spec"]["hard"]["pods"], "200",
+        "size=large picked the large quota"
+    );
+    assert!(
+        accepted
+            .iter()
+            .all(|o| o["metadata"]["namespace"] == json!(name))
+    );
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+        .delete(&name, &Default::default())
+        .await;
 }
