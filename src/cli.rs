@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the version of kiln and of the Kubernetes API it was built for.
     Version,
+    /// Run the rules against a cluster until SIGTERM or Ctrl-C.
+    Run(RunArgs),
     /// Check rule files and report every problem with file, line and column.
     Validate(ValidateArgs),
     /// Show what rules render for an object, exactly as the engine would apply it; no cluster needed.
@@ -31,6 +33,32 @@ pub enum Command {
     /// kube-controller-manager) built from Go modules, for development and tests.
     #[command(subcommand)]
     Controlplane(ControlplaneCommand),
+}
+
+/// `kiln run`
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Rule files or directories (repeatable).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Watch only this namespace (repeatable; default: all).
+    #[arg(long = "namespace")]
+    pub namespaces: Vec<String>,
+    /// Field manager for server-side apply.
+    #[arg(long, default_value = "kiln")]
+    pub field_manager: String,
+    /// Workers per rule.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// How long in-flight reconciles may take to finish on shutdown, e.g. `30s`.
+    #[arg(long, default_value = "30s")]
+    pub shutdown_timeout: String,
 }
 
 /// `kiln validate`

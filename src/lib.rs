@@ -9,10 +9,12 @@
 //! - [`yaml`]: YAML documents with the position of every node.
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
+//! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`version`]: what this build is.
 
 pub mod controlplane;
+pub mod engine;
 pub mod render;
 pub mod rules;
 pub mod template;

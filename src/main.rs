@@ -17,6 +17,7 @@ fn main() -> ExitCode {
             println!("{}", kiln::version::describe());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Run(args) => commands::run::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
         Command::Render(args) => commands::render::run(&args),
         Command::Schema => commands::schema::run(),

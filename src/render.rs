@@ -15,6 +15,8 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "kiln";
 /// Label naming the rule that rendered a child.
 pub const RULE_LABEL: &str = "kiln.dev/rule";
+/// Label naming the child's id in its rule.
+pub const CHILD_LABEL: &str = "kiln.dev/child";
 /// Most children one `forEach` may render.
 pub const MAX_FOR_EACH: usize = 1000;
 
@@ -329,6 +331,7 @@ fn finish_child(
     };
     labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
     labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
+    labels.insert(CHILD_LABEL.into(), Value::String(id.to_string()));
     if let Some(reference) = &owner.reference {
         meta.insert(
             "ownerReferences".into(),

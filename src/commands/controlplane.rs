@@ -42,7 +42,7 @@ async fn up_async(args: UpArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("  press Ctrl-C to stop");
-    shutdown_signal().await?;
+    super::shutdown_signal().await?;
     drop(cp);
     Ok(ExitCode::SUCCESS)
 }
@@ -57,14 +57,4 @@ pub fn down(args: &DirArgs) -> anyhow::Result<ExitCode> {
     };
     println!("stopped: {what}");
     Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
-    Ok(())
 }

@@ -2,5 +2,17 @@
 
 pub mod controlplane;
 pub mod render;
+pub mod run;
 pub mod schema;
 pub mod validate;
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

@@ -13,5 +13,6 @@
 
 mod support;
 
+mod engine;
 mod examples;
 mod foundation;

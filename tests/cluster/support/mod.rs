@@ -209,3 +209,129 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Counts the write requests (anything but GET) a client sends, so tests can
+/// assert "no writes" independently of the engine's own bookkeeping.
+#[derive(Clone, Default)]
+pub struct WriteCounter(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl WriteCounter {
+    /// Writes so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// An admin client whose writes are counted.
+pub async fn counting_client() -> (Client, WriteCounter) {
+    use kube::client::ClientBuilder;
+    let counter = WriteCounter::default();
+    let kc = Kubeconfig::from_yaml(kubeconfig_yaml()).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    let seen = counter.clone();
+    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        if req.method() != http::Method::GET {
+            seen.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        req
+    });
+    let client = ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&layer)
+        .build();
+    (client, counter)
+}
+
+/// Loads one rule from YAML text (for rules written inside a test).
+pub fn rule_from_yaml(yaml: &str) -> std::sync::Arc<kiln::rules::Rule> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rule.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let mut set = kiln::rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
+    set.rules.remove(0)
+}
+
+/// The shipped rule `name` from rules/, with `edit` applied to its text first.
+pub fn shipped_rule(
+    name: &str,
+    edit: impl Fn(String) -> String,
+) -> std::sync::Arc<kiln::rules::Rule> {
+    let text = std::fs::read_to_string(repo_root().join(format!("rules/{name}.yaml"))).unwrap();
+    rule_from_yaml(&edit(text))
+}
+
+/// Server-side applies `object` (as the test's own field manager) in `ns`
+/// when given, resolving its kind through discovery; returns it as stored.
+pub async fn apply(
+    client: &Client,
+    mut object: serde_json::Value,
+    ns: Option<&str>,
+) -> serde_json::Value {
+    use kube::api::DynamicObject;
+    if let Some(ns) = ns {
+        object["metadata"]["namespace"] = serde_json::json!(ns);
+    }
+    let api = dynamic_api(client, &object["apiVersion"], &object["kind"], ns).await;
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let obj: DynamicObject = serde_json::from_value(object).unwrap();
+    let live = api
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap();
+    serde_json::to_value(live).unwrap()
+}
+
+/// An API for a kind named by apiVersion and kind, in `ns` when namespaced.
+pub async fn dynamic_api(
+    client: &Client,
+    api_version: &serde_json::Value,
+    kind: &serde_json::Value,
+    ns: Option<&str>,
+) -> Api<kube::api::DynamicObject> {
+    let types = kube::core::TypeMeta {
+        api_version: api_version.as_str().unwrap().to_string(),
+        kind: kind.as_str().unwrap().to_string(),
+    };
+    let gvk = GroupVersionKind::try_from(&types).unwrap();
+    let (ar, caps) = discovery::pinned_kind(client, &gvk).await.unwrap();
+    match ns {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// One object as JSON, if it exists.
+pub async fn get(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Option<serde_json::Value> {
+    let api = dynamic_api(
+        client,
+        &serde_json::json!(api_version),
+        &serde_json::json!(kind),
+        Some(ns),
+    )
+    .await;
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// Reads an example file's first document as JSON.
+pub fn example(path: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(repo_root().join(path)).unwrap();
+    kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default()).unwrap()[0].to_json()
+}

@@ -1,0 +1,351 @@
+//! The engine: controller-runtime's Manager with the Reconcile function
+//! replaced by rules. Each rule runs as a [`controller::RuleController`] over
+//! shared informers (one watch per GVK, however many rules use it).
+//!
+//! A rule whose kinds are not served yet (a CRD not installed) waits and
+//! starts by itself once discovery finds them.
+
+pub mod backoff;
+pub mod controller;
+pub mod diff;
+pub mod informer;
+pub mod kinds;
+pub mod queue;
+pub mod reverse;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::watch;
+
+use crate::rules::{Gvk, Rule, RuleSet};
+use controller::{RuleController, Wiring};
+use informer::Registry;
+use kinds::{KindError, Kinds};
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Server-side apply field manager.
+    pub field_manager: String,
+    /// Watch only these namespaces (empty: all).
+    pub namespaces: Vec<String>,
+    /// Workers per rule.
+    pub concurrency: usize,
+    /// How often a rule waiting for its kinds asks discovery again.
+    pub kind_retry: Duration,
+    /// How long in-flight reconciles may take to finish on shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            field_manager: "kiln".to_string(),
+            namespaces: Vec::new(),
+            concurrency: 4,
+            kind_retry: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of what the engine did, for tests, metrics and the benchmark.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Reconciles run.
+    pub reconciles: AtomicU64,
+    /// Server-side applies of children.
+    pub applies: AtomicU64,
+    /// Status writes.
+    pub status_writes: AtomicU64,
+    /// Children deleted by pruning.
+    pub deletes: AtomicU64,
+}
+
+impl Stats {
+    /// Every write the engine made (applies, status writes, deletes).
+    pub fn writes(&self) -> u64 {
+        self.applies.load(Ordering::Relaxed)
+            + self.status_writes.load(Ordering::Relaxed)
+            + self.deletes.load(Ordering::Relaxed)
+    }
+}
+
+/// What every rule shares.
+pub struct Shared {
+    /// The API client.
+    pub client: Client,
+    /// Discovery cache.
+    pub kinds: Kinds,
+    /// Informers, one per GVK.
+    pub informers: Registry,
+    /// Kubernetes Events.
+    pub recorder: Recorder,
+    /// Options.
+    pub options: Options,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// The state of one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleState {
+    /// Waiting for kinds the API server does not serve yet.
+    WaitingForKinds(Vec<String>),
+    /// Running.
+    Running,
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    state: Arc<Mutex<RuleState>>,
+    controller: Arc<Mutex<Option<Arc<RuleController>>>>,
+}
+
+/// The engine.
+pub struct Engine {
+    shared: Arc<Shared>,
+    rules: Mutex<HashMap<String, Running>>,
+}
+
+impl Engine {
+    /// An engine with no rules yet.
+    pub fn new(client: Client, options: Options) -> Self {
+        let reporter = Reporter {
+            controller: "kiln".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let shared = Arc::new(Shared {
+            kinds: Kinds::new(client.clone()),
+            informers: Registry::default(),
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            options,
+            stats: Stats::default(),
+        });
+        Self {
+            shared,
+            rules: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.rules
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts every rule of `set`.
+    pub fn start_all(&self, set: &RuleSet) {
+        for rule in &set.rules {
+            self.start(rule.clone());
+        }
+    }
+
+    /// Starts one rule (replacing a running rule of the same name).
+    pub fn start(&self, rule: Arc<Rule>) {
+        let (stop, stop_rx) = watch::channel(false);
+        let state = Arc::new(Mutex::new(RuleState::WaitingForKinds(Vec::new())));
+        let controller = Arc::new(Mutex::new(None));
+        let task = tokio::spawn(run_rule(
+            rule.clone(),
+            self.shared.clone(),
+            stop_rx,
+            state.clone(),
+            controller.clone(),
+        ));
+        if let Some(old) = self.lock().insert(
+            rule.name.clone(),
+            Running {
+                stop,
+                task,
+                state,
+                controller,
+            },
+        ) {
+            let _ = old.stop.send(true);
+        }
+    }
+
+    /// Stops one rule; its children stay.
+    pub async fn stop(&self, name: &str) {
+        let running = self.lock().remove(name);
+        if let Some(r) = running {
+            let _ = r.stop.send(true);
+            let _ = tokio::time::timeout(self.shared.options.shutdown_grace, r.task).await;
+        }
+    }
+
+    /// Stops every rule, letting in-flight reconciles finish (bounded).
+    pub async fn shutdown(&self) {
+        let names: Vec<String> = self.lock().keys().cloned().collect();
+        for name in names {
+            self.stop(&name).await;
+        }
+    }
+
+    /// Queues every primary of a rule (a forced resync).
+    pub fn resync(&self, name: &str) {
+        if let Some(c) = self.controller(name) {
+            c.enqueue_all();
+        }
+    }
+
+    /// The running controller of a rule, once its kinds are served.
+    pub fn controller(&self, name: &str) -> Option<Arc<RuleController>> {
+        self.lock().get(name).and_then(|r| {
+            r.controller
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
+    }
+
+    /// The state of a rule.
+    pub fn state(&self, name: &str) -> Option<RuleState> {
+        self.lock().get(name).map(|r| {
+            r.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    /// Watches running: one per GVK.
+    pub fn watches(&self) -> usize {
+        self.shared.informers.watches()
+    }
+}
+
+/// Every GVK a rule touches, primary first.
+fn kinds_of(rule: &Rule) -> Vec<Gvk> {
+    let mut out = vec![rule.primary.gvk.clone()];
+    for gvk in rule
+        .children
+        .iter()
+        .map(|c| &c.gvk)
+        .chain(rule.watches.iter().map(|w| &w.gvk))
+    {
+        if !out.contains(gvk) {
+            out.push(gvk.clone());
+        }
+    }
+    out
+}
+
+async fn run_rule(
+    rule: Arc<Rule>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    state: Arc<Mutex<RuleState>>,
+    slot: Arc<Mutex<Option<Arc<RuleController>>>>,
+) {
+    let set_state = |s: RuleState| {
+        *state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = s
+    };
+    // Resolve every kind; wait (and say so) while any is not served.
+    let kinds = loop {
+        let mut resolved = Vec::new();
+        let mut missing = Vec::new();
+        for gvk in kinds_of(&rule) {
+            match shared.kinds.resolve(&gvk).await {
+                Ok(kind) => resolved.push(kind),
+                Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
+                Err(error) => {
+                    tracing::warn!(rule = %rule.name, %error, "discovery failed");
+                    missing.push(gvk.to_string());
+                }
+            }
+        }
+        if missing.is_empty() {
+            break resolved;
+        }
+        tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
+        set_state(RuleState::WaitingForKinds(missing));
+        tokio::select! {
+            _ = tokio::time::sleep(shared.options.kind_retry) => {}
+            _ = stop.changed() => return,
+        }
+    };
+
+    let namespaces = &shared.options.namespaces;
+    let informer = |gvk: &Gvk| {
+        let kind = kinds.iter().find(|k| &k.gvk == gvk).cloned();
+        kind.map(|k| shared.informers.acquire(&shared.client, &k, namespaces))
+    };
+    let Some(primary) = informer(&rule.primary.gvk) else {
+        return;
+    };
+    let mut children = HashMap::new();
+    for child in &rule.children {
+        if let Some(i) = informer(&child.gvk) {
+            children.entry(child.gvk.clone()).or_insert(i);
+        }
+    }
+    let mut related = HashMap::new();
+    for watch in &rule.watches {
+        if let Some(i) = informer(&watch.gvk) {
+            related.insert(watch.name.clone(), i);
+        }
+    }
+    let used: Vec<Gvk> = {
+        let mut v: Vec<Gvk> = std::iter::once(rule.primary.gvk.clone())
+            .chain(children.keys().cloned())
+            .chain(rule.watches.iter().map(|w| w.gvk.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    let wiring = Wiring {
+        primary: primary.clone(),
+        children: children.clone(),
+        related: related.clone(),
+    };
+    let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
+    for i in std::iter::once(&primary)
+        .chain(children.values())
+        .chain(related.values())
+    {
+        tokio::select! {
+            () = i.synced() => {}
+            _ = stop.changed() => {
+                controller.shutdown();
+                used.iter().for_each(|g| shared.informers.release(g));
+                return;
+            }
+        }
+    }
+    *slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(controller.clone());
+    set_state(RuleState::Running);
+    tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
+    controller.enqueue_all();
+
+    let workers = {
+        let c = controller.clone();
+        let n = shared.options.concurrency;
+        tokio::spawn(async move { c.run_workers(n).await })
+    };
+    let _ = stop.changed().await;
+    controller.shutdown();
+    let _ = tokio::time::timeout(shared.options.shutdown_grace, workers).await;
+    for gvk in &used {
+        shared.informers.release(gvk);
+    }
+    tracing::info!(rule = %rule.name, "rule stopped");
+}

@@ -1,0 +1,170 @@
+//! The reverse index of `spec.watches`: which primaries' rendered references
+//! point at which related object, so a change to a related object requeues
+//! exactly those primaries (and a related object that appears for the first
+//! time finds the primaries that were waiting for it).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::informer::ObjKey;
+
+/// One primary's selector watch: objects in `namespace` with these labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectorRef {
+    /// The watch's name.
+    pub watch: String,
+    /// Where to look (`None`: cluster-scoped kind).
+    pub namespace: Option<String>,
+    /// The rendered labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What one primary's watches point at.
+#[derive(Debug, Default)]
+struct Targets {
+    refs: Vec<(String, ObjKey)>,
+    selectors: Vec<SelectorRef>,
+}
+
+/// Watch name + related key → primaries, and the way back for cleanup.
+#[derive(Debug, Default)]
+pub struct Reverse {
+    by_target: HashMap<(String, ObjKey), HashSet<ObjKey>>,
+    by_primary: HashMap<ObjKey, Targets>,
+}
+
+impl Reverse {
+    /// Records what `primary` refers to now, replacing what it referred to before.
+    pub fn set(
+        &mut self,
+        primary: &ObjKey,
+        refs: Vec<(String, ObjKey)>,
+        selectors: Vec<SelectorRef>,
+    ) {
+        self.forget(primary);
+        for target in &refs {
+            self.by_target
+                .entry(target.clone())
+                .or_default()
+                .insert(primary.clone());
+        }
+        self.by_primary
+            .insert(primary.clone(), Targets { refs, selectors });
+    }
+
+    /// Drops everything `primary` referred to.
+    pub fn forget(&mut self, primary: &ObjKey) {
+        let Some(targets) = self.by_primary.remove(primary) else {
+            return;
+        };
+        for target in targets.refs {
+            if let Some(set) = self.by_target.get_mut(&target) {
+                set.remove(primary);
+                if set.is_empty() {
+                    self.by_target.remove(&target);
+                }
+            }
+        }
+    }
+
+    /// Primaries whose watch `watch` refers to `object` (with these labels).
+    pub fn primaries_for(
+        &self,
+        watch: &str,
+        object: &ObjKey,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<ObjKey> {
+        let mut out: Vec<ObjKey> = self
+            .by_target
+            .get(&(watch.to_string(), object.clone()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for (primary, targets) in &self.by_primary {
+            let hit = targets.selectors.iter().any(|s| {
+                s.watch == watch
+                    && s.namespace == object.namespace
+                    && s.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            });
+            if hit && !out.contains(primary) {
+                out.push(primary.clone());
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ns: &str, name: &str) -> ObjKey {
+        ObjKey {
+            namespace: Some(ns.into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_related_object_finds_exactly_the_primaries_that_name_it() {
+        let mut r = Reverse::default();
+        r.set(
+            &key("a", "shop"),
+            vec![("credentials".into(), key("a", "shop-secret"))],
+            vec![],
+        );
+        r.set(
+            &key("a", "blog"),
+            vec![("credentials".into(), key("a", "blog-secret"))],
+            vec![],
+        );
+        let none = BTreeMap::new();
+        assert_eq!(
+            r.primaries_for("credentials", &key("a", "shop-secret"), &none),
+            [key("a", "shop")]
+        );
+        assert!(
+            r.primaries_for("other", &key("a", "shop-secret"), &none)
+                .is_empty()
+        );
+        // The primary now points elsewhere: the old target no longer finds it.
+        r.set(
+            &key("a", "shop"),
+            vec![("credentials".into(), key("a", "new-secret"))],
+            vec![],
+        );
+        assert!(
+            r.primaries_for("credentials", &key("a", "shop-secret"), &none)
+                .is_empty()
+        );
+        r.forget(&key("a", "blog"));
+        assert!(
+            r.primaries_for("credentials", &key("a", "blog-secret"), &none)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn selector_watches_match_by_namespace_and_labels() {
+        let mut r = Reverse::default();
+        let labels: BTreeMap<String, String> = [("app".to_string(), "shop".to_string())].into();
+        r.set(
+            &key("a", "shop"),
+            vec![],
+            vec![SelectorRef {
+                watch: "peers".into(),
+                namespace: Some("a".into()),
+                labels: labels.clone(),
+            }],
+        );
+        let mut more = labels.clone();
+        more.insert("tier".into(), "web".into());
+        assert_eq!(
+            r.primaries_for("peers", &key("a", "x"), &more),
+            [key("a", "shop")]
+        );
+        assert!(r.primaries_for("peers", &key("b", "x"), &more).is_empty());
+        assert!(
+            r.primaries_for("peers", &key("a", "x"), &BTreeMap::new())
+                .is_empty()
+        );
+    }
+}
