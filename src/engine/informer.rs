@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::StreamExt;
@@ -122,6 +122,9 @@ pub struct Informer {
     /// Per watch stream: the namespace it watches (`None`: all).
     streams: Vec<Option<String>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Set when the API server answers that the kind does not exist (its CRD
+    /// was deleted); cleared by the next event.
+    gone: AtomicBool,
 }
 
 impl fmt::Debug for Informer {
@@ -158,6 +161,7 @@ impl Informer {
             streams_synced: Mutex::default(),
             streams: scopes,
             tasks: Mutex::default(),
+            gone: AtomicBool::new(false),
         });
         let tasks = apis
             .into_iter()
@@ -175,9 +179,15 @@ impl Informer {
                     while let Some(event) = events.next().await {
                         let Some(this) = weak.upgrade() else { break };
                         match event {
-                            Ok(event) => this.handle(stream, event),
+                            Ok(event) => {
+                                this.gone.store(false, Ordering::Relaxed);
+                                this.handle(stream, event);
+                            }
                             Err(error) => {
-                                tracing::warn!(%gvk, %error, "watch failed; retrying with backoff")
+                                if not_found(&error) {
+                                    this.gone.store(true, Ordering::Relaxed);
+                                }
+                                tracing::warn!(%gvk, %error, "watch failed; retrying with backoff");
                             }
                         }
                     }
@@ -189,6 +199,11 @@ impl Informer {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
         this
+    }
+
+    /// Whether the API server said the kind no longer exists.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
     }
 
     /// The kind watched.
@@ -362,6 +377,16 @@ impl Informer {
 impl Drop for Informer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Whether a watch error means the resource is not served (404).
+fn not_found(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        _ => false,
     }
 }
 

@@ -257,43 +257,72 @@ async fn run_rule(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = s
     };
-    // Resolve every kind; wait (and say so) while any is not served.
-    let kinds = loop {
-        let mut resolved = Vec::new();
-        let mut missing = Vec::new();
-        for gvk in kinds_of(&rule) {
-            match shared.kinds.resolve(&gvk).await {
-                Ok(kind) => resolved.push(kind),
-                Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
-                Err(error) => {
-                    tracing::warn!(rule = %rule.name, %error, "discovery failed");
-                    missing.push(gvk.to_string());
+    loop {
+        // Resolve every kind; wait (and say so) while any is not served.
+        let kinds = loop {
+            let mut resolved = Vec::new();
+            let mut missing = Vec::new();
+            for gvk in kinds_of(&rule) {
+                match shared.kinds.resolve(&gvk).await {
+                    Ok(kind) => resolved.push(kind),
+                    Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
+                    Err(error) => {
+                        tracing::warn!(rule = %rule.name, %error, "discovery failed");
+                        missing.push(gvk.to_string());
+                    }
                 }
             }
+            if missing.is_empty() {
+                break resolved;
+            }
+            tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
+            set_state(RuleState::WaitingForKinds(missing));
+            tokio::select! {
+                () = tokio::time::sleep(shared.options.kind_retry) => {}
+                _ = stop.changed() => return,
+            }
+        };
+        match run_resolved(&rule, &shared, &kinds, &mut stop, &set_state, &slot).await {
+            Ended::Stopped => return,
+            Ended::KindGone(gvk) => {
+                tracing::warn!(rule = %rule.name, kind = %gvk, "a kind stopped being served; the rule waits for it again");
+                for kind in &kinds {
+                    shared.kinds.forget(&kind.gvk);
+                }
+                set_state(RuleState::WaitingForKinds(vec![gvk.to_string()]));
+            }
         }
-        if missing.is_empty() {
-            break resolved;
-        }
-        tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
-        set_state(RuleState::WaitingForKinds(missing));
-        tokio::select! {
-            _ = tokio::time::sleep(shared.options.kind_retry) => {}
-            _ = stop.changed() => return,
-        }
-    };
+    }
+}
 
+enum Ended {
+    Stopped,
+    KindGone(Gvk),
+}
+
+async fn run_resolved(
+    rule: &Arc<Rule>,
+    shared: &Arc<Shared>,
+    kinds: &[Arc<kinds::Kind>],
+    stop: &mut watch::Receiver<bool>,
+    set_state: &(dyn Fn(RuleState) + Sync),
+    slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
+) -> Ended {
     let namespaces = &shared.options.namespaces;
-    let informer = |gvk: &Gvk| {
-        let kind = kinds.iter().find(|k| &k.gvk == gvk).cloned();
-        kind.map(|k| shared.informers.acquire(&shared.client, &k, namespaces))
+    let mut acquired: Vec<Arc<informer::Informer>> = Vec::new();
+    let mut informer = |gvk: &Gvk| {
+        let kind = kinds.iter().find(|k| &k.gvk == gvk)?.clone();
+        let i = shared.informers.acquire(&shared.client, &kind, namespaces);
+        acquired.push(i.clone());
+        Some(i)
     };
-    let Some(primary) = informer(&rule.primary.gvk) else {
-        return;
-    };
+    let primary = informer(&rule.primary.gvk);
     let mut children = HashMap::new();
     for child in &rule.children {
-        if let Some(i) = informer(&child.gvk) {
-            children.entry(child.gvk.clone()).or_insert(i);
+        if !children.contains_key(&child.gvk)
+            && let Some(i) = informer(&child.gvk)
+        {
+            children.insert(child.gvk.clone(), i);
         }
     }
     let mut related = HashMap::new();
@@ -302,30 +331,44 @@ async fn run_rule(
             related.insert(watch.name.clone(), i);
         }
     }
-    let used: Vec<Gvk> = {
-        let mut v: Vec<Gvk> = std::iter::once(rule.primary.gvk.clone())
-            .chain(children.keys().cloned())
-            .chain(rule.watches.iter().map(|w| w.gvk.clone()))
-            .collect();
-        v.sort();
-        v
+    let release = |acquired: &[Arc<informer::Informer>]| {
+        for i in acquired {
+            shared.informers.release(&i.kind().gvk);
+        }
+    };
+    let Some(primary) = primary else {
+        release(&acquired);
+        return Ended::Stopped;
     };
     let wiring = Wiring {
         primary: primary.clone(),
-        children: children.clone(),
-        related: related.clone(),
+        children,
+        related,
     };
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
-    for i in std::iter::once(&primary)
-        .chain(children.values())
-        .chain(related.values())
-    {
-        tokio::select! {
-            () = i.synced() => {}
-            _ = stop.changed() => {
-                controller.shutdown();
-                used.iter().for_each(|g| shared.informers.release(g));
-                return;
+    let gone = |acquired: &[Arc<informer::Informer>]| {
+        acquired
+            .iter()
+            .find(|i| i.is_gone())
+            .map(|i| i.kind().gvk.clone())
+    };
+
+    for i in &acquired {
+        loop {
+            tokio::select! {
+                () = i.synced() => break,
+                () = tokio::time::sleep(shared.options.kind_retry) => {
+                    if let Some(gvk) = gone(&acquired) {
+                        controller.shutdown();
+                        release(&acquired);
+                        return Ended::KindGone(gvk);
+                    }
+                }
+                _ = stop.changed() => {
+                    controller.shutdown();
+                    release(&acquired);
+                    return Ended::Stopped;
+                }
             }
         }
     }
@@ -341,11 +384,22 @@ async fn run_rule(
         let n = shared.options.concurrency;
         tokio::spawn(async move { c.run_workers(n).await })
     };
-    let _ = stop.changed().await;
+    let ended = loop {
+        tokio::select! {
+            _ = stop.changed() => break Ended::Stopped,
+            () = tokio::time::sleep(shared.options.kind_retry) => {
+                if let Some(gvk) = gone(&acquired) {
+                    break Ended::KindGone(gvk);
+                }
+            }
+        }
+    };
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
     controller.shutdown();
     let _ = tokio::time::timeout(shared.options.shutdown_grace, workers).await;
-    for gvk in &used {
-        shared.informers.release(gvk);
-    }
+    release(&acquired);
     tracing::info!(rule = %rule.name, "rule stopped");
+    ended
 }

@@ -624,7 +624,7 @@ async fn rules_sharing_kinds_share_one_watch_per_kind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rule_whose_crd_is_missing_waits_and_starts_when_it_appears() {
+async fn a_rule_waits_for_its_crd_starts_when_it_appears_and_waits_again_when_it_goes() {
     let client = support::admin_client().await;
     let ns = TestNamespace::new(&client, "eng-lazy").await;
     let n = ns.name();
