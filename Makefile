@@ -4,13 +4,16 @@ CARGO            ?= cargo
 CONTROLPLANE_DIR ?= .kiln/controlplane
 KILN             := $(CARGO) run --quiet --locked --
 
-.PHONY: help build test lint controlplane cluster-up cluster-down clean
+.PHONY: help build run test lint controlplane cluster-up cluster-down clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## Build the kiln binary
 	$(CARGO) build --locked
+
+run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's cluster, or on a local control plane
+	$(KILN) demo
 
 test: lint controlplane ## Lints, unit tests and integration tests against a real local control plane
 	$(CARGO) test --locked

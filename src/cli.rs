@@ -23,6 +23,9 @@ pub enum Command {
     Version,
     /// Run the rules against a cluster until SIGTERM or Ctrl-C.
     Run(RunArgs),
+    /// The demo (`make run`): install the example CRDs and objects and run the
+    /// example rules, on the cluster in $KUBECONFIG or on a local control plane.
+    Demo(DemoArgs),
     /// Check rule files and report every problem with file, line and column.
     Validate(ValidateArgs),
     /// Show what rules render for an object, exactly as the engine would apply it; no cluster needed.
@@ -59,6 +62,20 @@ pub struct RunArgs {
     /// How long in-flight reconciles may take to finish on shutdown, e.g. `30s`.
     #[arg(long, default_value = "30s")]
     pub shutdown_timeout: String,
+}
+
+/// `kiln demo`
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The rules to run.
+    #[arg(long, default_value = "rules")]
+    pub rules: PathBuf,
+    /// Directory of example directories (CRDs and objects).
+    #[arg(long, default_value = "examples")]
+    pub examples: PathBuf,
+    /// Where a local control plane keeps its files, when one is started.
+    #[arg(long, default_value = ".kiln/demo")]
+    pub dir: PathBuf,
 }
 
 /// `kiln validate`

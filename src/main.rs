@@ -18,6 +18,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => commands::run::run(&args),
+        Command::Demo(args) => commands::demo::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
         Command::Render(args) => commands::render::run(&args),
         Command::Schema => commands::schema::run(),

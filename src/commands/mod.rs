@@ -1,6 +1,7 @@
 //! The body of each subcommand. `anyhow` lives here and in `main`, nowhere else.
 
 pub mod controlplane;
+pub mod demo;
 pub mod render;
 pub mod run;
 pub mod schema;

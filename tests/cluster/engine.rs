@@ -679,3 +679,305 @@ async fn a_rule_waits_for_its_crd_starts_when_it_appears_and_waits_again_when_it
     engine.shutdown().await;
     ns.delete().await;
 }
+
+/// Plays a workload controller: writes ready replicas into a child's status.
+async fn mark_ready(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    replicas: i64,
+) {
+    let api = support::dynamic_api(client, &json!(api_version), &json!(kind), Some(ns)).await;
+    let status = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name},
+        "status": {"replicas": replicas, "readyReplicas": replicas}});
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::apply("test-workload-controller").force(),
+        &kube::api::Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_converges_and_keeps_its_generated_password() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "eng-db").await;
+    let n = ns.name();
+    support::install_crds(&client, "examples/database").await;
+    let mut sample = support::example("examples/database/database.yaml");
+    let meta = sample["metadata"].as_object_mut().unwrap();
+    meta.remove("uid");
+    meta.remove("creationTimestamp");
+    support::apply(&client, sample, Some(n)).await;
+    let _kiln = Running::start(n, &[support::shipped_rule("database", |t| t)]).await;
+
+    let sts = wait_for(
+        &client,
+        "the StatefulSet",
+        "apps/v1",
+        "StatefulSet",
+        n,
+        "orders",
+        |_| true,
+    )
+    .await;
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["containers"][0]["image"],
+        "postgres:17"
+    );
+    let secret = wait_for(
+        &client,
+        "the Secret",
+        "v1",
+        "Secret",
+        n,
+        "orders-credentials",
+        |_| true,
+    )
+    .await;
+    let password = secret["data"]["password"].clone();
+    mark_ready(&client, "apps/v1", "StatefulSet", n, "orders", 1).await;
+    let db = wait_for(
+        &client,
+        "Ready=True",
+        "demo.kiln.dev/v1",
+        "Database",
+        n,
+        "orders",
+        |o| condition(o, "Ready")["status"] == "True",
+    )
+    .await;
+    assert_eq!(db["status"]["endpoint"], format!("orders.{n}.svc:5432"));
+    assert_eq!(db["status"]["readyReplicas"], 1);
+    // StatefulSet storage is immutable: the API server refuses the change,
+    // and the Database says so instead of retrying hot.
+    let db_with = |spec: Value| json!({"apiVersion": "demo.kiln.dev/v1", "kind": "Database", "metadata": {"name": "orders"}, "spec": spec});
+    support::apply(
+        &client,
+        db_with(json!({"version": "17", "storage": "9Gi", "replicas": 1})),
+        Some(n),
+    )
+    .await;
+    let refused = wait_for(
+        &client,
+        "Reconciled=False Invalid",
+        "demo.kiln.dev/v1",
+        "Database",
+        n,
+        "orders",
+        |o| condition(o, "Reconciled")["reason"] == "Invalid",
+    )
+    .await;
+    let message = condition(&refused, "Reconciled")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("StatefulSet"), "{message}");
+    // A change the server accepts recovers, and the password is kept.
+    support::apply(
+        &client,
+        db_with(json!({"version": "17", "storage": "5Gi", "replicas": 2})),
+        Some(n),
+    )
+    .await;
+    wait_for(
+        &client,
+        "two replicas",
+        "apps/v1",
+        "StatefulSet",
+        n,
+        "orders",
+        |s| s["spec"]["replicas"] == 2,
+    )
+    .await;
+    wait_for(
+        &client,
+        "Reconciled=True",
+        "demo.kiln.dev/v1",
+        "Database",
+        n,
+        "orders",
+        |o| condition(o, "Reconciled")["status"] == "True",
+    )
+    .await;
+    let secret = support::get(&client, "v1", "Secret", n, "orders-credentials")
+        .await
+        .unwrap();
+    assert_eq!(secret["data"]["password"], password);
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_renders_one_cronjob_per_entry_and_becomes_ready() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "eng-sched").await;
+    let n = ns.name();
+    support::install_crds(&client, "examples/schedule").await;
+    support::apply(
+        &client,
+        support::example("examples/schedule/schedule.yaml"),
+        Some(n),
+    )
+    .await;
+    let _kiln = Running::start(n, &[support::shipped_rule("schedule", |t| t)]).await;
+    wait_for(
+        &client,
+        "nightly-vacuum-db",
+        "batch/v1",
+        "CronJob",
+        n,
+        "nightly-vacuum-db",
+        |c| c["spec"]["schedule"] == "0 2 * * *",
+    )
+    .await;
+    wait_for(
+        &client,
+        "nightly-report",
+        "batch/v1",
+        "CronJob",
+        n,
+        "nightly-report",
+        |c| {
+            c["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
+                == "alpine:3.21"
+        },
+    )
+    .await;
+    let s = wait_for(
+        &client,
+        "Ready=True",
+        "demo.kiln.dev/v1",
+        "JobSchedule",
+        n,
+        "nightly",
+        |o| condition(o, "Ready")["status"] == "True",
+    )
+    .await;
+    assert_eq!(s["status"]["jobs"], 2);
+    let api = support::dynamic_api(
+        &client,
+        &json!("demo.kiln.dev/v1"),
+        &json!("JobSchedule"),
+        Some(n),
+    )
+    .await;
+    api.delete("nightly", &Default::default()).await.unwrap();
+    wait_gone(
+        &client,
+        "the CronJobs to be collected",
+        "batch/v1",
+        "CronJob",
+        n,
+        "nightly-report",
+    )
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_namespace_gets_its_tenant_objects() {
+    let client = support::admin_client().await;
+    let name = format!("kiln-tenant-eng-{}", std::process::id());
+    let mut namespace = support::example("examples/tenant/namespace.yaml");
+    namespace["metadata"]["name"] = json!(name);
+    namespace["metadata"]["labels"]["kiln.dev/size"] = json!("small");
+    // Namespaces are cluster-scoped and the children live in the tenant
+    // namespace itself, so this engine watches every namespace; only
+    // namespaces labelled kiln.dev/tenant are taken.
+    let (engine_client, _) = support::counting_client().await;
+    let engine = Engine::new(engine_client, Options::default());
+    engine.start(support::shipped_rule("tenant", |t| t));
+    support::apply(&client, namespace, None).await;
+    let quota = wait_for(
+        &client,
+        "the ResourceQuota",
+        "v1",
+        "ResourceQuota",
+        &name,
+        "tenant-quota",
+        |_| true,
+    )
+    .await;
+    assert_eq!(quota["spec"]["hard"]["pods"], "20", "size=small");
+    wait_for(
+        &client,
+        "the LimitRange",
+        "v1",
+        "LimitRange",
+        &name,
+        "tenant-defaults",
+        |_| true,
+    )
+    .await;
+    let binding = wait_for(
+        &client,
+        "the RoleBinding",
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        &name,
+        "tenant-admins",
+        |_| true,
+    )
+    .await;
+    assert_eq!(binding["subjects"][0]["name"], "tenant:blue");
+    // Someone deletes the quota: it comes back.
+    let api =
+        support::dynamic_api(&client, &json!("v1"), &json!("ResourceQuota"), Some(&name)).await;
+    api.delete("tenant-quota", &Default::default())
+        .await
+        .unwrap();
+    eventually("the quota to come back", CONVERGE, || async {
+        support::get(&client, "v1", "ResourceQuota", &name, "tenant-quota")
+            .await
+            .filter(|q| q["metadata"]["deletionTimestamp"].is_null())
+    })
+    .await;
+    engine.shutdown().await;
+    let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+        .delete(&name, &Default::default())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_run_applies_rules_and_exits_cleanly_on_sigterm() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "eng-cli").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("widgets.yaml"), WIDGET_RULE).unwrap();
+    std::fs::write(dir.path().join("kubeconfig"), support::kubeconfig_yaml()).unwrap();
+    support::apply(&client, widget("w", json!({"value": "from-cli"})), Some(n)).await;
+    let mut kiln = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", "--rules"])
+        .arg(dir.path().join("widgets.yaml"))
+        .arg("--kubeconfig")
+        .arg(dir.path().join("kubeconfig"))
+        .args(["--namespace", n])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&client, "the child", "v1", "ConfigMap", n, "w", |c| {
+        c["data"]["value"] == "from-cli"
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(kiln.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = kiln.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kiln did not exit within 20s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status}");
+    ns.delete().await;
+}
