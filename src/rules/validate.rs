@@ -198,11 +198,13 @@ impl<'a> Checker<'a> {
         for (i, w) in self.raw.spec.watches.iter().enumerate() {
             let at = vec![key("spec"), key("watches"), Step::Index(i)];
             let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
-            if !is_identifier(&w.name) {
-                self.error(&with("name"), format!("watch name `{}` must be letters, digits and `_` (templates write `related.<name>`)", w.name));
-            } else if !seen.insert(w.name.clone()) {
-                self.error(&with("name"), format!("duplicate watch name `{}`", w.name));
-            }
+            self.unique_identifier(
+                &with("name"),
+                &mut seen,
+                "watch name",
+                &w.name,
+                "related.<name>",
+            );
             let gvk = self.gvk(&at, &w.api_version, &w.kind);
             let target = self.watch_target(&at, w, &scope);
             if let (Some(gvk), Some(target)) = (gvk, target) {
@@ -296,11 +298,7 @@ impl<'a> Checker<'a> {
         for (i, c) in self.raw.spec.children.iter().enumerate() {
             let at = vec![key("spec"), key("children"), Step::Index(i)];
             let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
-            if !is_identifier(&c.id) {
-                self.error(&with("id"), format!("child id `{}` must be letters, digits and `_` (templates write `children.<id>`)", c.id));
-            } else if !seen.insert(c.id.clone()) {
-                self.error(&with("id"), format!("duplicate child id `{}`", c.id));
-            }
+            self.unique_identifier(&with("id"), &mut seen, "child id", &c.id, "children.<id>");
             let base: &[&str] = &["self", "related", "children", "rule"];
             let item: &[&str] = &["self", "related", "children", "rule", "item", "index"];
             let roots = if c.for_each.is_some() { item } else { base };
@@ -444,6 +442,28 @@ impl<'a> Checker<'a> {
             }
         }
         out
+    }
+
+    /// Checks a name templates refer to (`related.<name>`, `children.<id>`):
+    /// an identifier, not used twice in the rule.
+    fn unique_identifier(
+        &mut self,
+        at: &[Step],
+        seen: &mut BTreeSet<String>,
+        what: &str,
+        name: &str,
+        usage: &str,
+    ) {
+        if !is_identifier(name) {
+            self.error(
+                at,
+                format!(
+                    "{what} `{name}` must be letters, digits and `_` (templates write `{usage}`)"
+                ),
+            );
+        } else if !seen.insert(name.to_string()) {
+            self.error(at, format!("duplicate {what} `{name}`"));
+        }
     }
 
     fn requeue(&mut self) -> Requeue {
