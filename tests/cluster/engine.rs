@@ -981,3 +981,68 @@ async fn kiln_run_applies_rules_and_exits_cleanly_on_sigterm() {
     assert!(status.success(), "{status}");
     ns.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_only_updates_of_a_primary_do_not_re_render() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "eng-status").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    support::apply(&client, widget("w", json!({"value": "1"})), Some(n)).await;
+    let kiln = Running::start(n, &[support::rule_from_yaml(WIDGET_RULE)]).await;
+    wait_for(
+        &client,
+        "Ready",
+        "test.kiln.dev/v1",
+        "Widget",
+        n,
+        "w",
+        |o| condition(o, "Ready")["status"] == "True",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reconciles = || {
+        kiln.engine
+            .stats()
+            .reconciles
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let before = reconciles();
+    let api = support::dynamic_api(
+        &client,
+        &json!("test.kiln.dev/v1"),
+        &json!("Widget"),
+        Some(n),
+    )
+    .await;
+    for i in 0..5 {
+        let status = json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "status": {"probe": i}});
+        api.patch_status(
+            "w",
+            &kube::api::PatchParams::apply("someone-else"),
+            &kube::api::Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        reconciles() - before,
+        0,
+        "status-only updates caused reconciles"
+    );
+    // A label change is not status-only: it is reconciled.
+    let labelled = json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w", "labels": {"x": "y"}}});
+    api.patch(
+        "w",
+        &kube::api::PatchParams::apply("someone-else"),
+        &kube::api::Patch::Apply(&labelled),
+    )
+    .await
+    .unwrap();
+    eventually("a reconcile after a label change", CONVERGE, || async {
+        (reconciles() > before).then_some(())
+    })
+    .await;
+    ns.delete().await;
+}
