@@ -40,10 +40,20 @@ pub enum Command {
 
 /// `kiln run`
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("source").required(true).multiple(true).args(["rules", "rules_configmap"]))]
 pub struct RunArgs {
-    /// Rule files or directories (repeatable).
-    #[arg(long = "rules", required = true)]
+    /// Rule files or directories (repeatable); watched and hot-reloaded.
+    #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
+    /// `NAMESPACE/NAME` of the ConfigMap holding the rules. Without `--rules`,
+    /// the rules are read from it through the API (no kubelet sync delay);
+    /// with `--rules`, invalid reloads are reported as Events on it.
+    #[arg(long, value_parser = parse_configmap)]
+    pub rules_configmap: Option<(String, String)>,
+    /// When a rule is removed from the set, delete the children it made
+    /// (default: they stay).
+    #[arg(long)]
+    pub prune_on_rule_removal: bool,
     /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -107,6 +117,15 @@ pub struct RenderArgs {
     /// Print only the children (no status patch), e.g. to pipe into kubectl.
     #[arg(long)]
     pub children_only: bool,
+}
+
+fn parse_configmap(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("expected NAMESPACE/NAME, got `{s}`")),
+    }
 }
 
 fn parse_named(s: &str) -> Result<(String, PathBuf), String> {

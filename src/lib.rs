@@ -10,11 +10,13 @@
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
+//! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`version`]: what this build is.
 
 pub mod controlplane;
 pub mod engine;
+pub mod reload;
 pub mod render;
 pub mod rules;
 pub mod template;

@@ -140,6 +140,29 @@ impl RuleController {
         }
     }
 
+    /// Deletes every child this rule made, for every primary (used when a
+    /// rule is removed with pruning on).
+    pub async fn delete_all_children(&self) {
+        for (gvk, informer) in &self.wiring.children {
+            for child in informer.list() {
+                if child.labels().get(RULE_LABEL) != Some(&self.rule.name) {
+                    continue;
+                }
+                let key = ObjKey::of(&child);
+                let api = self.api(informer.kind(), key.namespace.as_deref());
+                match api.delete(&key.name, &DeleteParams::background()).await {
+                    Ok(_) => {
+                        tracing::info!(rule = %self.rule.name, child = %key, kind = %gvk, "deleted: its rule was removed")
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(error) => {
+                        tracing::warn!(rule = %self.rule.name, child = %key, %error, "could not delete the child of a removed rule")
+                    }
+                }
+            }
+        }
+    }
+
     /// Stops handing out work; workers finish what they hold, then return.
     pub fn shutdown(&self) {
         self.queue.shutdown();

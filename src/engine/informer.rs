@@ -390,13 +390,30 @@ fn not_found(error: &watcher::Error) -> bool {
     }
 }
 
+/// How long an informer no rule uses is kept before it stops, so that a rule
+/// swapped by a reload finds its caches warm instead of re-listing.
+pub const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
+
+struct Entry {
+    informer: Arc<Informer>,
+    users: usize,
+    idle_since: Option<std::time::Instant>,
+}
+
 /// All informers, one per GVK, reference-counted by the rules using them.
 #[derive(Default)]
 pub struct Registry {
-    entries: Mutex<HashMap<crate::rules::Gvk, (Arc<Informer>, usize)>>,
+    entries: Mutex<HashMap<crate::rules::Gvk, Entry>>,
+    starts: Mutex<HashMap<crate::rules::Gvk, u64>>,
 }
 
 impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<crate::rules::Gvk, Entry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The informer for `kind`, started on first use.
     pub fn acquire(
         &self,
@@ -404,50 +421,71 @@ impl Registry {
         kind: &Arc<Kind>,
         namespaces: &[String],
     ) -> Arc<Informer> {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = entries
-            .entry(kind.gvk.clone())
-            .or_insert_with(|| (Informer::start(client, kind.clone(), namespaces), 0));
-        entry.1 += 1;
-        entry.0.clone()
+        self.sweep();
+        let mut entries = self.lock();
+        let entry = entries.entry(kind.gvk.clone()).or_insert_with(|| {
+            *self
+                .starts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(kind.gvk.clone())
+                .or_insert(0) += 1;
+            Entry {
+                informer: Informer::start(client, kind.clone(), namespaces),
+                users: 0,
+                idle_since: None,
+            }
+        });
+        entry.users += 1;
+        entry.idle_since = None;
+        entry.informer.clone()
     }
 
-    /// Gives up one use of the informer for `gvk`; the last one stops it.
+    /// Gives up one use of the informer for `gvk`; once unused for
+    /// [`LINGER`] it stops.
     pub fn release(&self, gvk: &crate::rules::Gvk) {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(entry) = entries.get_mut(gvk) {
-            entry.1 = entry.1.saturating_sub(1);
-            if entry.1 == 0
-                && let Some((informer, _)) = entries.remove(gvk)
-            {
-                informer.stop();
+        if let Some(entry) = self.lock().get_mut(gvk) {
+            entry.users = entry.users.saturating_sub(1);
+            if entry.users == 0 {
+                entry.idle_since = Some(std::time::Instant::now());
             }
         }
+        self.sweep();
+    }
+
+    /// Stops informers unused for longer than [`LINGER`], and those whose
+    /// kind is gone (a deleted CRD: a later rule must not inherit the dead watch).
+    pub fn sweep(&self) {
+        self.lock().retain(|_, e| {
+            let idle_too_long = e.idle_since.is_some_and(|t| t.elapsed() >= LINGER);
+            let dead = e.users == 0 && e.informer.is_gone();
+            if idle_too_long || dead {
+                e.informer.stop();
+            }
+            !(idle_too_long || dead)
+        });
     }
 
     /// How many watches run (one per GVK, whatever the number of rules).
     pub fn watches(&self) -> usize {
-        self.entries
+        self.lock().values().filter(|e| e.users > 0).count()
+    }
+
+    /// How many times a watch was started for `gvk`.
+    pub fn starts(&self, gvk: &crate::rules::Gvk) -> u64 {
+        self.starts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+            .get(gvk)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Objects cached per GVK.
     pub fn cached(&self) -> Vec<(crate::rules::Gvk, usize)> {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries
+        self.lock()
             .iter()
-            .map(|(gvk, (i, _))| (gvk.clone(), i.len()))
+            .map(|(gvk, e)| (gvk.clone(), e.informer.len()))
             .collect()
     }
 }

@@ -183,6 +183,28 @@ impl Engine {
         }
     }
 
+    /// Swaps a running rule for a new version: the old one stops (in-flight
+    /// reconciles finish), the new one starts on the same informers (they
+    /// linger, so nothing is re-listed) and reconciles every primary once.
+    pub async fn replace(&self, rule: Arc<Rule>) {
+        self.stop(&rule.name).await;
+        self.start(rule);
+    }
+
+    /// Stops a rule; with `prune`, deletes every child it made first.
+    pub async fn remove(&self, name: &str, prune: bool) {
+        let controller = self.controller(name);
+        self.stop(name).await;
+        if prune && let Some(c) = controller {
+            c.delete_all_children().await;
+        }
+    }
+
+    /// How many times a watch was started for `gvk` (a re-list is not a start).
+    pub fn watch_starts(&self, gvk: &Gvk) -> u64 {
+        self.shared.informers.starts(gvk)
+    }
+
     /// Stops every rule, letting in-flight reconciles finish (bounded).
     pub async fn shutdown(&self) {
         let names: Vec<String> = self.lock().keys().cloned().collect();

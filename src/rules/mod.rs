@@ -183,9 +183,21 @@ impl RuleSet {
 /// Loads and validates every rule under `paths`. Either every rule is valid
 /// and the set is returned, or every problem found is.
 pub fn load(paths: &[PathBuf]) -> Result<RuleSet, Vec<Diagnostic>> {
-    let (sources, mut diagnostics) = load::read_sources(paths);
+    let (sources, diagnostics) = load::read_sources(paths);
+    validate_sources(&sources, diagnostics)
+}
+
+/// Parses and validates rules from texts already read (a ConfigMap's keys, say).
+pub fn load_sources(sources: Vec<load::Source>) -> Result<RuleSet, Vec<Diagnostic>> {
+    validate_sources(&sources, Vec::new())
+}
+
+fn validate_sources(
+    sources: &[load::Source],
+    mut diagnostics: Vec<Diagnostic>,
+) -> Result<RuleSet, Vec<Diagnostic>> {
     let mut docs = Vec::new();
-    for source in &sources {
+    for source in sources {
         let (d, errs) = load::parse(source);
         docs.extend(d);
         diagnostics.extend(errs);

@@ -16,3 +16,4 @@ mod support;
 mod engine;
 mod examples;
 mod foundation;
+mod reload;

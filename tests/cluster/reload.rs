@@ -1,0 +1,406 @@
+//! Hot reload against the real control plane: an engine and a reloader run
+//! in-process on a rules directory (or a ConfigMap) that the test edits.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kiln::engine::{Engine, Options, RuleState};
+use kiln::reload::{ReloadOptions, ReloadStats, Reloader, RuleSource};
+use kiln::rules::{self, Gvk};
+use kube::Client;
+use serde_json::{Value, json};
+
+use crate::support::{self, TestNamespace, eventually};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn rule(name: &str, kind: &str, children: &str) -> String {
+    format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: {kind}}}\n  children:\n{children}"
+    )
+}
+
+fn configmap_child(id: &str, suffix: &str) -> String {
+    format!(
+        "    - id: {id}\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {{name: \"{{{{ self.metadata.name }}}}-{suffix}\"}}\n        data: {{from: \"{{{{ rule.name }}}}\"}}\n"
+    )
+}
+
+struct Harness {
+    engine: Arc<Engine>,
+    stats: Arc<ReloadStats>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Harness {
+    async fn start(ns: &str, source: RuleSource, options: ReloadOptions) -> Self {
+        let client = support::admin_client().await;
+        let sources = match &source {
+            RuleSource::Paths(paths) => rules::load::read_sources(paths).0,
+            RuleSource::ConfigMap { namespace, name } => {
+                kiln::reload::read_configmap(&client, namespace, name)
+                    .await
+                    .unwrap()
+            }
+        };
+        let set = rules::load_sources(sources.clone()).unwrap_or_else(|d| panic!("{}", d[0]));
+        let engine = Arc::new(Engine::new(
+            client.clone(),
+            Options {
+                namespaces: vec![ns.to_string()],
+                kind_retry: Duration::from_millis(200),
+                ..Options::default()
+            },
+        ));
+        engine.start_all(&set);
+        let options = ReloadOptions {
+            debounce: Duration::from_millis(200),
+            poll: Duration::from_millis(500),
+            ..options
+        };
+        let reloader = Reloader::new(engine.clone(), &client, set, &sources, options);
+        let stats = reloader.stats();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(reloader.run(client, source, async move {
+            let _ = rx.await;
+        }));
+        Self {
+            engine,
+            stats,
+            stop: Some(tx),
+        }
+    }
+
+    async fn running(&self, name: &str) {
+        eventually(&format!("rule {name} running"), CONVERGE, || async {
+            (self.engine.state(name) == Some(RuleState::Running)).then_some(())
+        })
+        .await;
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    // Write then rename, like most editors: readers never see half a file.
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, dir.join(file)).unwrap();
+}
+
+async fn configmap(client: &Client, ns: &str, name: &str) -> Option<Value> {
+    support::get(client, "v1", "ConfigMap", ns, name).await
+}
+
+async fn wait_cm(client: &Client, ns: &str, name: &str) -> Value {
+    eventually(&format!("ConfigMap {name}"), CONVERGE, || {
+        configmap(client, ns, name)
+    })
+    .await
+}
+
+fn widget(name: &str) -> Value {
+    json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"value": "x"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rule() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "reload").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "widgets.yaml",
+        &rule("widgets", "Widget", &configmap_child("one", "one")),
+    );
+    for w in ["a", "b"] {
+        support::apply(&client, widget(w), Some(n)).await;
+    }
+    let h = Harness::start(
+        n,
+        RuleSource::Paths(vec![dir.path().to_path_buf()]),
+        ReloadOptions::default(),
+    )
+    .await;
+    h.running("widgets").await;
+    wait_cm(&client, n, "a-one").await;
+    wait_cm(&client, n, "b-one").await;
+    let widget_gvk = Gvk {
+        group: "test.kiln.dev".into(),
+        version: "v1".into(),
+        kind: "Widget".into(),
+    };
+
+    // A child added to the rule: every existing primary gets it.
+    let two = format!(
+        "{}{}",
+        configmap_child("one", "one"),
+        configmap_child("two", "two")
+    );
+    write(dir.path(), "widgets.yaml", &rule("widgets", "Widget", &two));
+    wait_cm(&client, n, "a-two").await;
+    wait_cm(&client, n, "b-two").await;
+    assert_eq!(h.stats.ok.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        h.engine.watch_starts(&widget_gvk),
+        1,
+        "swapping the rule did not restart its watch"
+    );
+
+    // An invalid edit: nothing changes, it is counted, the old rule keeps working.
+    write(
+        dir.path(),
+        "widgets.yaml",
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: widgets}\nspec:\n  for: {apiVersion: test.kiln.dev/v1, kind: widget}\n",
+    );
+    eventually("the invalid set to be refused", CONVERGE, || async {
+        (h.stats.errors.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    support::apply(&client, widget("c"), Some(n)).await;
+    wait_cm(&client, n, "c-two").await;
+    assert_eq!(h.engine.state("widgets"), Some(RuleState::Running));
+
+    // Fixing it applies the fix.
+    write(
+        dir.path(),
+        "widgets.yaml",
+        &rule("widgets", "Widget", &configmap_child("one", "uno")),
+    );
+    wait_cm(&client, n, "a-uno").await;
+    // The children the rule stopped rendering are pruned.
+    eventually("a-two pruned", CONVERGE, || async {
+        configmap(&client, n, "a-two").await.is_none().then_some(())
+    })
+    .await;
+
+    // The rule is removed: it stops; its children stay (no --prune-on-rule-removal).
+    std::fs::remove_file(dir.path().join("widgets.yaml")).unwrap();
+    eventually("the rule to stop", CONVERGE, || async {
+        h.engine.state("widgets").is_none().then_some(())
+    })
+    .await;
+    support::apply(&client, widget("d"), Some(n)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        configmap(&client, n, "d-uno").await.is_none(),
+        "a removed rule reconciled a new primary"
+    );
+    assert!(
+        configmap(&client, n, "a-uno").await.is_some(),
+        "children of a removed rule stay by default"
+    );
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_for_a_second_kind_starts_without_disturbing_the_first() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "reload-2nd").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    support::install_crds(&client, "examples/schedule").await;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "widgets.yaml",
+        &rule("widgets", "Widget", &configmap_child("one", "one")),
+    );
+    support::apply(&client, widget("a"), Some(n)).await;
+    let h = Harness::start(
+        n,
+        RuleSource::Paths(vec![dir.path().to_path_buf()]),
+        ReloadOptions::default(),
+    )
+    .await;
+    h.running("widgets").await;
+    wait_cm(&client, n, "a-one").await;
+    let first = h.engine.controller("widgets").unwrap();
+
+    std::fs::copy(
+        support::repo_root().join("rules/schedule.yaml"),
+        dir.path().join("schedule.yaml"),
+    )
+    .unwrap();
+    support::apply(
+        &client,
+        support::example("examples/schedule/schedule.yaml"),
+        Some(n),
+    )
+    .await;
+    h.running("schedule").await;
+    eventually("a CronJob", CONVERGE, || {
+        support::get(&client, "batch/v1", "CronJob", n, "nightly-report")
+    })
+    .await;
+
+    let widget_gvk = Gvk {
+        group: "test.kiln.dev".into(),
+        version: "v1".into(),
+        kind: "Widget".into(),
+    };
+    let cm_gvk = Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+    };
+    assert_eq!(h.engine.watch_starts(&widget_gvk), 1);
+    assert_eq!(h.engine.watch_starts(&cm_gvk), 1);
+    assert!(
+        Arc::ptr_eq(&first, &h.engine.controller("widgets").unwrap()),
+        "the first rule was not restarted"
+    );
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_read_from_a_configmap_through_the_api_follow_its_edits() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "reload-cm").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let cms: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), n);
+    let rules_cm = |text: String| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "kiln-rules"}, "data": {"widgets.yaml": text, "README": "not a rule"}})).unwrap()
+    };
+    let pp = kube::api::PatchParams::apply("test").force();
+    cms.patch(
+        "kiln-rules",
+        &pp,
+        &kube::api::Patch::Apply(rules_cm(rule(
+            "widgets",
+            "Widget",
+            &configmap_child("one", "one"),
+        ))),
+    )
+    .await
+    .unwrap();
+    support::apply(&client, widget("a"), Some(n)).await;
+    let options = ReloadOptions {
+        configmap: Some((n.to_string(), "kiln-rules".to_string())),
+        ..ReloadOptions::default()
+    };
+    let h = Harness::start(
+        n,
+        RuleSource::ConfigMap {
+            namespace: n.to_string(),
+            name: "kiln-rules".into(),
+        },
+        options,
+    )
+    .await;
+    h.running("widgets").await;
+    wait_cm(&client, n, "a-one").await;
+
+    cms.patch(
+        "kiln-rules",
+        &pp,
+        &kube::api::Patch::Apply(rules_cm(rule(
+            "widgets",
+            "Widget",
+            &configmap_child("one", "edited"),
+        ))),
+    )
+    .await
+    .unwrap();
+    wait_cm(&client, n, "a-edited").await;
+
+    // An invalid edit is refused and reported as a Warning Event on the ConfigMap.
+    cms.patch(
+        "kiln-rules",
+        &pp,
+        &kube::api::Patch::Apply(rules_cm(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\n".into(),
+        )),
+    )
+    .await
+    .unwrap();
+    let events = eventually(
+        "an InvalidRules Event on the ConfigMap",
+        CONVERGE,
+        || async {
+            let api: kube::Api<k8s_openapi::api::events::v1::Event> =
+                kube::Api::namespaced(client.clone(), n);
+            let hits: Vec<_> = api
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("InvalidRules")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some("kiln-rules")
+                })
+                .collect();
+            (!hits.is_empty()).then_some(hits)
+        },
+    )
+    .await;
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        events[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("missing field `metadata`"),
+        "{:?}",
+        events[0].note
+    );
+    assert_eq!(h.engine.state("widgets"), Some(RuleState::Running));
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_rule_with_pruning_on_deletes_its_children() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "reload-prune").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "widgets.yaml",
+        &rule("widgets", "Widget", &configmap_child("one", "one")),
+    );
+    write(
+        dir.path(),
+        "keep.yaml",
+        &rule("keep", "Widget", &configmap_child("k", "kept")),
+    );
+    support::apply(&client, widget("a"), Some(n)).await;
+    let options = ReloadOptions {
+        prune_on_rule_removal: true,
+        ..ReloadOptions::default()
+    };
+    let h = Harness::start(
+        n,
+        RuleSource::Paths(vec![dir.path().to_path_buf()]),
+        options,
+    )
+    .await;
+    h.running("widgets").await;
+    wait_cm(&client, n, "a-one").await;
+    wait_cm(&client, n, "a-kept").await;
+    std::fs::remove_file(dir.path().join("widgets.yaml")).unwrap();
+    eventually("a-one deleted with its rule", CONVERGE, || async {
+        configmap(&client, n, "a-one").await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        configmap(&client, n, "a-kept").await.is_some(),
+        "another rule's child was touched"
+    );
+    ns.delete().await;
+}
