@@ -12,8 +12,21 @@ pub struct Cli {
     #[arg(long, global = true, env = "KILN_LOG")]
     pub log_level: Option<String>,
 
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// For people.
+    Plain,
+    /// One JSON object per line, for log pipelines.
+    Json,
 }
 
 /// What to do.
@@ -22,7 +35,7 @@ pub enum Command {
     /// Print the version of kiln and of the Kubernetes API it was built for.
     Version,
     /// Run the rules against a cluster until SIGTERM or Ctrl-C.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// The demo (`make run`): install the example CRDs and objects and run the
     /// example rules, on the cluster in $KUBECONFIG or on a local control plane.
     Demo(DemoArgs),
@@ -72,6 +85,29 @@ pub struct RunArgs {
     /// How long in-flight reconciles may take to finish on shutdown, e.g. `30s`.
     #[arg(long, default_value = "30s")]
     pub shutdown_timeout: String,
+    /// Where to serve Prometheus metrics (`:8080`, `127.0.0.1:9090`; `0` turns it off).
+    #[arg(long, default_value = ":8080")]
+    pub metrics_bind_address: String,
+    /// Where to serve `/healthz` and `/readyz` (`0` turns it off).
+    #[arg(long, default_value = ":8081")]
+    pub health_probe_bind_address: String,
+    /// Run only while holding a coordination.k8s.io Lease, so that several
+    /// replicas can run with one of them active.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "kiln")]
+    pub leader_elect_id: String,
+    /// Namespace of the Lease (default: the pod's namespace, else `default`).
+    #[arg(long)]
+    pub leader_elect_namespace: Option<String>,
+    /// How long a Lease is valid without renewal.
+    #[arg(long, default_value = "15s")]
+    pub leader_elect_lease_duration: String,
+    /// How long the leader keeps trying to renew before it gives up: the
+    /// Lease is renewed once `lease duration - renew deadline` is left.
+    #[arg(long, default_value = "10s")]
+    pub leader_elect_renew_deadline: String,
 }
 
 /// `kiln demo`

@@ -10,15 +10,19 @@
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
+//! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
+//! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`version`]: what this build is.
 
 pub mod controlplane;
 pub mod engine;
+pub mod metrics;
 pub mod reload;
 pub mod render;
 pub mod rules;
+pub mod serve;
 pub mod template;
 pub mod version;
 pub mod yaml;

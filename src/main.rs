@@ -7,11 +7,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, ControlplaneCommand};
+use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_level.as_deref());
+    init_logging(cli.log_level.as_deref(), cli.log_format);
     let result = match cli.command {
         Command::Version => {
             println!("{}", kiln::version::describe());
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     })
 }
 
-fn init_logging(level: Option<&str>) {
+fn init_logging(level: Option<&str>, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     // kube's client logs every non-2xx response at ERROR; kiln reports the
     // errors it acts on itself, so that layer stays quiet unless asked for.
@@ -41,8 +41,11 @@ fn init_logging(level: Option<&str>) {
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("info,kube_client::client::builder=off"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
 }

@@ -1,21 +1,36 @@
 //! `kiln run`: the operator.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use kiln::engine::{Engine, Options};
+use kiln::metrics::Metrics;
 use kiln::reload::{self, ReloadOptions, Reloader, RuleSource};
-use kiln::rules::{self, load::Source};
+use kiln::rules::{self, RuleSet, load::Source};
+use kiln::serve::{self, Probe};
+use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::oneshot;
 
 use crate::cli::RunArgs;
 
-/// Loads the rules, connects, runs (reloading rules as they change) until a
-/// signal, then shuts down gracefully.
+/// Loads the rules, serves metrics and probes, and runs (reloading rules as
+/// they change, and only while leading when leader election is on) until a
+/// signal; then shuts down gracefully.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let shutdown_grace = rules::duration::parse(&args.shutdown_timeout)
-        .map_err(|e| anyhow::anyhow!("--shutdown-timeout: {e}"))?;
+    let shutdown_grace = duration("--shutdown-timeout", &args.shutdown_timeout)?;
+    let metrics_addr = serve::parse_bind(&args.metrics_bind_address)
+        .map_err(|e| anyhow::anyhow!("--metrics-bind-address {e}"))?;
+    let health_addr = serve::parse_bind(&args.health_probe_bind_address)
+        .map_err(|e| anyhow::anyhow!("--health-probe-bind-address {e}"))?;
+    let lease = if args.leader_elect {
+        Some(LeaseTimes::from_args(args)?)
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -51,35 +66,269 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             shutdown_grace,
             ..Options::default()
         };
-        let engine = Arc::new(Engine::new(client.clone(), options));
-        engine.start_all(&set);
-        let names: Vec<&str> = set.rules.iter().map(|r| r.name.as_str()).collect();
-        tracing::info!(rules = ?names, version = kiln::version::KILN, "kiln running");
-
-        let reload_options = ReloadOptions {
-            prune_on_rule_removal: args.prune_on_rule_removal,
-            configmap: args.rules_configmap.clone(),
-            ..ReloadOptions::default()
+        let active = Active {
+            client: client.clone(),
+            options,
+            set,
+            sources,
+            source,
+            args_reload: reload_options(args),
         };
-        let reloader = Reloader::new(engine.clone(), &client, set, &sources, reload_options);
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let reloading = tokio::spawn(reloader.run(client, source, async move {
-            let _ = stop_rx.await;
-        }));
-        super::shutdown_signal().await?;
-        tracing::info!("shutting down: letting in-flight reconciles finish");
-        let _ = stop_tx.send(());
-        let _ = reloading.await;
-        engine.shutdown().await;
+
+        let probe = Arc::new(RunProbe::default());
+        for (what, addr) in [("metrics", metrics_addr), ("health probes", health_addr)] {
+            if let Some(addr) = addr {
+                let bound = bind(addr, probe.clone())
+                    .await
+                    .with_context(|| format!("serving {what} on {addr}"))?;
+                tracing::info!(%bound, "serving {what}");
+            }
+        }
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let signals = tokio::spawn(async move {
+            let result = super::shutdown_signal().await;
+            let _ = stop_tx.send(());
+            result
+        });
+        match lease {
+            None => {
+                probe.leader.set(1);
+                active.run_until(&probe, stop_rx).await;
+            }
+            Some(times) => run_with_election(args, client, times, active, &probe, stop_rx).await?,
+        }
+        signals.abort();
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Everything needed to (re)start the engine when this replica leads.
+struct Active {
+    client: Client,
+    options: Options,
+    set: RuleSet,
+    sources: Vec<Source>,
+    source: RuleSource,
+    args_reload: ReloadOptions,
+}
+
+impl Active {
+    /// Runs the engine and the reloader until `stop` resolves, then stops
+    /// them gracefully.
+    async fn run_until(&self, probe: &RunProbe, stop: impl Future<Output = impl Sized>) {
+        let (engine, reloading, stop_reload) = self.start(probe);
+        stop.await;
+        tracing::info!("shutting down: letting in-flight reconciles finish");
+        let _ = stop_reload.send(());
+        let _ = reloading.await;
+        engine.shutdown().await;
+        probe.set_engine(None);
+    }
+
+    fn start(
+        &self,
+        probe: &RunProbe,
+    ) -> (
+        Arc<Engine>,
+        tokio::task::JoinHandle<()>,
+        oneshot::Sender<()>,
+    ) {
+        let engine = Arc::new(Engine::new(self.client.clone(), self.options.clone()));
+        engine.start_all(&self.set);
+        probe.set_engine(Some(engine.clone()));
+        let names: Vec<&str> = self.set.rules.iter().map(|r| r.name.as_str()).collect();
+        tracing::info!(rules = ?names, version = kiln::version::KILN, "kiln running");
+        let reloader = Reloader::new(
+            engine.clone(),
+            &self.client,
+            self.set.clone(),
+            &self.sources,
+            self.args_reload.clone(),
+        );
+        let (tx, rx) = oneshot::channel::<()>();
+        let reloading =
+            tokio::spawn(
+                reloader.run(self.client.clone(), self.source.clone(), async move {
+                    let _ = rx.await;
+                }),
+            );
+        (engine, reloading, tx)
+    }
+}
+
+/// Leads or waits: runs the engine only while holding the Lease; stops
+/// writing at once when the Lease is lost; releases it on shutdown so a
+/// standby takes over without waiting for it to expire.
+async fn run_with_election(
+    args: &RunArgs,
+    client: Client,
+    times: LeaseTimes,
+    active: Active,
+    probe: &RunProbe,
+    mut stop: oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    let namespace = args
+        .leader_elect_namespace
+        .clone()
+        .unwrap_or_else(own_namespace);
+    let identity = identity();
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &args.leader_elect_id)
+        .with_namespace(&namespace)
+        .with_identity(&identity)
+        .with_duration(times.duration)
+        .with_grace(times.grace)
+        .build()
+        .await
+        .context("setting up leader election")?;
+    let (mut leading, lease_task) = manager.watch().await;
+    tracing::info!(lease = %format!("{namespace}/{}", args.leader_elect_id), %identity, "waiting to lead");
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            became = leading.wait_for(|l| *l) => if became.is_err() { break },
+        }
+        tracing::info!(%identity, "leading");
+        probe.leader.set(1);
+        let (engine, reloading, stop_reload) = active.start(probe);
+        let lost = tokio::select! {
+            _ = &mut stop => false,
+            _ = leading.wait_for(|l| !*l) => true,
+        };
+        let _ = stop_reload.send(());
+        if lost {
+            // Another replica may already be writing: stop at once.
+            tracing::error!(%identity, "lost the lease: stopping every rule now");
+            reloading.abort();
+            engine.abort();
+            probe.leader.set(0);
+            probe.set_engine(None);
+            continue;
+        }
+        let _ = reloading.await;
+        engine.shutdown().await;
+        probe.set_engine(None);
+        break;
+    }
+    probe.leader.set(0);
+    // Dropping the receiver makes the lease task release the Lease.
+    drop(leading);
+    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+        Ok(Ok(Ok(_))) => tracing::info!("released the lease"),
+        other => tracing::warn!(?other, "could not confirm the release of the lease"),
+    }
+    Ok(())
+}
+
+struct LeaseTimes {
+    duration: u64,
+    grace: u64,
+}
+
+impl LeaseTimes {
+    fn from_args(args: &RunArgs) -> anyhow::Result<Self> {
+        let duration = duration(
+            "--leader-elect-lease-duration",
+            &args.leader_elect_lease_duration,
+        )?
+        .as_secs();
+        let renew = duration_arg_secs(
+            "--leader-elect-renew-deadline",
+            &args.leader_elect_renew_deadline,
+        )?;
+        if duration < 2 || renew == 0 || renew >= duration {
+            anyhow::bail!(
+                "leader election needs a lease duration of at least 2s and a renew deadline between 1s and the lease duration (got {duration}s and {renew}s)"
+            );
+        }
+        Ok(Self {
+            duration,
+            grace: duration - renew,
+        })
+    }
+}
+
+fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    rules::duration::parse(text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
+fn duration_arg_secs(flag: &str, text: &str) -> anyhow::Result<u64> {
+    Ok(duration(flag, text)?.as_secs())
+}
+
+fn own_namespace() -> String {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "default".to_string())
+}
+
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|_| "kiln".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+fn reload_options(args: &RunArgs) -> ReloadOptions {
+    ReloadOptions {
+        prune_on_rule_removal: args.prune_on_rule_removal,
+        configmap: args.rules_configmap.clone(),
+        ..ReloadOptions::default()
+    }
+}
+
+/// What `/metrics` and `/readyz` report while running.
+#[derive(Default)]
+struct RunProbe {
+    engine: Mutex<Option<Arc<Engine>>>,
+    idle_metrics: Metrics,
+    leader: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl RunProbe {
+    fn set_engine(&self, engine: Option<Arc<Engine>>) {
+        *self
+            .engine
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = engine;
+    }
+
+    fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Probe for RunProbe {
+    fn metrics(&self) -> String {
+        let metrics = self.engine().map(|e| e.metrics());
+        let m = metrics.as_deref().unwrap_or(&self.idle_metrics);
+        m.leader.set(self.leader.get());
+        m.encode()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        match self.engine() {
+            // A standby is ready: it is doing its job, which is to wait.
+            None => Ok(()),
+            Some(e) if e.ready() => Ok(()),
+            Some(_) => Err("rules are starting: caches not synced yet".to_string()),
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr, probe: Arc<RunProbe>) -> std::io::Result<SocketAddr> {
+    serve::spawn(addr, probe).await
 }
 
 /// The first load must be valid: there is no last good set to keep.
 fn first_load(
     sources: Vec<Source>,
     read_errors: Vec<rules::Diagnostic>,
-) -> Result<rules::RuleSet, ExitCode> {
+) -> Result<RuleSet, ExitCode> {
     let result = rules::load_sources(sources);
     let diagnostics = match (result, read_errors.is_empty()) {
         (Ok(set), true) => return Ok(set),
@@ -96,7 +345,7 @@ fn first_load(
     Err(ExitCode::from(1))
 }
 
-async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
+async fn client(args: &RunArgs) -> anyhow::Result<Client> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..KubeConfigOptions::default()
@@ -112,5 +361,5 @@ async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
             .await
             .context("no cluster configured (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok(Client::try_from(config)?)
 }

@@ -25,6 +25,7 @@ use super::kinds::Kind;
 use super::queue::Queue;
 use super::reverse::{Reverse, SelectorRef};
 use super::status::{self, Outcome, reasons};
+use crate::metrics;
 use crate::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
 use crate::rules::{Gvk, LabelSelector, Rule, WatchTarget};
 use crate::template::Budget;
@@ -123,7 +124,7 @@ impl RuleController {
     pub fn enqueue_all(&self) {
         for obj in self.wiring.primary.list() {
             if self.selects(&obj) {
-                self.queue.add(ObjKey::of(&obj));
+                self.enqueue(ObjKey::of(&obj));
             }
         }
     }
@@ -172,15 +173,33 @@ impl RuleController {
     }
 
     async fn work(self: Arc<Self>) {
-        while let Some(key) = self.queue.next().await {
+        let m = &self.shared.metrics;
+        let controller = metrics::controller(&self.rule.name);
+        let queue = metrics::queue(&self.rule.name);
+        while let Some((key, waited)) = self.queue.next().await {
+            m.queue_duration
+                .get_or_create(&queue)
+                .observe(waited.as_secs_f64());
+            m.queue_depth
+                .get_or_create(&queue)
+                .set(self.queue.len() as i64);
+            m.active_workers.get_or_create(&controller).inc();
+            let started = std::time::Instant::now();
             let span = tracing::info_span!("reconcile", rule = %self.rule.name, object = %key);
             let result = self.reconcile(&key).instrument(span).await;
-            match result {
-                Ok(next) => {
+            m.reconcile_time
+                .get_or_create(&controller)
+                .observe(started.elapsed().as_secs_f64());
+            m.active_workers.get_or_create(&controller).dec();
+            let outcome = match result {
+                Ok(Next::After(delay)) => {
                     self.failures.reset(&key);
-                    if let Next::After(delay) = next {
-                        self.queue.add_after(key.clone(), delay);
-                    }
+                    self.queue.add_after(key.clone(), delay);
+                    "requeue_after"
+                }
+                Ok(Next::Done) => {
+                    self.failures.reset(&key);
+                    "success"
                 }
                 Err(Transient(error)) => {
                     let attempt = self.failures.record(&key);
@@ -188,10 +207,27 @@ impl RuleController {
                         backoff::delay(self.rule.requeue.on_error, attempt, backoff::jitter());
                     tracing::warn!(rule = %self.rule.name, object = %key, %error, retry_in = ?delay, "reconcile failed");
                     self.queue.add_after(key.clone(), delay);
+                    m.reconcile_errors.get_or_create(&controller).inc();
+                    m.queue_retries.get_or_create(&queue).inc();
+                    "error"
                 }
-            }
+            };
+            let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
+            m.reconcile_total.get_or_create(&labels).inc();
             self.queue.done(&key);
         }
+    }
+
+    /// Queues a primary (counted as a work-queue add).
+    fn enqueue(&self, key: ObjKey) {
+        let queue = metrics::queue(&self.rule.name);
+        self.shared.metrics.queue_adds.get_or_create(&queue).inc();
+        self.queue.add(key);
+        self.shared
+            .metrics
+            .queue_depth
+            .get_or_create(&queue)
+            .set(self.queue.len() as i64);
     }
 
     // --- handlers: cheap, synchronous, never drop a change ---------------
@@ -205,7 +241,7 @@ impl RuleController {
                 let key = ObjKey::of(obj);
                 let print = fingerprint(obj);
                 if lock(&self.seen).insert(key.clone(), print) != Some(print) {
-                    self.queue.add(key);
+                    self.enqueue(key);
                 }
             }
             Change::Deleted(obj) => {
@@ -231,7 +267,7 @@ impl RuleController {
                 && owner.api_version == gvk.api_version()
             {
                 let namespace = if namespaced { obj.namespace() } else { None };
-                self.queue.add(ObjKey {
+                self.enqueue(ObjKey {
                     namespace,
                     name: owner.name.clone(),
                 });
@@ -242,8 +278,9 @@ impl RuleController {
     fn on_related(&self, watch: &str, change: &Change<'_>) {
         let (Change::Applied(obj) | Change::Deleted(obj)) = change;
         let key = ObjKey::of(obj);
-        for primary in lock(&self.reverse).primaries_for(watch, &key, obj.labels()) {
-            self.queue.add(primary);
+        let primaries = lock(&self.reverse).primaries_for(watch, &key, obj.labels());
+        for primary in primaries {
+            self.enqueue(primary);
         }
     }
 
@@ -363,7 +400,11 @@ impl RuleController {
                 .stats
                 .applies
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if let Err(e) = api.patch(&ckey.name, &pp, &Patch::Apply(&desired)).await {
+            let applied = api.patch(&ckey.name, &pp, &Patch::Apply(&desired)).await;
+            let result = if applied.is_ok() { "success" } else { "error" };
+            let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
+            self.shared.metrics.apply_total.get_or_create(&labels).inc();
+            if let Err(e) = applied {
                 let (reason, message, next) =
                     classify(&e, &child.gvk, &ckey, self.rule.requeue.on_error.max);
                 return match next {

@@ -91,11 +91,15 @@ pub struct Shared {
     pub options: Options,
     /// Counters.
     pub stats: Stats,
+    /// Prometheus metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The state of one rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleState {
+    /// Resolving kinds and filling caches.
+    Syncing,
     /// Waiting for kinds the API server does not serve yet.
     WaitingForKinds(Vec<String>),
     /// Running.
@@ -129,6 +133,7 @@ impl Engine {
             client,
             options,
             stats: Stats::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         });
         Self {
             shared,
@@ -152,7 +157,7 @@ impl Engine {
     /// Starts one rule (replacing a running rule of the same name).
     pub fn start(&self, rule: Arc<Rule>) {
         let (stop, stop_rx) = watch::channel(false);
-        let state = Arc::new(Mutex::new(RuleState::WaitingForKinds(Vec::new())));
+        let state = Arc::new(Mutex::new(RuleState::Syncing));
         let controller = Arc::new(Mutex::new(None));
         let task = tokio::spawn(run_rule(
             rule.clone(),
@@ -205,6 +210,15 @@ impl Engine {
         self.shared.informers.starts(gvk)
     }
 
+    /// Stops every rule at once, in-flight reconciles included (the lease was
+    /// lost: another replica may already be writing).
+    pub fn abort(&self) {
+        for (_, running) in self.lock().drain() {
+            let _ = running.stop.send(true);
+            running.task.abort();
+        }
+    }
+
     /// Stops every rule, letting in-flight reconciles finish (bounded).
     pub async fn shutdown(&self) {
         let names: Vec<String> = self.lock().keys().cloned().collect();
@@ -249,6 +263,32 @@ impl Engine {
     pub fn watches(&self) -> usize {
         self.shared.informers.watches()
     }
+
+    /// The metrics, with the gauges that are sampled (watches, cached
+    /// objects) brought up to date.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        let m = &self.shared.metrics;
+        m.watches.set(self.watches() as i64);
+        for (gvk, count) in self.shared.informers.cached() {
+            m.cached_objects
+                .get_or_create(&crate::metrics::label("gvk", &gvk.to_string()))
+                .set(count as i64);
+        }
+        m.clone()
+    }
+
+    /// Whether every rule is past start-up: running, or waiting for a kind
+    /// that is not served (which no restart of kiln would fix).
+    pub fn ready(&self) -> bool {
+        self.lock().values().all(|r| {
+            !matches!(
+                *r.state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                RuleState::Syncing
+            )
+        })
+    }
 }
 
 /// Every GVK a rule touches, primary first.
@@ -274,7 +314,13 @@ async fn run_rule(
     state: Arc<Mutex<RuleState>>,
     slot: Arc<Mutex<Option<Arc<RuleController>>>>,
 ) {
+    let waiting = shared
+        .metrics
+        .waiting_for_kinds
+        .get_or_create(&crate::metrics::label("rule", &rule.name))
+        .clone();
     let set_state = |s: RuleState| {
+        waiting.set(i64::from(matches!(s, RuleState::WaitingForKinds(_))));
         *state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = s
@@ -295,6 +341,7 @@ async fn run_rule(
                 }
             }
             if missing.is_empty() {
+                set_state(RuleState::Syncing);
                 break resolved;
             }
             tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
@@ -401,11 +448,11 @@ async fn run_resolved(
     tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
     controller.enqueue_all();
 
-    let workers = {
+    let mut workers = AbortOnDrop(Some({
         let c = controller.clone();
         let n = shared.options.concurrency;
         tokio::spawn(async move { c.run_workers(n).await })
-    };
+    }));
     let ended = loop {
         tokio::select! {
             _ = stop.changed() => break Ended::Stopped,
@@ -420,8 +467,22 @@ async fn run_resolved(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     controller.shutdown();
-    let _ = tokio::time::timeout(shared.options.shutdown_grace, workers).await;
+    if let Some(handle) = workers.0.take() {
+        let _ = tokio::time::timeout(shared.options.shutdown_grace, handle).await;
+    }
     release(&acquired);
     tracing::info!(rule = %rule.name, "rule stopped");
     ended
+}
+
+/// Aborts a task when dropped: a rule task aborted (lease lost) takes its
+/// workers with it.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
 }

@@ -26,6 +26,8 @@ struct Inner<K> {
     dirty: HashSet<K>,
     timers: BTreeMap<(Instant, u64), K>,
     due: HashMap<K, (Instant, u64)>,
+    /// When each waiting key became ready, for how long it waited.
+    since: HashMap<K, Instant>,
     seq: u64,
     closed: bool,
 }
@@ -40,6 +42,7 @@ impl<K: Clone + Eq + Hash> Default for Queue<K> {
                 dirty: HashSet::new(),
                 timers: BTreeMap::new(),
                 due: HashMap::new(),
+                since: HashMap::new(),
                 seq: 0,
                 closed: false,
             }),
@@ -56,6 +59,7 @@ impl<K: Clone + Eq + Hash> Inner<K> {
         if self.active.contains(&key) {
             self.dirty.insert(key);
         } else if self.queued.insert(key.clone()) {
+            self.since.insert(key.clone(), Instant::now());
             self.ready.push_back(key);
         }
     }
@@ -118,8 +122,9 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         self.notify.notify_one();
     }
 
-    /// Waits for the next key; `None` once the queue is shut down.
-    pub async fn next(&self) -> Option<K> {
+    /// Waits for the next key and says how long it waited since it became
+    /// ready; `None` once the queue is shut down.
+    pub async fn next(&self) -> Option<(K, Duration)> {
         loop {
             let wake_at = {
                 let mut inner = self.lock();
@@ -130,10 +135,15 @@ impl<K: Clone + Eq + Hash> Queue<K> {
                 if let Some(key) = inner.ready.pop_front() {
                     inner.queued.remove(&key);
                     inner.active.insert(key.clone());
+                    let waited = inner
+                        .since
+                        .remove(&key)
+                        .map(|t| t.elapsed())
+                        .unwrap_or_default();
                     if !inner.ready.is_empty() {
                         self.notify.notify_one();
                     }
-                    return Some(key);
+                    return Some((key, waited));
                 }
                 inner.timers.first_key_value().map(|(&(at, _), _)| at)
             };
@@ -189,20 +199,20 @@ mod tests {
         q.add("a");
         q.add("b");
         assert_eq!(q.len(), 2);
-        assert_eq!(q.next().await, Some("a"));
-        assert_eq!(q.next().await, Some("b"));
+        assert_eq!(q.next().await.map(|(k, _)| k), Some("a"));
+        assert_eq!(q.next().await.map(|(k, _)| k), Some("b"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_key_being_processed_is_not_handed_out_again_until_done() {
         let q = Queue::default();
         q.add("a");
-        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.next().await.map(|(k, _)| k), Some("a"));
         q.add("a"); // an event arrives mid-reconcile
         assert!(q.is_empty(), "not handed to a second worker");
         q.done(&"a");
         assert_eq!(
-            q.next().await,
+            q.next().await.map(|(k, _)| k),
             Some("a"),
             "but processed once more afterwards"
         );
@@ -215,8 +225,14 @@ mod tests {
         q.add_after("a", Duration::from_secs(5));
         q.add_after("a", Duration::from_secs(30));
         let started = Instant::now();
-        assert_eq!(q.next().await, Some("a"));
+        let (key, waited) = q.next().await.unwrap();
+        assert_eq!(key, "a");
         assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert_eq!(
+            waited,
+            Duration::ZERO,
+            "the wait is counted from when the key became due"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -225,7 +241,7 @@ mod tests {
         q.add_after("a", Duration::from_secs(300));
         q.add("a");
         let started = Instant::now();
-        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.next().await.map(|(k, _)| k), Some("a"));
         assert!(started.elapsed() < Duration::from_millis(1));
         q.done(&"a");
         // The delayed add was consumed by the immediate one.
@@ -238,7 +254,7 @@ mod tests {
         let q = std::sync::Arc::new(Queue::<&str>::default());
         let waiter = tokio::spawn({
             let q = q.clone();
-            async move { q.next().await }
+            async move { q.next().await.map(|(k, _)| k) }
         });
         tokio::task::yield_now().await;
         q.shutdown();

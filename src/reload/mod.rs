@@ -151,6 +151,9 @@ impl Reloader {
             .loaded
             .store(initial.rules.len() as u64, Ordering::Relaxed);
         stats.last_good.store(now_unix(), Ordering::Relaxed);
+        let m = engine.metrics();
+        m.rules_loaded.set(initial.rules.len() as i64);
+        m.last_good_load.set(now_unix() as f64);
         Self {
             engine,
             last_seen: fingerprint(initial_sources, &[]),
@@ -256,6 +259,12 @@ impl Reloader {
             .loaded
             .store(set.rules.len() as u64, Ordering::Relaxed);
         self.stats.last_good.store(now_unix(), Ordering::Relaxed);
+        let m = self.engine.metrics();
+        m.reload_total
+            .get_or_create(&crate::metrics::label("result", "success"))
+            .inc();
+        m.rules_loaded.set(set.rules.len() as i64);
+        m.last_good_load.set(now_unix() as f64);
         tracing::info!(
             started = ?plan.start, stopped = ?plan.stop, replaced = ?plan.replace, unchanged = plan.unchanged.len(),
             kiln_rules_loaded = set.rules.len(), kiln_rules_reload_total_success = self.stats.ok.load(Ordering::Relaxed),
@@ -266,6 +275,16 @@ impl Reloader {
 
     async fn refuse(&self, diagnostics: &[Diagnostic]) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.engine
+            .metrics()
+            .reload_total
+            .get_or_create(&crate::metrics::label("result", "error"))
+            .inc();
+        self.engine
+            .metrics()
+            .reload_total
+            .get_or_create(&crate::metrics::label("result", "error"))
+            .inc();
         for d in diagnostics {
             tracing::error!(location = %d.location(), "{}", d.message);
         }

@@ -635,37 +635,43 @@ async fn a_rule_waits_for_its_crd_starts_when_it_appears_and_waits_again_when_it
             .replace("name: widgets}", "name: lazy}"),
     );
     let (engine_client, _) = support::counting_client().await;
-    let engine = Engine::new(
-        engine_client,
-        Options {
-            namespaces: vec![n.to_string()],
-            kind_retry: Duration::from_millis(200),
-            ..Options::default()
-        },
-    );
+    let options = Options {
+        namespaces: vec![n.to_string()],
+        kind_retry: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let engine = Engine::new(engine_client, options);
     engine.start(rule);
-    eventually("the rule to wait for its kind", CONVERGE, || async {
-        matches!(engine.state("lazy"), Some(RuleState::WaitingForKinds(k)) if k.iter().any(|k| k.contains("Widget")))
-            .then_some(())
-    })
+    let waiting = |engine: &Engine| {
+        let waits = matches!(engine.state("lazy"), Some(RuleState::WaitingForKinds(k)) if k.iter().any(|k| k.contains("Widget")));
+        let metric = engine
+            .metrics()
+            .encode()
+            .contains("kiln_rule_waiting_for_kinds{rule=\"lazy\"} 1");
+        waits && metric
+    };
+    eventually(
+        "the rule to wait for its kind (state and metric)",
+        CONVERGE,
+        || async { waiting(&engine).then_some(()) },
+    )
     .await;
+
     let crd = std::fs::read_to_string(support::repo_root().join("tests/fixtures/crds/widget.yaml"))
         .unwrap()
         .replace("widgets.test.kiln.dev", &format!("widgets.{group}"))
         .replace("group: test.kiln.dev", &format!("group: {group}"));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("crd.yaml"), crd).unwrap();
-    let rel = dir
-        .path()
-        .strip_prefix("/")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    support::install_crds(&client, &format!("../../../../../../../../{rel}")).await;
-    let mut w = widget("w", json!({"value": "late"}));
-    w["apiVersion"] = json!(format!("{group}/v1"));
-    support::apply(&client, w, Some(n)).await;
+    // An absolute path: joined onto the repository root, it stays itself.
+    let crd_dir = dir.path().to_str().unwrap();
+    support::install_crds(&client, crd_dir).await;
+    let lazy_widget = |name: &str, value: &str| {
+        let mut w = widget(name, json!({"value": value}));
+        w["apiVersion"] = json!(format!("{group}/v1"));
+        w
+    };
+    support::apply(&client, lazy_widget("w", "late"), Some(n)).await;
     wait_for(
         &client,
         "the child once the CRD exists",
@@ -676,6 +682,46 @@ async fn a_rule_waits_for_its_crd_starts_when_it_appears_and_waits_again_when_it
         |c| c["data"]["value"] == "late",
     )
     .await;
+    assert!(
+        !engine
+            .metrics()
+            .encode()
+            .contains("kiln_rule_waiting_for_kinds{rule=\"lazy\"} 1")
+    );
+
+    // The CRD is deleted while the rule runs: the rule waits again...
+    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(client.clone());
+    let crd_name = format!("widgets.{group}");
+    crds.delete(&crd_name, &Default::default()).await.unwrap();
+    eventually(
+        "the rule to wait for its kind again",
+        Duration::from_secs(60),
+        || async { waiting(&engine).then_some(()) },
+    )
+    .await;
+    eventually("the CRD to be gone", Duration::from_secs(60), || async {
+        crds.get_opt(&crd_name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // ...and resumes when it is back.
+    support::install_crds(&client, crd_dir).await;
+    support::apply(&client, lazy_widget("w2", "again"), Some(n)).await;
+    wait_for(
+        &client,
+        "a child after the CRD came back",
+        "v1",
+        "ConfigMap",
+        n,
+        "w2",
+        |c| c["data"]["value"] == "again",
+    )
+    .await;
+    assert_eq!(engine.state("lazy"), Some(RuleState::Running));
     engine.shutdown().await;
     ns.delete().await;
 }
@@ -942,43 +988,153 @@ async fn a_labelled_namespace_gets_its_tenant_objects() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kiln_run_applies_rules_and_exits_cleanly_on_sigterm() {
+async fn kiln_run_serves_metrics_and_probes_and_exits_cleanly_on_sigterm() {
     let client = support::admin_client().await;
     let ns = TestNamespace::new(&client, "eng-cli").await;
     let n = ns.name();
     support::install_crds(&client, "tests/fixtures/crds").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("widgets.yaml"), WIDGET_RULE).unwrap();
-    std::fs::write(dir.path().join("kubeconfig"), support::kubeconfig_yaml()).unwrap();
     support::apply(&client, widget("w", json!({"value": "from-cli"})), Some(n)).await;
-    let mut kiln = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["run", "--rules"])
-        .arg(dir.path().join("widgets.yaml"))
-        .arg("--kubeconfig")
-        .arg(dir.path().join("kubeconfig"))
-        .args(["--namespace", n])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut kiln =
+        support::KilnProcess::start(WIDGET_RULE, &["--namespace", n, "--log-format", "json"]);
     wait_for(&client, "the child", "v1", "ConfigMap", n, "w", |c| {
         c["data"]["value"] == "from-cli"
     })
     .await;
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(kiln.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = kiln.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "kiln did not exit within 20s of SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+
+    assert_eq!(
+        support::http_get(kiln.health, "/healthz").await.unwrap().0,
+        200
+    );
+    eventually("/readyz to answer 200", CONVERGE, || async {
+        support::http_get(kiln.health, "/readyz")
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    let reconciled = eventually("reconcile metrics", CONVERGE, || async {
+        kiln.metric("controller_runtime_reconcile_total{controller=\"widgets\",result=\"success\"}")
+            .await
+    })
+    .await;
+    assert!(reconciled >= 1.0);
+    assert_eq!(
+        kiln.metric("kiln_watches ").await,
+        Some(2.0),
+        "Widget and ConfigMap"
+    );
+    assert_eq!(kiln.metric("kiln_rules_loaded ").await, Some(1.0));
+    assert_eq!(
+        kiln.metric("kiln_leader ").await,
+        Some(1.0),
+        "no election: always active"
+    );
+    assert!(
+        kiln.metric("kiln_apply_total{rule=\"widgets\",result=\"success\"}")
+            .await
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert!(
+        kiln.metric("workqueue_adds_total{name=\"widgets\",controller=\"widgets\"}")
+            .await
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+
+    kiln.terminate();
+    let status = kiln.exited(Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sigterm() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "eng-lease").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let args = [
+        "--namespace",
+        n,
+        "--leader-elect",
+        "--leader-elect-namespace",
+        n,
+        "--leader-elect-lease-duration",
+        "6s",
+        "--leader-elect-renew-deadline",
+        "4s",
+    ];
+    let mut first = support::KilnProcess::start(WIDGET_RULE, &args);
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), n);
+    let holder =
+        |l: k8s_openapi::api::coordination::v1::Lease| l.spec.and_then(|s| s.holder_identity);
+    let first_holder = eventually("a leader", CONVERGE, || async {
+        leases.get_opt("kiln").await.unwrap().and_then(holder)
+    })
+    .await;
+    assert!(
+        first_holder.ends_with(&format!("-{}", first.child.id())),
+        "{first_holder}"
+    );
+    let mut second = support::KilnProcess::start(WIDGET_RULE, &args);
+    eventually("the standby to serve metrics", CONVERGE, || async {
+        second.metric("kiln_leader ").await
+    })
+    .await;
+    support::apply(&client, widget("a", json!({"value": "1"})), Some(n)).await;
+    wait_for(
+        &client,
+        "the leader's work",
+        "v1",
+        "ConfigMap",
+        n,
+        "a",
+        |_| true,
+    )
+    .await;
+    assert_eq!(first.metric("kiln_leader ").await, Some(1.0));
+    assert_eq!(second.metric("kiln_leader ").await, Some(0.0));
+    assert!(
+        second
+            .metric("controller_runtime_reconcile_total")
+            .await
+            .is_none(),
+        "the standby reconciled"
+    );
+    assert_eq!(
+        support::http_get(second.health, "/readyz").await.unwrap().0,
+        200,
+        "a standby is ready"
+    );
+
+    // The leader is asked to stop: it releases the lease, the standby takes
+    // over well before the lease would have expired.
+    first.terminate();
+    assert!(first.exited(Duration::from_secs(20)).await.success());
+    let released = std::time::Instant::now();
+    eventually("the standby to lead", CONVERGE, || async {
+        (second.metric("kiln_leader ").await == Some(1.0)).then_some(())
+    })
+    .await;
+    assert!(
+        released.elapsed() < Duration::from_secs(6),
+        "takeover took {:?}",
+        released.elapsed()
+    );
+    support::apply(&client, widget("b", json!({"value": "2"})), Some(n)).await;
+    wait_for(
+        &client,
+        "the new leader's work",
+        "v1",
+        "ConfigMap",
+        n,
+        "b",
+        |_| true,
+    )
+    .await;
+    second.terminate();
+    assert!(second.exited(Duration::from_secs(20)).await.success());
     ns.delete().await;
 }
 

@@ -335,3 +335,112 @@ pub fn example(path: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(repo_root().join(path)).unwrap();
     kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default()).unwrap()[0].to_json()
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP GET on loopback: (status, body), or `None` when nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let code = out.get(9..12)?.parse().ok()?;
+    Some((
+        code,
+        out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
+    ))
+}
+
+/// `kiln run` as a child process, killed when dropped.
+pub struct KilnProcess {
+    /// The process.
+    pub child: std::process::Child,
+    /// Its metrics port.
+    pub metrics: u16,
+    /// Its health port.
+    pub health: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl KilnProcess {
+    /// Starts `kiln run` on the test cluster with `rule_yaml` and extra args.
+    pub fn start(rule_yaml: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rule.yaml"), rule_yaml).unwrap();
+        std::fs::write(dir.path().join("kubeconfig"), kubeconfig_yaml()).unwrap();
+        let (metrics, health) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("kiln.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["run", "--rules"])
+            .arg(dir.path().join("rule.yaml"))
+            .arg("--kubeconfig")
+            .arg(dir.path().join("kubeconfig"))
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{health}"),
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            metrics,
+            health,
+            _dir: dir,
+        }
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+
+    /// Waits for the process to exit.
+    pub async fn exited(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kiln did not exit within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The value of a metric line starting with `prefix`, if exported.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let (_, body) = http_get(self.metrics, "/metrics").await?;
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for KilnProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,240 @@
+//! Prometheus metrics. Controller and work-queue metrics use
+//! controller-runtime's names and labels (`controller=<rule>`), so existing
+//! dashboards work; kiln's own start with `kiln_`. Labels are bounded: rule
+//! names, kinds, fixed results — never error text.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// controller-runtime's reconcile-time buckets (seconds).
+const RECONCILE_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+];
+
+fn histogram() -> Histogram {
+    Histogram::new(RECONCILE_BUCKETS.iter().copied())
+}
+
+fn queue_histogram() -> Histogram {
+    // client-go's ExponentialBuckets(10e-9, 10, 12).
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        1e-8, 10.0, 12,
+    ))
+}
+
+/// Every metric kiln exports.
+pub struct Metrics {
+    registry: Registry,
+    /// `controller_runtime_reconcile_total{controller,result}`
+    pub reconcile_total: Family<Labels, Counter>,
+    /// `controller_runtime_reconcile_errors_total{controller}`
+    pub reconcile_errors: Family<Labels, Counter>,
+    /// `controller_runtime_reconcile_time_seconds{controller}`
+    pub reconcile_time: Family<Labels, Histogram, fn() -> Histogram>,
+    /// `controller_runtime_active_workers{controller}`
+    pub active_workers: Family<Labels, Gauge>,
+    /// `workqueue_depth{name,controller}`
+    pub queue_depth: Family<Labels, Gauge>,
+    /// `workqueue_adds_total{name,controller}`
+    pub queue_adds: Family<Labels, Counter>,
+    /// `workqueue_queue_duration_seconds{name,controller}`
+    pub queue_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    /// `workqueue_retries_total{name,controller}`
+    pub queue_retries: Family<Labels, Counter>,
+    /// `kiln_apply_total{rule,result}`
+    pub apply_total: Family<Labels, Counter>,
+    /// `kiln_watches`
+    pub watches: Gauge,
+    /// `kiln_cached_objects{gvk}`
+    pub cached_objects: Family<Labels, Gauge>,
+    /// `kiln_rule_waiting_for_kinds{rule}`: 1 while a rule waits for a CRD.
+    pub waiting_for_kinds: Family<Labels, Gauge>,
+    /// `kiln_rules_loaded`
+    pub rules_loaded: Gauge,
+    /// `kiln_rules_reload_total{result}`
+    pub reload_total: Family<Labels, Counter>,
+    /// `kiln_rules_last_good_load_timestamp_seconds`
+    pub last_good_load: Gauge<f64, AtomicU64>,
+    /// `kiln_leader` (1 while this replica leads or runs without election).
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics, registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Self {
+            reconcile_total: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(histogram),
+            active_workers: Family::default(),
+            queue_depth: Family::default(),
+            queue_adds: Family::default(),
+            queue_duration: Family::new_with_constructor(queue_histogram),
+            queue_retries: Family::default(),
+            apply_total: Family::default(),
+            watches: Gauge::default(),
+            cached_objects: Family::default(),
+            waiting_for_kinds: Family::default(),
+            rules_loaded: Gauge::default(),
+            reload_total: Family::default(),
+            last_good_load: Gauge::default(),
+            leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            m.reconcile_total.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            m.reconcile_errors.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            m.reconcile_time.clone(),
+        );
+        r.register(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            m.active_workers.clone(),
+        );
+        r.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            m.queue_adds.clone(),
+        );
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            m.queue_duration.clone(),
+        );
+        r.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            m.queue_retries.clone(),
+        );
+        r.register(
+            "kiln_apply",
+            "Server-side applies of children per rule and result",
+            m.apply_total.clone(),
+        );
+        r.register(
+            "kiln_watches",
+            "Watches running (one per kind, shared by all rules)",
+            m.watches.clone(),
+        );
+        r.register(
+            "kiln_cached_objects",
+            "Objects held in the cache per kind",
+            m.cached_objects.clone(),
+        );
+        r.register(
+            "kiln_rule_waiting_for_kinds",
+            "1 while a rule waits for kinds the API server does not serve",
+            m.waiting_for_kinds.clone(),
+        );
+        r.register(
+            "kiln_rules_loaded",
+            "Rules in the running rule set",
+            m.rules_loaded.clone(),
+        );
+        r.register(
+            "kiln_rules_reload",
+            "Rule set reloads per result",
+            m.reload_total.clone(),
+        );
+        r.register(
+            "kiln_rules_last_good_load_timestamp_seconds",
+            "Unix time of the last rule set that loaded",
+            m.last_good_load.clone(),
+        );
+        r.register(
+            "kiln_leader",
+            "1 while this replica is the leader (or runs without leader election)",
+            m.leader.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// `controller=<rule>` labels.
+pub fn controller(rule: &str) -> Labels {
+    vec![("controller", rule.to_string())]
+}
+
+/// `name=<rule>,controller=<rule>` labels (work-queue metrics).
+pub fn queue(rule: &str) -> Labels {
+    vec![("name", rule.to_string()), ("controller", rule.to_string())]
+}
+
+/// One label.
+pub fn label(key: &'static str, value: &str) -> Labels {
+    vec![(key, value.to_string())]
+}
+
+/// Two labels.
+pub fn labels2(a: (&'static str, &str), b: (&'static str, &str)) -> Labels {
+    vec![(a.0, a.1.to_string()), (b.0, b.1.to_string())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_controller_runtime_names() {
+        let m = Metrics::new();
+        m.reconcile_total
+            .get_or_create(&labels2(("controller", "webapp"), ("result", "success")))
+            .inc();
+        m.reconcile_time
+            .get_or_create(&controller("webapp"))
+            .observe(0.02);
+        m.queue_depth.get_or_create(&queue("webapp")).set(3);
+        m.rules_loaded.set(4);
+        let text = m.encode();
+        for want in [
+            "controller_runtime_reconcile_total{controller=\"webapp\",result=\"success\"} 1",
+            "controller_runtime_reconcile_time_seconds_bucket{le=\"0.025\",controller=\"webapp\"} 1",
+            "workqueue_depth{name=\"webapp\",controller=\"webapp\"} 3",
+            "kiln_rules_loaded 4",
+        ] {
+            assert!(text.contains(want), "missing `{want}` in:\n{text}");
+        }
+    }
+}
