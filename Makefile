@@ -4,7 +4,7 @@ CARGO            ?= cargo
 CONTROLPLANE_DIR ?= .kiln/controlplane
 KILN             := $(CARGO) run --quiet --locked --
 
-.PHONY: help build run test lint controlplane cluster-up cluster-down clean
+.PHONY: help build run test lint controlplane cluster-up cluster-down deploy-manifests clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,6 +31,10 @@ cluster-up: controlplane ## Start a local control plane in the background; print
 cluster-down: ## Stop the control plane started by cluster-up
 	$(KILN) controlplane down --dir $(CONTROLPLANE_DIR)
 	rm -rf $(CONTROLPLANE_DIR)
+
+deploy-manifests: ## Regenerate deploy/clusterrole.yaml and deploy/rules-configmap.yaml from rules/
+	$(KILN) rbac --rules rules/ > deploy/clusterrole.yaml
+	$(KILN) configmap --rules rules/ > deploy/rules-configmap.yaml
 
 clean: ## Remove build outputs (the control-plane cache outside the repo stays)
 	$(CARGO) clean

@@ -43,6 +43,10 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Show what rules render for an object, exactly as the engine would apply it; no cluster needed.
     Render(RenderArgs),
+    /// Print the least-privilege ClusterRole the given rules need.
+    Rbac(RbacArgs),
+    /// Print a ConfigMap holding the given rule files (to mount or to read with --rules-configmap).
+    Configmap(ConfigmapArgs),
     /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
     Schema,
     /// Start or stop a local control plane (etcd, kube-apiserver,
@@ -122,6 +126,35 @@ pub struct DemoArgs {
     /// Where a local control plane keeps its files, when one is started.
     #[arg(long, default_value = ".kiln/demo")]
     pub dir: PathBuf,
+}
+
+/// `kiln rbac`
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// Rule files or directories (repeatable).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// Name of the ClusterRole.
+    #[arg(long, default_value = "kiln")]
+    pub name: String,
+    /// Ask this cluster's discovery for resource names instead of deriving
+    /// them from kinds (for CRDs with irregular plurals).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// `kiln configmap`
+#[derive(Debug, Args)]
+pub struct ConfigmapArgs {
+    /// Directory of rule files.
+    #[arg(long = "rules")]
+    pub rules: PathBuf,
+    /// Name of the ConfigMap.
+    #[arg(long, default_value = "kiln-rules")]
+    pub name: String,
+    /// Its namespace.
+    #[arg(long, default_value = "kiln-system")]
+    pub namespace: String,
 }
 
 /// `kiln validate`

@@ -12,6 +12,7 @@
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
+//! - [`rbac`]: the least-privilege ClusterRole a rule set needs.
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`version`]: what this build is.
@@ -19,6 +20,7 @@
 pub mod controlplane;
 pub mod engine;
 pub mod metrics;
+pub mod rbac;
 pub mod reload;
 pub mod render;
 pub mod rules;

@@ -22,6 +22,8 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(&args),
         Command::Render(args) => commands::render::run(&args),
         Command::Schema => commands::schema::run(),
+        Command::Rbac(args) => commands::package::rbac(&args),
+        Command::Configmap(args) => commands::package::configmap(&args),
         Command::Controlplane(ControlplaneCommand::Up(args)) => commands::controlplane::up(args),
         Command::Controlplane(ControlplaneCommand::Down(args)) => {
             commands::controlplane::down(&args)

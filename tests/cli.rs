@@ -75,3 +75,39 @@ fn the_committed_json_schema_is_fresh() {
     assert_eq!(schema["title"], "Kiln Rule");
     assert!(schema["properties"]["spec"].is_object());
 }
+
+fn kiln_in_repo(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn deploy_generated_files_are_fresh() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, args) in [
+        (
+            "deploy/clusterrole.yaml",
+            &["rbac", "--rules", "rules/"][..],
+        ),
+        (
+            "deploy/rules-configmap.yaml",
+            &["configmap", "--rules", "rules/"][..],
+        ),
+    ] {
+        let committed = std::fs::read_to_string(root.join(file)).unwrap();
+        assert_eq!(
+            kiln_in_repo(args),
+            committed,
+            "{file} is stale: run `make deploy-manifests`"
+        );
+    }
+}

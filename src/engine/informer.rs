@@ -125,6 +125,8 @@ pub struct Informer {
     /// Set when the API server answers that the kind does not exist (its CRD
     /// was deleted); cleared by the next event.
     gone: AtomicBool,
+    /// Set when the API server refuses the watch (403); cleared by the next event.
+    forbidden: AtomicBool,
 }
 
 impl fmt::Debug for Informer {
@@ -162,6 +164,7 @@ impl Informer {
             streams: scopes,
             tasks: Mutex::default(),
             gone: AtomicBool::new(false),
+            forbidden: AtomicBool::new(false),
         });
         let tasks = apis
             .into_iter()
@@ -181,11 +184,15 @@ impl Informer {
                         match event {
                             Ok(event) => {
                                 this.gone.store(false, Ordering::Relaxed);
+                                this.forbidden.store(false, Ordering::Relaxed);
                                 this.handle(stream, event);
                             }
                             Err(error) => {
-                                if not_found(&error) {
+                                if status_code(&error) == Some(404) {
                                     this.gone.store(true, Ordering::Relaxed);
+                                }
+                                if status_code(&error) == Some(403) {
+                                    this.forbidden.store(true, Ordering::Relaxed);
                                 }
                                 tracing::warn!(%gvk, %error, "watch failed; retrying with backoff");
                             }
@@ -199,6 +206,11 @@ impl Informer {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
         this
+    }
+
+    /// Whether the API server refuses kiln this watch (RBAC).
+    pub fn is_forbidden(&self) -> bool {
+        self.forbidden.load(Ordering::Relaxed)
     }
 
     /// Whether the API server said the kind no longer exists.
@@ -380,13 +392,13 @@ impl Drop for Informer {
     }
 }
 
-/// Whether a watch error means the resource is not served (404).
-fn not_found(error: &watcher::Error) -> bool {
+/// The HTTP status of a watch error, when the API server answered.
+fn status_code(error: &watcher::Error) -> Option<u16> {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
-        _ => false,
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        _ => None,
     }
 }
 

@@ -432,6 +432,13 @@ async fn run_resolved(
                         release(&acquired);
                         return Ended::KindGone(gvk);
                     }
+                    if i.is_forbidden() {
+                        // Start anyway: writes of this kind will fail with a
+                        // Forbidden condition on the primaries, which says
+                        // more than a rule stuck starting.
+                        tracing::error!(rule = %rule.name, kind = %i.kind().gvk, "kiln may not list and watch this kind (RBAC); its cache stays empty");
+                        break;
+                    }
                 }
                 _ = stop.changed() => {
                     controller.shutdown();

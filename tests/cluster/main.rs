@@ -13,6 +13,7 @@
 
 mod support;
 
+mod deploy;
 mod engine;
 mod examples;
 mod foundation;

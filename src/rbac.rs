@@ -1,0 +1,210 @@
+//! The least privilege a rule set needs, as a ClusterRole: read every kind a
+//! rule touches, write children, patch primaries' status, publish Events,
+//! hold the leader Lease, read the rules ConfigMap. Pure: the plural of
+//! each kind comes from the caller (discovery, or a guess without a cluster).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use crate::rules::{Gvk, RuleSet};
+use crate::template::Tree;
+
+/// Verbs to read and watch a kind.
+const READ: &[&str] = &["get", "list", "watch"];
+/// Verbs to manage children with server-side apply and pruning.
+const WRITE: &[&str] = &["create", "patch", "delete"];
+
+/// The ClusterRole `name` for `set`; `plural` names each kind's resource.
+pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
+    // (group, resource) -> verbs; and (group, resource, resourceName) -> verbs.
+    let mut grants: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
+    let mut named: BTreeMap<(String, String, String), BTreeSet<&str>> = BTreeMap::new();
+    let mut grant = |g: &Gvk, resource: String, verbs: &[&'static str]| {
+        grants
+            .entry((g.group.clone(), resource))
+            .or_default()
+            .extend(verbs);
+    };
+    for rule in &set.rules {
+        let p = &rule.primary.gvk;
+        grant(p, plural(p), READ);
+        grant(p, format!("{}/status", plural(p)), &["patch"]);
+        // blockOwnerDeletion on children's owner references.
+        grant(p, format!("{}/finalizers", plural(p)), &["update"]);
+        for w in &rule.watches {
+            grant(&w.gvk, plural(&w.gvk), READ);
+        }
+        for c in &rule.children {
+            grant(&c.gvk, plural(&c.gvk), READ);
+            grant(&c.gvk, plural(&c.gvk), WRITE);
+            if let Some((kind, role)) = bound_role(&c.gvk, &c.template) {
+                let resource = if kind == "ClusterRole" {
+                    "clusterroles"
+                } else {
+                    "roles"
+                };
+                named
+                    .entry(("rbac.authorization.k8s.io".into(), resource.into(), role))
+                    .or_default()
+                    .insert("bind");
+            }
+        }
+    }
+    let core = |g: &str, r: &str| (g.to_string(), r.to_string());
+    grants
+        .entry(core("events.k8s.io", "events"))
+        .or_default()
+        .extend(["create", "patch"]);
+    grants
+        .entry(core("coordination.k8s.io", "leases"))
+        .or_default()
+        .extend(["get", "create", "update", "patch"]);
+    grants
+        .entry(core("", "configmaps"))
+        .or_default()
+        .extend(READ);
+
+    let mut rules: Vec<Value> = grants
+        .into_iter()
+        .map(|((group, resource), verbs)| json!({"apiGroups": [group], "resources": [resource], "verbs": verbs}))
+        .collect();
+    rules.extend(named.into_iter().map(|((group, resource, name), verbs)| {
+        json!({"apiGroups": [group], "resources": [resource], "resourceNames": [name], "verbs": verbs})
+    }));
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kiln"}},
+        "rules": rules,
+    })
+}
+
+/// For a RoleBinding or ClusterRoleBinding child with a literal `roleRef`,
+/// the role it binds: Kubernetes only lets kiln create the binding if kiln
+/// holds every permission of that role, or `bind` on it.
+fn bound_role(gvk: &Gvk, template: &Tree) -> Option<(String, String)> {
+    if gvk.group != "rbac.authorization.k8s.io" || !gvk.kind.ends_with("Binding") {
+        return None;
+    }
+    let role_ref = template.literal_at("roleRef")?;
+    Some((
+        role_ref["kind"].as_str()?.to_string(),
+        role_ref["name"].as_str()?.to_string(),
+    ))
+}
+
+/// The resource name of a kind without asking a cluster: lower-case, with
+/// English plural rules (what Kubernetes itself generates for CRDs by default).
+pub fn guess_plural(gvk: &Gvk) -> String {
+    let lower = gvk.kind.to_lowercase();
+    if lower.ends_with('s')
+        || lower.ends_with("ch")
+        || lower.ends_with("sh")
+        || lower.ends_with('x')
+    {
+        format!("{lower}es")
+    } else if lower.ends_with('y')
+        && !lower.ends_with("ay")
+        && !lower.ends_with("ey")
+        && !lower.ends_with("oy")
+    {
+        format!("{}ies", &lower[..lower.len() - 1])
+    } else {
+        format!("{lower}s")
+    }
+}
+
+/// A ConfigMap holding the rule files (for `deploy/` and for users who
+/// package their own rules).
+pub fn rules_configmap(name: &str, namespace: &str, files: &[(String, String)]) -> Value {
+    let data: serde_json::Map<String, Value> = files
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
+        "data": data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvk(group: &str, kind: &str) -> Gvk {
+        Gvk {
+            group: group.into(),
+            version: "v1".into(),
+            kind: kind.into(),
+        }
+    }
+
+    #[test]
+    fn plurals_follow_the_usual_english_rules() {
+        for (kind, plural) in [
+            ("WebApp", "webapps"),
+            ("Ingress", "ingresses"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("Gateway", "gateways"),
+            ("Database", "databases"),
+            ("Proxy", "proxies"),
+        ] {
+            assert_eq!(guess_plural(&gvk("x", kind)), plural);
+        }
+    }
+
+    #[test]
+    fn the_role_covers_reads_writes_status_events_leases_and_bindings() {
+        let set = crate::rules::load(&[std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/rules"
+        ))])
+        .unwrap();
+        let role = cluster_role(&set, "kiln", &guess_plural);
+        let rules = role["rules"].as_array().unwrap();
+        let verbs = |group: &str, resource: &str| -> Vec<String> {
+            rules
+                .iter()
+                .filter(|r| {
+                    r["apiGroups"][0] == group
+                        && r["resources"][0] == resource
+                        && r.get("resourceNames").is_none()
+                })
+                .flat_map(|r| {
+                    r["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap().to_string())
+                })
+                .collect()
+        };
+        assert_eq!(verbs("demo.kiln.dev", "webapps"), ["get", "list", "watch"]);
+        assert_eq!(verbs("demo.kiln.dev", "webapps/status"), ["patch"]);
+        assert_eq!(
+            verbs("apps", "deployments"),
+            ["create", "delete", "get", "list", "patch", "watch"]
+        );
+        assert_eq!(
+            verbs("", "secrets"),
+            ["create", "delete", "get", "list", "patch", "watch"],
+            "database children + webapp watch"
+        );
+        assert_eq!(
+            verbs("", "namespaces"),
+            ["get", "list", "watch"],
+            "tenant primary"
+        );
+        assert_eq!(verbs("events.k8s.io", "events"), ["create", "patch"]);
+        assert!(rules.iter().any(|r| r["resources"][0] == "clusterroles"
+            && r["resourceNames"][0] == "admin"
+            && r["verbs"][0] == "bind"));
+        assert!(
+            verbs("", "pods").is_empty(),
+            "nothing the rules do not need"
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! `deploy/` against the real control plane: the kustomize output passes
+//! server-side dry-run, and kiln converges the webapp example with nothing
+//! but the ServiceAccount and ClusterRole it defines.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kiln::controlplane::Binaries;
+use kiln::engine::{Engine, Options, RuleState};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::support::{self, TestNamespace, eventually};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// `kubectl kustomize deploy/`, with the kubectl built beside the control plane.
+fn kustomize() -> Vec<Value> {
+    let bins = Binaries::locate(&Binaries::default_source()).unwrap();
+    let out = std::process::Command::new(bins.path("kubectl"))
+        .arg("kustomize")
+        .arg(support::repo_root().join("deploy"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default())
+        .unwrap()
+        .iter()
+        .map(kiln::yaml::Node::to_json)
+        .collect()
+}
+
+async fn apply(client: &kube::Client, obj: &Value, dry_run: bool) -> Result<(), kube::Error> {
+    let ns = obj["metadata"]["namespace"].as_str();
+    let api = support::dynamic_api(client, &obj["apiVersion"], &obj["kind"], ns).await;
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    let mut pp = PatchParams::apply("kiln-test").force();
+    pp.dry_run = dry_run;
+    let typed: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api.patch(name, &pp, &Patch::Apply(&typed)).await.map(drop)
+}
+
+fn of_kind<'a>(objects: &'a [Value], kinds: &[&str]) -> Vec<&'a Value> {
+    objects
+        .iter()
+        .filter(|o| kinds.iter().any(|k| o["kind"] == *k))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_passes_server_side_dry_run() {
+    let client = support::admin_client().await;
+    support::install_crds(&client, "examples/webapp").await;
+    let objects = kustomize();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    for k in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+    ] {
+        assert!(
+            kinds.contains(&k),
+            "kustomize output lacks a {k}: {kinds:?}"
+        );
+    }
+    // Namespaced objects need their namespace to exist, even for a dry run.
+    for ns in of_kind(&objects, &["Namespace"]) {
+        apply(&client, ns, false).await.unwrap();
+    }
+    for obj in &objects {
+        apply(&client, obj, true)
+            .await
+            .unwrap_or_else(|e| panic!("{} {} refused: {e}", obj["kind"], obj["metadata"]["name"]));
+    }
+    let deployment = of_kind(&objects, &["Deployment"])[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "localhost/kiln:0.1.0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployed_role_is_enough_for_the_examples_and_nothing_else() {
+    let admin = support::admin_client().await;
+    let ns = TestNamespace::new(&admin, "least-priv").await;
+    let n = ns.name();
+    support::install_crds(&admin, "examples/webapp").await;
+    support::install_crds(&admin, "examples/database").await;
+    // kiln's identity and permissions, exactly as deploy/ defines them.
+    let objects = kustomize();
+    for obj in of_kind(
+        &objects,
+        &[
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ],
+    ) {
+        apply(&admin, obj, false).await.unwrap();
+    }
+    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "kiln-system");
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = sas
+        .create_token_request("kiln", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .expect("a token");
+    let as_kiln = support::token_client(&token).await;
+
+    let engine = Engine::new(
+        as_kiln,
+        Options {
+            namespaces: vec![n.to_string()],
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        },
+    );
+    engine.start(support::shipped_rule("webapp", |t| t));
+    // A rule that needs a kind the role does not grant (PodDisruptionBudget).
+    let pdb_rule = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: db-pdb}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: Database}
+  children:
+    - id: pdb
+      template:
+        apiVersion: policy/v1
+        kind: PodDisruptionBudget
+        metadata: {name: "{{ self.metadata.name }}"}
+        spec:
+          maxUnavailable: 1
+          selector: {matchLabels: {app.kubernetes.io/name: "{{ self.metadata.name }}"}}
+"#;
+    engine.start(support::rule_from_yaml(pdb_rule));
+
+    support::apply(
+        &admin,
+        support::example("examples/webapp/secret.yaml"),
+        Some(n),
+    )
+    .await;
+    support::apply(
+        &admin,
+        support::example("examples/webapp/webapp.yaml"),
+        Some(n),
+    )
+    .await;
+    let condition = |o: &Value, t: &str| -> Value {
+        o["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t).cloned())
+            .unwrap_or(Value::Null)
+    };
+    eventually(
+        "the webapp converged under kiln's role",
+        CONVERGE,
+        || async {
+            let cm = support::get(&admin, "v1", "ConfigMap", n, "shop-config").await?;
+            let deploy = support::get(&admin, "apps/v1", "Deployment", n, "shop").await?;
+            let svc = support::get(&admin, "v1", "Service", n, "shop").await?;
+            let webapp = support::get(&admin, "demo.kiln.dev/v1", "WebApp", n, "shop").await?;
+            (cm["data"]["LOG_LEVEL"] == "info"
+                && deploy["spec"]["replicas"] == 2
+                && svc["spec"]["ports"][0]["port"] == 80
+                && condition(&webapp, "Reconciled")["status"] == "True")
+                .then_some(())
+        },
+    )
+    .await;
+
+    let mut db = support::example("examples/database/database.yaml");
+    let meta = db["metadata"].as_object_mut().unwrap();
+    meta.remove("uid");
+    meta.remove("creationTimestamp");
+    support::apply(&admin, db, Some(n)).await;
+    let refused = eventually(
+        "a Forbidden condition on the Database",
+        CONVERGE,
+        || async {
+            let db = support::get(&admin, "demo.kiln.dev/v1", "Database", n, "orders").await?;
+            let c = condition(&db, "Reconciled");
+            (c["reason"] == "Forbidden").then_some(c)
+        },
+    )
+    .await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("PodDisruptionBudget"),
+        "{refused}"
+    );
+    assert_eq!(
+        engine.state("db-pdb"),
+        Some(RuleState::Running),
+        "the rule runs and reports; it did not crash"
+    );
+    assert_eq!(engine.state("webapp"), Some(RuleState::Running));
+    engine.shutdown().await;
+    ns.delete().await;
+}
