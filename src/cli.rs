@@ -108,10 +108,12 @@ pub struct RunArgs {
     /// How long a Lease is valid without renewal.
     #[arg(long, default_value = "15s")]
     pub leader_elect_lease_duration: String,
-    /// How long the leader keeps trying to renew before it gives up: the
-    /// Lease is renewed once `lease duration - renew deadline` is left.
+    /// How long the leader keeps trying to renew before it stands down.
     #[arg(long, default_value = "10s")]
     pub leader_elect_renew_deadline: String,
+    /// How often replicas read the Lease (and the leader renews it).
+    #[arg(long, default_value = "2s")]
+    pub leader_elect_retry_period: String,
 }
 
 /// `kiln demo`

@@ -10,6 +10,7 @@
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
+//! - [`lease`]: leader election on a Lease (client-go's algorithm).
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`rbac`]: the least-privilege ClusterRole a rule set needs.
@@ -19,6 +20,7 @@
 
 pub mod controlplane;
 pub mod engine;
+pub mod lease;
 pub mod metrics;
 pub mod rbac;
 pub mod reload;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kiln::engine::{Engine, Options};
+use kiln::lease;
 use kiln::metrics::Metrics;
 use kiln::reload::{self, ReloadOptions, Reloader, RuleSource};
 use kiln::rules::{self, RuleSet, load::Source};
@@ -27,7 +28,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let health_addr = serve::parse_bind(&args.health_probe_bind_address)
         .map_err(|e| anyhow::anyhow!("--health-probe-bind-address {e}"))?;
     let lease = if args.leader_elect {
-        Some(LeaseTimes::from_args(args)?)
+        Some(lease_timing(args)?)
     } else {
         None
     };
@@ -162,7 +163,7 @@ impl Active {
 async fn run_with_election(
     args: &RunArgs,
     client: Client,
-    times: LeaseTimes,
+    timing: lease::Timing,
     active: Active,
     probe: &RunProbe,
     mut stop: oneshot::Receiver<()>,
@@ -172,32 +173,25 @@ async fn run_with_election(
         .clone()
         .unwrap_or_else(own_namespace);
     let identity = identity();
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &args.leader_elect_id)
-        .with_namespace(&namespace)
-        .with_identity(&identity)
-        .with_duration(times.duration)
-        .with_grace(times.grace)
-        .build()
-        .await
-        .context("setting up leader election")?;
-    let (mut leading, lease_task) = manager.watch().await;
+    let mut elector =
+        lease::Elector::new(client, &namespace, &args.leader_elect_id, &identity, timing);
     tracing::info!(lease = %format!("{namespace}/{}", args.leader_elect_id), %identity, "waiting to lead");
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            became = leading.wait_for(|l| *l) => if became.is_err() { break },
+            () = elector.acquire() => {}
         }
         tracing::info!(%identity, "leading");
         probe.leader.set(1);
         let (engine, reloading, stop_reload) = active.start(probe);
         let lost = tokio::select! {
-            _ = &mut stop => false,
-            _ = leading.wait_for(|l| !*l) => true,
+            _ = &mut stop => None,
+            lost = elector.hold() => Some(lost),
         };
         let _ = stop_reload.send(());
-        if lost {
+        if let Some(why) = lost {
             // Another replica may already be writing: stop at once.
-            tracing::error!(%identity, "lost the lease: stopping every rule now");
+            tracing::error!(%identity, ?why, "lost the lease: stopping every rule now");
             reloading.abort();
             engine.abort();
             probe.leader.set(0);
@@ -210,49 +204,36 @@ async fn run_with_election(
         break;
     }
     probe.leader.set(0);
-    // Dropping the receiver makes the lease task release the Lease.
-    drop(leading);
-    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-        Ok(Ok(Ok(_))) => tracing::info!("released the lease"),
-        other => tracing::warn!(?other, "could not confirm the release of the lease"),
+    match elector.release().await {
+        Ok(()) => tracing::info!("released the lease"),
+        Err(error) => {
+            tracing::warn!(%error, "could not release the lease; a standby takes over when it expires")
+        }
     }
     Ok(())
 }
 
-struct LeaseTimes {
-    duration: u64,
-    grace: u64,
-}
-
-impl LeaseTimes {
-    fn from_args(args: &RunArgs) -> anyhow::Result<Self> {
-        let duration = duration(
+fn lease_timing(args: &RunArgs) -> anyhow::Result<lease::Timing> {
+    let timing = lease::Timing {
+        lease_duration: duration(
             "--leader-elect-lease-duration",
             &args.leader_elect_lease_duration,
-        )?
-        .as_secs();
-        let renew = duration_arg_secs(
+        )?,
+        renew_deadline: duration(
             "--leader-elect-renew-deadline",
             &args.leader_elect_renew_deadline,
-        )?;
-        if duration < 2 || renew == 0 || renew >= duration {
-            anyhow::bail!(
-                "leader election needs a lease duration of at least 2s and a renew deadline between 1s and the lease duration (got {duration}s and {renew}s)"
-            );
-        }
-        Ok(Self {
-            duration,
-            grace: duration - renew,
-        })
-    }
+        )?,
+        retry_period: duration(
+            "--leader-elect-retry-period",
+            &args.leader_elect_retry_period,
+        )?,
+    };
+    timing.check().map_err(|e| anyhow::anyhow!(e))?;
+    Ok(timing)
 }
 
 fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     rules::duration::parse(text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-}
-
-fn duration_arg_secs(flag: &str, text: &str) -> anyhow::Result<u64> {
-    Ok(duration(flag, text)?.as_secs())
 }
 
 fn own_namespace() -> String {

@@ -12,10 +12,17 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
         Ok(set) => {
             let files: std::collections::BTreeSet<_> = set.rules.iter().map(|r| &r.file).collect();
             let names: Vec<&str> = set.rules.iter().map(|r| r.name.as_str()).collect();
+            let count = |n: usize, word: &str| {
+                if n == 1 {
+                    format!("1 {word}")
+                } else {
+                    format!("{n} {word}s")
+                }
+            };
             println!(
-                "ok: {} rules in {} files ({})",
-                set.rules.len(),
-                files.len(),
+                "ok: {} in {} ({})",
+                count(set.rules.len(), "rule"),
+                count(files.len(), "file"),
                 names.join(", ")
             );
             Ok(ExitCode::SUCCESS)

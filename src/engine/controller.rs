@@ -129,16 +129,16 @@ impl RuleController {
         }
     }
 
-    /// Runs `workers` workers until the queue shuts down.
+    /// Runs `workers` workers until the queue shuts down. The workers live in
+    /// a `JoinSet`, so cancelling this future (a rule aborted because the
+    /// lease was lost) cancels every one of them.
     pub async fn run_workers(self: &Arc<Self>, workers: usize) {
-        let mut tasks = Vec::new();
+        let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..workers.max(1) {
             let this = self.clone();
-            tasks.push(tokio::spawn(async move { this.work().await }));
+            tasks.spawn(async move { this.work().await });
         }
-        for task in tasks {
-            let _ = task.await;
-        }
+        while tasks.join_next().await.is_some() {}
     }
 
     /// Deletes every child this rule made, for every primary (used when a

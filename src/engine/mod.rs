@@ -214,7 +214,16 @@ impl Engine {
     /// lost: another replica may already be writing).
     pub fn abort(&self) {
         for (_, running) in self.lock().drain() {
-            let _ = running.stop.send(true);
+            // No queue hands out another key, and the task (with its workers)
+            // is cancelled at its next await.
+            if let Some(c) = running
+                .controller
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+            {
+                c.shutdown();
+            }
             running.task.abort();
         }
     }
@@ -474,7 +483,9 @@ async fn run_resolved(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     controller.shutdown();
-    if let Some(handle) = workers.0.take() {
+    // Awaited through the guard: if this task is aborted meanwhile, the
+    // guard still aborts the workers.
+    if let Some(handle) = workers.0.as_mut() {
         let _ = tokio::time::timeout(shared.options.shutdown_grace, handle).await;
     }
     release(&acquired);

@@ -1063,6 +1063,8 @@ async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sig
         "6s",
         "--leader-elect-renew-deadline",
         "4s",
+        "--leader-elect-retry-period",
+        "1s",
     ];
     let mut first = support::KilnProcess::start(WIDGET_RULE, &args);
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -1107,6 +1109,71 @@ async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sig
         200,
         "a standby is ready"
     );
+
+    // Someone else takes the Lease: the leader stops writing at once, and
+    // nobody writes until that Lease expires.
+    let stolen = k8s_openapi::api::coordination::v1::Lease {
+        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+            holder_identity: Some("thief".into()),
+            lease_duration_seconds: Some(8),
+            renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                k8s_openapi::jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    leases
+        .patch(
+            "kiln",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&stolen),
+        )
+        .await
+        .unwrap();
+    eventually("the leader to stand down", CONVERGE, || async {
+        (first.metric("kiln_leader ").await == Some(0.0)).then_some(())
+    })
+    .await;
+    support::apply(
+        &client,
+        widget("during-theft", json!({"value": "x"})),
+        Some(n),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    if let Some(cm) = support::get(&client, "v1", "ConfigMap", n, "during-theft").await {
+        let lease = leases.get_opt("kiln").await.unwrap();
+        panic!(
+            "someone wrote without the lease: created {} ; lease now {:?}; first leader={:?} (pid {}), second leader={:?} (pid {})",
+            cm["metadata"]["creationTimestamp"],
+            lease.and_then(|l| l.spec),
+            first.metric("kiln_leader ").await,
+            first.child.id(),
+            second.metric("kiln_leader ").await,
+            second.child.id()
+        );
+    }
+    wait_for(
+        &client,
+        "work again once the stolen lease expired",
+        "v1",
+        "ConfigMap",
+        n,
+        "during-theft",
+        |_| true,
+    )
+    .await;
+    let new_holder = eventually("a replica to lead again", CONVERGE, || async {
+        leases.get_opt("kiln").await.unwrap().and_then(holder)
+    })
+    .await;
+    assert_ne!(new_holder, "thief");
+    // The rest of the test expects the first replica to lead; if the
+    // standby won, swap their roles.
+    if !new_holder.ends_with(&format!("-{}", first.child.id())) {
+        std::mem::swap(&mut first, &mut second);
+    }
 
     // The leader is asked to stop: it releases the lease, the standby takes
     // over well before the lease would have expired.
