@@ -173,7 +173,8 @@ pub fn parse(source: &Source) -> (Vec<Document>, Vec<Diagnostic>) {
             }),
             Err(e) => {
                 let mut path = steps(e.path());
-                let message = e.inner().to_string();
+                // serde names our internal types ("struct RawFor"); users wrote YAML.
+                let message = plain_types(&e.inner().to_string());
                 // Point at the offending key itself, not at its parent map.
                 if let Some(field) = message
                     .strip_prefix("unknown field `")
@@ -206,4 +207,18 @@ fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
             Segment::Unknown => None,
         })
         .collect()
+}
+
+/// Replaces serde's names of kiln's internal types with what a user sees.
+fn plain_types(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find("struct Raw") {
+        out.push_str(&rest[..i]);
+        out.push_str("a mapping");
+        let tail = &rest[i + "struct Raw".len()..];
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+    }
+    out.push_str(rest);
+    out
 }

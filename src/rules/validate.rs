@@ -10,6 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::load::Document;
+use super::scope::well_known_scope;
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
     Backoff, Child, Diagnostic, Gvk, Primary, Requeue, Rule, RuleSet, Watch, WatchTarget, duration,
@@ -90,7 +91,7 @@ impl<'a> Checker<'a> {
         if let Err(why) = dns_label(&name) {
             self.error(
                 &[key("metadata"), key("name")],
-                format!("rule name `{name}` {why}"),
+                format!("rule name `{}` {why}", name.escape_debug()),
             );
         }
         let primary = self.primary();
@@ -416,8 +417,46 @@ impl<'a> Checker<'a> {
             (Some(v), Some(k)) => self.gvk(at, v, k),
             _ => None,
         };
+        if let Some(gvk) = &gvk {
+            self.namespace_escape(at, gvk, metadata);
+        }
         let tree = self.tree(at, &c.template, scope, watches, ids)?;
         Some((gvk?, tree))
+    }
+
+    /// For a primary of a kind known to be namespaced: children must stay in
+    /// its namespace and cannot be cluster-scoped. (For other primaries the
+    /// engine checks the same at render time, with discovery.)
+    fn namespace_escape(&mut self, at: &[Step], child: &Gvk, metadata: Option<&Value>) {
+        let f = &self.raw.spec.for_;
+        let Ok((group, version)) = parse_api_version(&f.api_version) else {
+            return;
+        };
+        let primary = Gvk {
+            group,
+            version,
+            kind: f.kind.clone(),
+        };
+        if well_known_scope(&primary) != Some(true) {
+            return;
+        }
+        if well_known_scope(child) == Some(false) {
+            self.error(
+                &[at, &[key("kind")]].concat(),
+                format!("{child} is cluster-scoped; a namespaced primary ({}) cannot own cluster-scoped children", primary.kind),
+            );
+        }
+        if let Some(Value::String(ns)) = metadata.and_then(|m| m.get("namespace"))
+            && !ns.contains("{{")
+        {
+            self.error(
+                &[at, &[key("metadata"), key("namespace")]].concat(),
+                format!(
+                    "a namespaced primary ({}) may only own children in its own namespace; remove the literal namespace `{ns}`",
+                    primary.kind
+                ),
+            );
+        }
     }
 
     fn status_fields(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {

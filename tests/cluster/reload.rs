@@ -404,3 +404,72 @@ async fn removing_a_rule_with_pruning_on_deletes_its_children() {
     );
     ns.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_untouched() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "reload-corpus").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("widgets.yaml");
+    write(
+        dir.path(),
+        "widgets.yaml",
+        &rule("widgets", "Widget", &configmap_child("one", "one")),
+    );
+    let sources = rules::load::read_sources(std::slice::from_ref(&good)).0;
+    let set = rules::load_sources(sources.clone()).unwrap();
+    let engine = Arc::new(Engine::new(
+        client.clone(),
+        Options {
+            namespaces: vec![n.to_string()],
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        },
+    ));
+    engine.start_all(&set);
+    eventually("the rule to run", CONVERGE, || async {
+        (engine.state("widgets") == Some(RuleState::Running)).then_some(())
+    })
+    .await;
+    let running = engine.controller("widgets").unwrap();
+    let mut reloader = Reloader::new(
+        engine.clone(),
+        &client,
+        set,
+        &sources,
+        ReloadOptions::default(),
+    );
+    let stats = reloader.stats();
+
+    let mut corpus: Vec<_> = std::fs::read_dir(support::repo_root().join("tests/invalid"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    corpus.sort();
+    assert!(corpus.len() >= 100);
+    for (i, bad) in corpus.iter().enumerate() {
+        // The good rule plus one bad file, as if both sat in the rules directory.
+        let (sources, read_errors) = rules::load::read_sources(&[good.clone(), bad.clone()]);
+        reloader.consider(sources, read_errors).await;
+        assert_eq!(
+            stats.errors.load(Ordering::SeqCst),
+            i as u64 + 1,
+            "{} was not refused",
+            bad.display()
+        );
+        assert!(
+            Arc::ptr_eq(&running, &engine.controller("widgets").unwrap()),
+            "{} disturbed the running rule",
+            bad.display()
+        );
+    }
+    assert_eq!(stats.ok.load(Ordering::SeqCst), 0);
+    // And the untouched rule still works.
+    support::apply(&client, widget("after-corpus"), Some(n)).await;
+    wait_cm(&client, n, "after-corpus-one").await;
+    engine.shutdown().await;
+    ns.delete().await;
+}
