@@ -4,7 +4,7 @@ CARGO            ?= cargo
 CONTROLPLANE_DIR ?= .kiln/controlplane
 KILN             := $(CARGO) run --quiet --locked --
 
-.PHONY: help build run test lint controlplane cluster-up cluster-down deploy-manifests clean
+.PHONY: help build run test fuzz lint controlplane cluster-up cluster-down deploy-manifests clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -17,6 +17,9 @@ run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's 
 
 test: lint controlplane ## Lints, unit tests and integration tests against a real local control plane
 	$(CARGO) test --locked
+
+fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
+	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --release --test fuzz
 
 lint: ## rustfmt and clippy (warnings are errors)
 	$(CARGO) fmt --check

@@ -382,6 +382,26 @@ impl ControlPlane {
         Ok(state)
     }
 
+    /// Stops one component (`etcd`, `kube-apiserver`, `kube-controller-manager`),
+    /// for fault tests. Its data (etcd's included) is kept.
+    pub fn stop_component(&mut self, name: &str) {
+        if let Some(c) = self.components.iter_mut().find(|c| c.name() == name) {
+            c.stop(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts a stopped component again with the same flags and ports, and
+    /// waits until the API server is ready again.
+    pub async fn start_component(&mut self, name: &str) -> Result<(), Error> {
+        if let Some(c) = self.components.iter_mut().find(|c| c.name() == name) {
+            c.restart()?;
+        }
+        let client = self.client().await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        self.wait_for("kube-apiserver", deadline, || readyz(&client))
+            .await
+    }
+
     /// Stops every component, newest first.
     pub fn stop(&mut self) {
         while let Some(mut c) = self.components.pop() {

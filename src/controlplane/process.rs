@@ -28,6 +28,9 @@ pub struct Component {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    bin: PathBuf,
+    args: Vec<String>,
+    tether: Tether,
 }
 
 impl Component {
@@ -39,24 +42,23 @@ impl Component {
         log: PathBuf,
         tether: Tether,
     ) -> Result<Self, Error> {
-        let out = File::create(&log).map_err(|source| Error::io("create log", &log, source))?;
-        let err = out
-            .try_clone()
-            .map_err(|source| Error::io("open log", &log, source))?;
-        let mut cmd = Command::new(bin);
-        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
-        match tether {
-            Tether::Lifeline => {
-                cmd.env("KILN_LIFELINE", std::process::id().to_string());
-            }
-            Tether::Detached => {
-                std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-            }
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|source| Error::io("start", bin, source))?;
-        Ok(Self { name, child, log })
+        let child = launch(bin, args, &log, tether, false)?;
+        Ok(Self {
+            name,
+            child,
+            log,
+            bin: bin.to_path_buf(),
+            args: args.to_vec(),
+            tether,
+        })
+    }
+
+    /// Starts the component again with the same flags (after [`stop`](Self::stop)),
+    /// appending to its log.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.stop(Duration::from_secs(10));
+        self.child = launch(&self.bin, &self.args, &self.log, self.tether, true)?;
+        Ok(())
     }
 
     /// The component's name (`etcd`, `kube-apiserver`, ...).
@@ -99,6 +101,37 @@ impl Component {
     pub fn release(self) -> u32 {
         self.child.id()
     }
+}
+
+fn launch(
+    bin: &Path,
+    args: &[String],
+    log: &Path,
+    tether: Tether,
+    append: bool,
+) -> Result<Child, Error> {
+    let out = File::options()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(log)
+        .map_err(|source| Error::io("open log", log, source))?;
+    let err = out
+        .try_clone()
+        .map_err(|source| Error::io("open log", log, source))?;
+    let mut cmd = Command::new(bin);
+    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    match tether {
+        Tether::Lifeline => {
+            cmd.env("KILN_LIFELINE", std::process::id().to_string());
+        }
+        Tether::Detached => {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
+    }
+    cmd.spawn()
+        .map_err(|source| Error::io("start", bin, source))
 }
 
 /// SIGTERM `pid`, then poll `exited` for up to `grace`, then SIGKILL.

@@ -349,7 +349,7 @@ async fn a_missing_secret_waits_and_its_creation_converges_at_once() {
     ns.delete().await;
 }
 
-const WIDGET_RULE: &str = r#"
+pub const WIDGET_RULE: &str = r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule
 metadata: {name: widgets}
@@ -379,7 +379,7 @@ spec:
       value: "{{ self.spec.value }}"
 "#;
 
-fn widget(name: &str, spec: Value) -> Value {
+pub fn widget(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec})
 }
 

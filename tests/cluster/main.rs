@@ -16,5 +16,6 @@ mod support;
 mod deploy;
 mod engine;
 mod examples;
+mod faults;
 mod foundation;
 mod reload;

@@ -76,7 +76,12 @@ pub async fn admin_client() -> Client {
 /// A client that authenticates with a bearer token instead of the admin's
 /// client certificate (same server, same CA).
 pub async fn token_client(token: &str) -> Client {
-    let mut kc = Kubeconfig::from_yaml(kubeconfig_yaml()).expect("kubeconfig");
+    token_client_for(kubeconfig_yaml(), token).await
+}
+
+/// A bearer-token client for the cluster of `kubeconfig` (another control plane).
+pub async fn token_client_for(kubeconfig: &str, token: &str) -> Client {
+    let mut kc = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig");
     let user = kc.auth_infos.first_mut().expect("kubeconfig has a user");
     user.auth_info = Some(serde_json::from_value(serde_json::json!({ "token": token })).unwrap());
     let yaml = serde_norway::to_string(&kc).unwrap();

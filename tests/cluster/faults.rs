@@ -1,0 +1,302 @@
+//! Faults: kiln keeps working through them and loses nothing. Each test that
+//! breaks the control plane starts one of its own, so the other tests'
+//! cluster is never touched. Every test ends converged: every child exists
+//! once, with its rendered value, and no hot loop follows.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kiln::controlplane::{Binaries, ControlPlane, Options as ControlPlaneOptions};
+use kiln::engine::{Engine, Options, RuleState};
+use kube::Client;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::engine::{WIDGET_RULE, widget};
+use crate::support::{self, TestNamespace, eventually};
+
+const PRIMARIES: usize = 300;
+const CONVERGE: Duration = Duration::from_secs(120);
+
+async fn own_control_plane(apiserver_args: &[&str]) -> ControlPlane {
+    let mut opts = ControlPlaneOptions::new(Binaries::locate(&Binaries::default_source()).unwrap());
+    opts.apiserver_args = apiserver_args.iter().map(|s| (*s).to_string()).collect();
+    ControlPlane::start(opts).await.unwrap()
+}
+
+async fn widgets_api(client: &Client, ns: &str) -> kube::Api<DynamicObject> {
+    support::dynamic_api(
+        client,
+        &json!("test.kiln.dev/v1"),
+        &json!("Widget"),
+        Some(ns),
+    )
+    .await
+}
+
+/// Creates `n` widgets w0..w{n-1}.
+async fn create_widgets(client: &Client, ns: &str, n: usize) {
+    let api = widgets_api(client, ns).await;
+    let pp = PatchParams::apply("fault-test");
+    for i in 0..n {
+        let obj: DynamicObject =
+            serde_json::from_value(widget(&format!("w{i}"), json!({"value": format!("v{i}")})))
+                .unwrap();
+        api.patch(&format!("w{i}"), &pp, &Patch::Apply(&obj))
+            .await
+            .unwrap();
+    }
+}
+
+/// Every widget has exactly its one ConfigMap with its value (and nothing
+/// else carries the rule's label), and reports Ready.
+async fn converged(client: &Client, ns: &str, n: usize) -> Option<()> {
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), ns);
+    let cms = api
+        .list(&ListParams::default().labels("kiln.dev/rule=widgets"))
+        .await
+        .ok()?;
+    if cms.items.len() != n {
+        return None;
+    }
+    let children_ok = cms.items.iter().all(|cm| {
+        let name = cm.metadata.name.as_deref().unwrap_or_default();
+        let owners = cm.metadata.owner_references.as_deref().unwrap_or_default();
+        owners.len() == 1
+            && cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .map(String::as_str)
+                == Some(&format!("v{}", &name[1..]))
+    });
+    let widgets = widgets_api(client, ns)
+        .await
+        .list(&ListParams::default())
+        .await
+        .ok()?;
+    let ready = widgets.items.iter().all(|w| {
+        w.data["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    });
+    (children_ok && ready).then_some(())
+}
+
+async fn engine_on(client: Client, ns: &str) -> Arc<Engine> {
+    let engine = Arc::new(Engine::new(
+        client,
+        Options {
+            namespaces: vec![ns.to_string()],
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        },
+    ));
+    engine.start(support::rule_from_yaml(WIDGET_RULE));
+    engine
+}
+
+/// After convergence kiln goes quiet: retries scheduled during a fault may
+/// still fire (each a no-op), but within a minute three seconds pass with at
+/// most two reconciles. A hot loop never gets there.
+async fn assert_no_hot_loop(engine: &Engine) {
+    let reconciles = || engine.stats().reconciles.load(Ordering::SeqCst);
+    eventually("kiln to go quiet", Duration::from_secs(60), || async {
+        let before = reconciles();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        (reconciles() - before <= 2).then_some(())
+    })
+    .await;
+    let writes = engine.stats().writes();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        engine.stats().writes(),
+        writes,
+        "kiln still writes once quiet"
+    );
+}
+
+/// How many requests the API server answered with 429, from its own metrics.
+async fn throttled_requests(client: &Client) -> f64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("code=\"429\""))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+async fn fault_during_convergence(component: &str) {
+    let mut cp = own_control_plane(&[]).await;
+    let client = cp.client().await.unwrap();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let ns = "faults";
+    let _ = support::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        None,
+    )
+    .await;
+    create_widgets(&client, ns, PRIMARIES).await;
+    let engine = engine_on(cp.client().await.unwrap(), ns).await;
+    eventually("the rule to start", CONVERGE, || async {
+        (engine.state("widgets") == Some(RuleState::Running)).then_some(())
+    })
+    .await;
+    // Mid-convergence: some children exist, not all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cp.stop_component(component);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cp.start_component(component).await.unwrap();
+    eventually(
+        &format!("convergence after restarting {component}"),
+        CONVERGE,
+        || converged(&client, ns, PRIMARIES),
+    )
+    .await;
+    assert_no_hot_loop(&engine).await;
+    engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_through_an_api_server_restart() {
+    fault_during_convergence("kube-apiserver").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_through_an_etcd_restart() {
+    fault_during_convergence("etcd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_under_api_throttling() {
+    // One mutating request at a time, no priority and fairness: the API
+    // server answers 429 with Retry-After to kiln's parallel writes.
+    let cp = own_control_plane(&[
+        "--max-requests-inflight=5",
+        "--max-mutating-requests-inflight=1",
+        "--enable-priority-and-fairness=false",
+    ])
+    .await;
+    let client = cp.client().await.unwrap();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let ns = "throttled";
+    let _ = support::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        None,
+    )
+    .await;
+    create_widgets(&client, ns, 100).await;
+    // system:masters is exempt from in-flight limits: kiln runs as an
+    // ordinary ServiceAccount, as it would in a cluster.
+    for obj in [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kiln", "namespace": ns}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "throttled-kiln"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+               "subjects": [{"kind": "ServiceAccount", "name": "kiln", "namespace": ns}]}),
+    ] {
+        // Namespaced objects carry their namespace; it decides the API path.
+        let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+        support::apply(&client, obj, ns.as_deref()).await;
+    }
+    let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        kube::Api::namespaced(client.clone(), ns);
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = sas
+        .create_token_request("kiln", &Default::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .unwrap();
+    let as_kiln = support::token_client_for(cp.kubeconfig_yaml(), &token).await;
+    let engine = Arc::new(Engine::new(
+        as_kiln,
+        Options {
+            namespaces: vec![ns.to_string()],
+            concurrency: 16,
+            ..Options::default()
+        },
+    ));
+    engine.start(support::rule_from_yaml(WIDGET_RULE));
+    eventually("convergence under throttling", CONVERGE, || {
+        converged(&client, ns, 100)
+    })
+    .await;
+    let throttled = throttled_requests(&client).await;
+    assert!(
+        throttled > 0.0,
+        "the API server never throttled kiln, so this test proved nothing"
+    );
+    assert_no_hot_loop(&engine).await;
+    engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_after_being_killed_at_several_points() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "fault-kill").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    create_widgets(&client, n, PRIMARIES).await;
+    for pause in [300, 700, 1200] {
+        let mut kiln = support::KilnProcess::start(WIDGET_RULE, &["--namespace", n]);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        kiln.child.kill().unwrap(); // SIGKILL: no clean-up of any kind
+        kiln.child.wait().unwrap();
+    }
+    let _kiln = support::KilnProcess::start(WIDGET_RULE, &["--namespace", n]);
+    eventually("convergence after three SIGKILLs", CONVERGE, || {
+        converged(&client, n, PRIMARIES)
+    })
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_field_manager_is_overruled_without_a_fight_loop() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "fault-fight").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    create_widgets(&client, n, 1).await;
+    let engine = engine_on(support::admin_client().await, n).await;
+    eventually("the child", CONVERGE, || converged(&client, n, 1)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let applies_before = engine.stats().applies.load(Ordering::SeqCst);
+    let cms = support::dynamic_api(&client, &json!("v1"), &json!("ConfigMap"), Some(n)).await;
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w0"}, "data": {"value": "theirs"}});
+    for _ in 0..5 {
+        cms.patch(
+            "w0",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(&theirs),
+        )
+        .await
+        .unwrap();
+        eventually("kiln to restore the value", CONVERGE, || async {
+            let cm = support::get(&client, "v1", "ConfigMap", n, "w0").await?;
+            (cm["data"]["value"] == "v0").then_some(())
+        })
+        .await;
+    }
+    let applies = engine.stats().applies.load(Ordering::SeqCst) - applies_before;
+    assert!(
+        (5..=7).contains(&applies),
+        "{applies} applies to answer 5 changes"
+    );
+    assert_no_hot_loop(&engine).await;
+    let value: Value = support::get(&client, "v1", "ConfigMap", n, "w0")
+        .await
+        .unwrap();
+    assert_eq!(value["data"]["value"], "v0");
+    engine.shutdown().await;
+    ns.delete().await;
+}
