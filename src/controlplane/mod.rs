@@ -402,6 +402,51 @@ impl ControlPlane {
             .await
     }
 
+    /// Starts a second kube-apiserver on the same etcd (same flags, another
+    /// port), for tests that need the cluster to change while the first one
+    /// is down. Returns a kubeconfig for it; it stops with this control plane.
+    pub async fn start_second_apiserver(&mut self) -> Result<String, Error> {
+        let first = self
+            .components
+            .iter()
+            .find(|c| c.name() == "kube-apiserver")
+            .ok_or_else(|| Error::Kubeconfig("no kube-apiserver to copy".into()))?;
+        let port = process::free_port()?;
+        let args: Vec<String> = first
+            .args()
+            .iter()
+            .map(|a| {
+                if a.starts_with("--secure-port=") {
+                    format!("--secure-port={port}")
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let bin = first.bin().to_path_buf();
+        let dir = self
+            .kubeconfig
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let log = dir.join("kube-apiserver-2.log");
+        self.components.push(Component::spawn(
+            "kube-apiserver-2",
+            &bin,
+            &args,
+            log,
+            Tether::Lifeline,
+        )?);
+        let yaml = self
+            .kubeconfig_yaml
+            .replace(&self.server, &format!("https://127.0.0.1:{port}"));
+        let client = client_from_kubeconfig(&yaml).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        self.wait_for("kube-apiserver-2", deadline, || readyz(&client))
+            .await?;
+        Ok(yaml)
+    }
+
     /// Stops every component, newest first.
     pub fn stop(&mut self) {
         while let Some(mut c) = self.components.pop() {

@@ -61,6 +61,16 @@ impl Component {
         Ok(())
     }
 
+    /// The flags it runs with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// The binary it runs.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
     /// The component's name (`etcd`, `kube-apiserver`, ...).
     pub fn name(&self) -> &'static str {
         self.name

@@ -381,7 +381,12 @@ impl RuleController {
         };
 
         // Apply what differs.
-        let pp = PatchParams::apply(&self.shared.options.field_manager).force();
+        let pp = PatchParams::apply(&self.shared.options.field_manager);
+        let pp = if self.rule.force_conflicts {
+            pp.force()
+        } else {
+            pp
+        };
         for child in &rendered.children {
             let Some(informer) = self.wiring.children.get(&child.gvk) else {
                 continue;
@@ -405,8 +410,13 @@ impl RuleController {
             let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
             self.shared.metrics.apply_total.get_or_create(&labels).inc();
             if let Err(e) = applied {
-                let (reason, message, next) =
-                    classify(&e, &child.gvk, &ckey, self.rule.requeue.on_error.max);
+                let (reason, message, next) = classify(
+                    &e,
+                    &child.gvk,
+                    &ckey,
+                    self.rule.requeue.on_error.max,
+                    self.rule.force_conflicts,
+                );
                 return match next {
                     Some(next) => self.fail(&obj, reason, message, next).await,
                     None => {
@@ -715,18 +725,39 @@ fn classify(
     gvk: &Gvk,
     key: &ObjKey,
     slow_retry: Duration,
+    forced: bool,
 ) -> (&'static str, String, Option<Next>) {
     let what = format!("applying {} {key}", gvk.kind);
     match e {
+        // Without force, server-side apply answers 409 when another manager
+        // owns a field: a standing disagreement, not a transient error.
+        kube::Error::Api(s) if s.code == 409 && !forced => (
+            reasons::CONFLICT,
+            format!("{what}: {}", s.message),
+            Some(Next::After(slow_retry)),
+        ),
         kube::Error::Api(s) if s.code == 403 => (
             reasons::FORBIDDEN,
             format!("{what}: forbidden: {}", s.message),
             Some(Next::After(slow_retry)),
         ),
-        kube::Error::Api(s) if s.code == 422 || s.code == 400 => (
-            reasons::INVALID,
-            format!("{what}: {}", s.message),
-            Some(Next::Done),
+        // Server-side apply reports a value of the wrong type for the schema
+        // as a 500 "failed to create typed patch object": as permanent as a 422.
+        kube::Error::Api(s)
+            if s.code == 422
+                || s.code == 400
+                || (s.code == 500 && s.message.contains("failed to create typed patch object")) =>
+        {
+            (
+                reasons::INVALID,
+                format!("{what}: {}", s.message),
+                Some(Next::Done),
+            )
+        }
+        kube::Error::Api(s) => (
+            reasons::APPLY_FAILED,
+            format!("{what}: {} (HTTP {})", s.message, s.code),
+            None,
         ),
         other => (reasons::APPLY_FAILED, format!("{what}: {other}"), None),
     }

@@ -501,3 +501,102 @@ impl Registry {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use kube::core::{ApiResource, GroupVersionKind};
+    use serde_json::json;
+
+    use super::*;
+    use crate::rules::Gvk;
+
+    /// An informer with no watch task, fed events by hand.
+    fn informer() -> Arc<Informer> {
+        let gvk = Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+        };
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        );
+        let kind = Arc::new(Kind {
+            gvk,
+            ar,
+            namespaced: true,
+            has_status: false,
+        });
+        let (synced_tx, _) = watch::channel(false);
+        Arc::new(Informer {
+            kind,
+            store: RwLock::default(),
+            handlers: RwLock::default(),
+            next_id: AtomicU64::new(1),
+            synced_tx,
+            streams_synced: Mutex::default(),
+            streams: vec![None],
+            tasks: Mutex::default(),
+            gone: AtomicBool::new(false),
+            forbidden: AtomicBool::new(false),
+        })
+    }
+
+    fn cm(name: &str, owner: Option<&str>) -> DynamicObject {
+        let mut meta = json!({"name": name, "namespace": "ns"});
+        if let Some(uid) = owner {
+            meta["ownerReferences"] =
+                json!([{"apiVersion": "v1", "kind": "X", "name": "o", "uid": uid}]);
+        }
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_relist_after_410_emits_the_deletions_it_missed_and_fixes_the_owner_index() {
+        let i = informer();
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let log = seen.clone();
+        i.subscribe(Arc::new(move |c: &Change<'_>| {
+            let entry = match c {
+                Change::Applied(o) => format!("+{}", o.name_any()),
+                Change::Deleted(o) => format!("-{}", o.name_any()),
+            };
+            log.lock().unwrap().push(entry);
+        }));
+        // First list: a and b, both owned by u1.
+        i.handle(0, Event::Init);
+        i.handle(0, Event::InitApply(cm("a", Some("u1"))));
+        i.handle(0, Event::InitApply(cm("b", Some("u1"))));
+        i.handle(0, Event::InitDone);
+        assert!(i.is_synced());
+        assert_eq!(i.owned_by("u1").len(), 2);
+        // The watch expires (410 Gone); meanwhile b was deleted and c created.
+        // The watcher re-lists: kiln must notice b's deletion it never saw.
+        seen.lock().unwrap().clear();
+        i.handle(0, Event::Init);
+        i.handle(0, Event::InitApply(cm("a", Some("u1"))));
+        i.handle(0, Event::InitApply(cm("c", Some("u2"))));
+        i.handle(0, Event::InitDone);
+        let mut events = seen.lock().unwrap().clone();
+        events.sort();
+        assert_eq!(events, ["+a", "+c", "-b"]);
+        let mut names: Vec<String> = i.list().iter().map(|o| o.name_any()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(i.owned_by("u1").len(), 1);
+        assert_eq!(i.owned_by("u2").len(), 1);
+        // Ordinary events after the re-list keep working.
+        i.handle(0, Event::Delete(cm("a", Some("u1"))));
+        assert!(i.owned_by("u1").is_empty());
+        assert!(
+            i.get(&ObjKey {
+                namespace: Some("ns".into()),
+                name: "a".into()
+            })
+            .is_none()
+        );
+    }
+}

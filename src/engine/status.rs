@@ -32,6 +32,8 @@ pub mod reasons {
     pub const FORBIDDEN: &str = "Forbidden";
     /// The API server refused a child as invalid.
     pub const INVALID: &str = "Invalid";
+    /// Another field manager owns a field the rule sets, and the rule does not force.
+    pub const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
     pub const APPLY_FAILED: &str = "ApplyFailed";
 }

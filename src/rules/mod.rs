@@ -163,6 +163,8 @@ pub struct Rule {
     pub status_fields: Vec<(String, Tree)>,
     /// Requeue policy.
     pub requeue: Requeue,
+    /// Whether applies take over fields other managers own.
+    pub force_conflicts: bool,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
 }

@@ -62,6 +62,32 @@ pub struct RawSpec {
     /// When to reconcile again.
     #[serde(default)]
     pub requeue: RawRequeue,
+    /// How children are applied.
+    #[serde(default)]
+    pub apply: RawApply,
+}
+
+/// How children are applied (server-side apply).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawApply {
+    /// Take over fields another field manager owns (default true). When
+    /// false, such a conflict is reported as a `Conflict` condition and the
+    /// other manager's value stays.
+    #[serde(default = "yes")]
+    pub force_conflicts: bool,
+}
+
+impl Default for RawApply {
+    fn default() -> Self {
+        Self {
+            force_conflicts: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The primary kind and which of its objects the rule takes.

@@ -121,6 +121,7 @@ impl<'a> Checker<'a> {
             children,
             status_fields,
             requeue,
+            force_conflicts: raw.spec.apply.force_conflicts,
             templates: self.set,
         })
     }

@@ -300,3 +300,214 @@ async fn another_field_manager_is_overruled_without_a_fight_loop() {
     engine.shutdown().await;
     ns.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_that_does_not_force_reports_a_conflict_instead() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "fault-conflict").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    // Someone else already owns data.value of the ConfigMap the rule renders.
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w0"}, "data": {"value": "theirs"}});
+    let cms = support::dynamic_api(&client, &json!("v1"), &json!("ConfigMap"), Some(n)).await;
+    let obj: DynamicObject = serde_json::from_value(theirs).unwrap();
+    cms.patch(
+        "w0",
+        &PatchParams::apply("someone-else"),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap();
+    create_widgets(&client, n, 1).await;
+    let polite = WIDGET_RULE.replace(
+        "  status:\n    fields:",
+        "  apply: {forceConflicts: false}\n  status:\n    fields:",
+    );
+    let engine = Arc::new(Engine::new(
+        support::admin_client().await,
+        Options {
+            namespaces: vec![n.to_string()],
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        },
+    ));
+    engine.start(support::rule_from_yaml(&polite));
+    let condition = eventually("a Conflict condition", CONVERGE, || async {
+        let w = support::get(&client, "test.kiln.dev/v1", "Widget", n, "w0").await?;
+        w["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Reconciled" && c["reason"] == "Conflict")
+            .cloned()
+    })
+    .await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("someone-else"),
+        "{condition}"
+    );
+    let cm = support::get(&client, "v1", "ConfigMap", n, "w0")
+        .await
+        .unwrap();
+    assert_eq!(
+        cm["data"]["value"], "theirs",
+        "the other manager's value stays"
+    );
+    engine.shutdown().await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mistyped_primary_gets_a_condition_and_the_others_go_on() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "fault-mistyped").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    create_widgets(&client, n, 3).await;
+    // A map where the rule expects a string: the ConfigMap it renders is invalid.
+    support::apply(
+        &client,
+        widget("bad", json!({"value": {"nested": true}})),
+        Some(n),
+    )
+    .await;
+    let engine = engine_on(support::admin_client().await, n).await;
+    let bad = eventually("an Invalid condition on bad", CONVERGE, || async {
+        let w = support::get(&client, "test.kiln.dev/v1", "Widget", n, "bad").await?;
+        w["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Reconciled" && c["reason"] == "Invalid")
+            .cloned()
+    })
+    .await;
+    assert!(
+        bad["message"].as_str().unwrap().contains("ConfigMap"),
+        "{bad}"
+    );
+    for i in 0..3 {
+        let name = format!("w{i}");
+        let cm = eventually("the good widgets' children", CONVERGE, || {
+            support::get(&client, "v1", "ConfigMap", n, &name)
+        })
+        .await;
+        assert_eq!(cm["data"]["value"], format!("v{i}"));
+    }
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client.clone(), n);
+    let for_bad = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
+                && e.reason.as_deref() == Some("Invalid")
+        })
+        .count();
+    assert_eq!(for_bad, 1, "one Event, not a storm");
+    engine.shutdown().await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_watch_is_relisted_and_what_changed_meanwhile_converges() {
+    use futures::StreamExt;
+    // No watch cache and compaction every second: a watch resumed from an
+    // old resourceVersion gets 410 Gone.
+    let mut cp = own_control_plane(&["--etcd-compaction-interval=1s", "--watch-cache=false"]).await;
+    let client = cp.client().await.unwrap();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let ns = "expired";
+    let _ = support::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        None,
+    )
+    .await;
+    create_widgets(&client, ns, 3).await;
+    let engine = engine_on(cp.client().await.unwrap(), ns).await;
+    eventually("first convergence", CONVERGE, || converged(&client, ns, 3)).await;
+    let old_rv = widgets_api(&client, ns)
+        .await
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+
+    // kiln's API server goes away; the cluster changes through another one.
+    let second_yaml = cp.start_second_apiserver().await.unwrap();
+    let second = kiln::controlplane::client_from_kubeconfig(&second_yaml)
+        .await
+        .unwrap();
+    cp.stop_component("kube-apiserver");
+    let widgets = widgets_api(&second, ns).await;
+    let pp = PatchParams::apply("fault-test").force();
+    for (name, value) in [("w1", "changed"), ("w3", "v3")] {
+        let obj: DynamicObject =
+            serde_json::from_value(widget(name, json!({"value": value}))).unwrap();
+        widgets.patch(name, &pp, &Patch::Apply(&obj)).await.unwrap();
+    }
+    widgets.delete("w0", &Default::default()).await.unwrap();
+    let filler = support::dynamic_api(&second, &json!("v1"), &json!("ConfigMap"), Some(ns)).await;
+    for i in 0..20 {
+        let obj: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "filler"}, "data": {"i": format!("{i}")}})).unwrap();
+        filler
+            .patch("filler", &pp, &Patch::Apply(&obj))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // The precondition, checked: resuming from the old resourceVersion is refused.
+    let expired = eventually(
+        "the old resourceVersion to be compacted away",
+        CONVERGE,
+        || async {
+            let mut events = match widgets
+                .watch(&kube::api::WatchParams::default().timeout(5), &old_rv)
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 410 => return Some(()),
+                Err(_) => return None,
+                Ok(events) => events.boxed(),
+            };
+            match events.next().await {
+                Some(Ok(kube::api::WatchEvent::Error(s))) if s.code == 410 => Some(()),
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    None
+                }
+            }
+        },
+    );
+    expired.await;
+
+    // kiln's server comes back: its watches resume from old resourceVersions,
+    // get 410, re-list, and everything that changed meanwhile converges.
+    cp.start_component("kube-apiserver").await.unwrap();
+    eventually("w1's child to follow its change", CONVERGE, || async {
+        let cm = support_get(&client, ns, "w1").await?;
+        (cm["data"]["value"] == "changed").then_some(())
+    })
+    .await;
+    eventually("w3's child to appear", CONVERGE, || async {
+        let cm = support_get(&client, ns, "w3").await?;
+        (cm["data"]["value"] == "v3").then_some(())
+    })
+    .await;
+    eventually("w0's child to be collected", CONVERGE, || async {
+        support_get(&client, ns, "w0").await.is_none().then_some(())
+    })
+    .await;
+    assert_no_hot_loop(&engine).await;
+    engine.shutdown().await;
+}
+
+async fn support_get(client: &Client, ns: &str, name: &str) -> Option<Value> {
+    support::get(client, "v1", "ConfigMap", ns, name).await
+}
