@@ -138,6 +138,24 @@ impl fmt::Debug for Informer {
 }
 
 impl Informer {
+    /// An informer that watches nothing yet: `start` adds the watch tasks;
+    /// tests feed it events by hand.
+    fn unstarted(kind: Arc<Kind>, scopes: Vec<Option<String>>) -> Arc<Self> {
+        let (synced_tx, _) = watch::channel(false);
+        Arc::new(Self {
+            kind,
+            store: RwLock::default(),
+            handlers: RwLock::default(),
+            next_id: AtomicU64::new(1),
+            synced_tx,
+            streams_synced: Mutex::default(),
+            streams: scopes,
+            tasks: Mutex::default(),
+            gone: AtomicBool::new(false),
+            forbidden: AtomicBool::new(false),
+        })
+    }
+
     /// Starts watching `kind`: cluster-wide, or in each of `namespaces` for a
     /// namespaced kind when any are given.
     pub fn start(client: &Client, kind: Arc<Kind>, namespaces: &[String]) -> Arc<Self> {
@@ -153,19 +171,7 @@ impl Informer {
                 None => Api::all_with(client.clone(), &kind.ar),
             })
             .collect();
-        let (synced_tx, _) = watch::channel(false);
-        let this = Arc::new(Self {
-            kind,
-            store: RwLock::default(),
-            handlers: RwLock::default(),
-            next_id: AtomicU64::new(1),
-            synced_tx,
-            streams_synced: Mutex::default(),
-            streams: scopes,
-            tasks: Mutex::default(),
-            gone: AtomicBool::new(false),
-            forbidden: AtomicBool::new(false),
-        });
+        let this = Self::unstarted(kind, scopes);
         let tasks = apis
             .into_iter()
             .enumerate()
@@ -529,19 +535,7 @@ mod tests {
             namespaced: true,
             has_status: false,
         });
-        let (synced_tx, _) = watch::channel(false);
-        Arc::new(Informer {
-            kind,
-            store: RwLock::default(),
-            handlers: RwLock::default(),
-            next_id: AtomicU64::new(1),
-            synced_tx,
-            streams_synced: Mutex::default(),
-            streams: vec![None],
-            tasks: Mutex::default(),
-            gone: AtomicBool::new(false),
-            forbidden: AtomicBool::new(false),
-        })
+        Informer::unstarted(kind, vec![None])
     }
 
     fn cm(name: &str, owner: Option<&str>) -> DynamicObject {

@@ -237,15 +237,10 @@ impl<'a> Checker<'a> {
                     &[],
                     &[],
                 );
-                let namespace = r.namespace.as_ref().map(|ns| {
-                    self.piece(
-                        &[base.as_slice(), &[key("namespace")]].concat(),
-                        ns,
-                        scope,
-                        &[],
-                        &[],
-                    )
-                });
+                let namespace = r
+                    .namespace
+                    .as_ref()
+                    .map(|ns| self.namespace_piece(&base, ns, scope));
                 Some(WatchTarget::Ref {
                     name: name?,
                     namespace: namespace.flatten(),
@@ -266,15 +261,10 @@ impl<'a> Checker<'a> {
                         labels.push((k.clone(), piece));
                     }
                 }
-                let namespace = sel.namespace.as_ref().and_then(|ns| {
-                    self.piece(
-                        &[base.as_slice(), &[key("namespace")]].concat(),
-                        ns,
-                        scope,
-                        &[],
-                        &[],
-                    )
-                });
+                let namespace = sel
+                    .namespace
+                    .as_ref()
+                    .and_then(|ns| self.namespace_piece(&base, ns, scope));
                 Some(WatchTarget::Selector {
                     match_labels: labels,
                     namespace,
@@ -292,6 +282,11 @@ impl<'a> Checker<'a> {
                 None
             }
         }
+    }
+
+    /// A watch's `namespace` template (found from the primary alone).
+    fn namespace_piece(&mut self, base: &[Step], ns: &str, scope: &Scope<'_>) -> Option<Piece> {
+        self.piece(&[base, &[key("namespace")]].concat(), ns, scope, &[], &[])
     }
 
     fn children(&mut self, watches: &[String], ids: &[String]) -> Vec<Child> {

@@ -485,17 +485,7 @@ async fn a_template_error_on_one_primary_leaves_the_others_reconciled() {
             .is_none()
     );
     let events = eventually("a Warning Event on bad", CONVERGE, || async {
-        let api: kube::Api<k8s_openapi::api::events::v1::Event> =
-            kube::Api::namespaced(client.clone(), n);
-        let list = api.list(&Default::default()).await.unwrap();
-        let hits: Vec<_> = list
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                    && e.reason.as_deref() == Some("TemplateError")
-            })
-            .collect();
+        let hits = support::events_about(&client, n, "bad", "TemplateError").await;
         (!hits.is_empty()).then_some(hits)
     })
     .await;

@@ -395,19 +395,9 @@ async fn a_mistyped_primary_gets_a_condition_and_the_others_go_on() {
         .await;
         assert_eq!(cm["data"]["value"], format!("v{i}"));
     }
-    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-        kube::Api::namespaced(client.clone(), n);
-    let for_bad = events
-        .list(&Default::default())
+    let for_bad = support::events_about(&client, n, "bad", "Invalid")
         .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                && e.reason.as_deref() == Some("Invalid")
-        })
-        .count();
+        .len();
     assert_eq!(for_bad, 1, "one Event, not a storm");
     engine.shutdown().await;
     ns.delete().await;

@@ -330,20 +330,7 @@ async fn rules_read_from_a_configmap_through_the_api_follow_its_edits() {
         "an InvalidRules Event on the ConfigMap",
         CONVERGE,
         || async {
-            let api: kube::Api<k8s_openapi::api::events::v1::Event> =
-                kube::Api::namespaced(client.clone(), n);
-            let hits: Vec<_> = api
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|e| {
-                    e.reason.as_deref() == Some("InvalidRules")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                            == Some("kiln-rules")
-                })
-                .collect();
+            let hits = support::events_about(&client, n, "kiln-rules", "InvalidRules").await;
             (!hits.is_empty()).then_some(hits)
         },
     )

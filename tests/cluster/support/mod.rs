@@ -449,3 +449,23 @@ impl Drop for KilnProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Events in `ns` about the object `name` with this reason.
+pub async fn events_about(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect()
+}
