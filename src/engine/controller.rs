@@ -650,7 +650,20 @@ impl RuleController {
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let desired = status::status(outcome, &live, fields, &now, obj.metadata.generation);
+        let names: Vec<&str> = self
+            .rule
+            .status_fields
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let desired = status::status(
+            outcome,
+            &live,
+            fields,
+            &names,
+            &now,
+            obj.metadata.generation,
+        );
         if satisfied(&live, &desired) {
             return Ok(());
         }

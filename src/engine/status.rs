@@ -125,10 +125,16 @@ pub fn conditions(
 }
 
 /// The whole status kiln applies: engine fields plus the rule's fields.
+///
+/// `field_names` are the rule's status fields. When the reconcile rendered
+/// nothing (waiting, failed), their previous values are kept: applying
+/// without them would make server-side apply delete them, only to write
+/// them back on the next success.
 pub fn status(
     outcome: &Outcome,
     previous: &Value,
     fields: &Map<String, Value>,
+    field_names: &[&str],
     now: &str,
     generation: Option<i64>,
 ) -> Value {
@@ -136,7 +142,17 @@ pub fn status(
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let mut status = fields.clone();
+    let mut status = match outcome {
+        Outcome::Applied { .. } => fields.clone(),
+        Outcome::Waiting { .. } | Outcome::Failed { .. } => field_names
+            .iter()
+            .filter_map(|name| {
+                previous
+                    .get(*name)
+                    .map(|v| ((*name).to_string(), v.clone()))
+            })
+            .collect(),
+    };
     if let Some(g) = generation {
         status.insert("observedGeneration".into(), json!(g));
     }
@@ -198,6 +214,40 @@ mod tests {
             by_type(&flipped, "Reconciled")["lastTransitionTime"],
             "T1",
             "Reconciled stayed True"
+        );
+    }
+
+    #[test]
+    fn rule_fields_are_kept_while_nothing_new_was_rendered() {
+        let previous = json!({"url": "http://a", "readyReplicas": 2, "conditions": []});
+        let waiting = Outcome::Waiting {
+            missing: vec!["x".into()],
+        };
+        let s = status(
+            &waiting,
+            &previous,
+            &Map::new(),
+            &["url", "readyReplicas", "absent"],
+            "T",
+            Some(1),
+        );
+        assert_eq!(s["url"], "http://a");
+        assert_eq!(s["readyReplicas"], 2);
+        assert!(s.get("absent").is_none());
+        let mut fresh = Map::new();
+        fresh.insert("url".into(), json!("http://b"));
+        let s = status(
+            &Outcome::Applied { not_ready: vec![] },
+            &previous,
+            &fresh,
+            &["url", "readyReplicas"],
+            "T",
+            Some(1),
+        );
+        assert_eq!(s["url"], "http://b");
+        assert!(
+            s.get("readyReplicas").is_none(),
+            "an applied reconcile writes exactly what it rendered"
         );
     }
 

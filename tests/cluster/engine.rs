@@ -811,6 +811,14 @@ async fn database_converges_and_keeps_its_generated_password() {
         .as_str()
         .unwrap()
         .to_string();
+    let db_now = support::get(&client, "demo.kiln.dev/v1", "Database", n, "orders")
+        .await
+        .unwrap();
+    assert_eq!(
+        db_now["status"]["endpoint"],
+        format!("orders.{n}.svc:5432"),
+        "status fields kept while failing"
+    );
     assert!(message.contains("StatefulSet"), "{message}");
     // A change the server accepts recovers, and the password is kept.
     support::apply(
