@@ -310,11 +310,9 @@ fn first_load(
     sources: Vec<Source>,
     read_errors: Vec<rules::Diagnostic>,
 ) -> Result<RuleSet, ExitCode> {
-    let result = rules::load_sources(sources);
-    let diagnostics = match (result, read_errors.is_empty()) {
-        (Ok(set), true) => return Ok(set),
-        (Ok(_), false) => read_errors,
-        (Err(more), _) => read_errors.into_iter().chain(more).collect(),
+    let diagnostics = match rules::load_sources_with(sources, read_errors) {
+        Ok(set) => return Ok(set),
+        Err(diagnostics) => diagnostics,
     };
     for d in &diagnostics {
         eprintln!("{d}");

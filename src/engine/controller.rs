@@ -391,9 +391,7 @@ impl RuleController {
             let Some(informer) = self.wiring.children.get(&child.gvk) else {
                 continue;
             };
-            let desired: DynamicObject = serde_json::from_value(child.object.clone())
-                .map_err(|e| Transient(e.to_string()))?;
-            let ckey = ObjKey::of(&desired);
+            let ckey = rendered_key(&child.object);
             let live = informer.get(&ckey);
             if live.as_ref().is_some_and(|l| {
                 serde_json::to_value(&**l).is_ok_and(|l| satisfied(&l, &child.object))
@@ -405,7 +403,9 @@ impl RuleController {
                 .stats
                 .applies
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let applied = api.patch(&ckey.name, &pp, &Patch::Apply(&desired)).await;
+            let applied = api
+                .patch(&ckey.name, &pp, &Patch::Apply(&child.object))
+                .await;
             let result = if applied.is_ok() { "success" } else { "error" };
             let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
             self.shared.metrics.apply_total.get_or_create(&labels).inc();
@@ -440,11 +440,7 @@ impl RuleController {
         let desired: HashSet<(Gvk, ObjKey)> = rendered
             .children
             .iter()
-            .filter_map(|c| {
-                serde_json::from_value::<DynamicObject>(c.object.clone())
-                    .ok()
-                    .map(|d| (c.gvk.clone(), ObjKey::of(&d)))
-            })
+            .map(|c| (c.gvk.clone(), rendered_key(&c.object)))
             .collect();
         for (gvk, child) in &owned {
             let ckey = ObjKey::of(child);
@@ -773,6 +769,16 @@ fn classify(
             None,
         ),
         other => (reasons::APPLY_FAILED, format!("{what}: {other}"), None),
+    }
+}
+
+/// The namespace and name of a rendered child (render guarantees the name,
+/// and sets the namespace of namespaced kinds).
+fn rendered_key(object: &Value) -> ObjKey {
+    let meta = &object["metadata"];
+    ObjKey {
+        namespace: meta["namespace"].as_str().map(str::to_string),
+        name: meta["name"].as_str().unwrap_or_default().to_string(),
     }
 }
 

@@ -218,19 +218,7 @@ impl Reloader {
             return;
         }
         self.last_seen = seen;
-        let loaded = if read_errors.is_empty() {
-            rules::load_sources(sources)
-        } else {
-            // Report unreadable files together with whatever else is wrong.
-            match rules::load_sources(sources) {
-                Ok(_) => Err(read_errors),
-                Err(mut more) => {
-                    let mut all = read_errors;
-                    all.append(&mut more);
-                    Err(all)
-                }
-            }
-        };
+        let loaded = rules::load_sources_with(sources, read_errors);
         match loaded {
             Ok(set) => self.apply(set).await,
             Err(diagnostics) => self.refuse(&diagnostics).await,

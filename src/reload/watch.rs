@@ -116,9 +116,7 @@ impl DirWatcher {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::hash_map::DefaultHasher;
     use std::fs;
-    use std::hash::{Hash, Hasher};
     use std::os::unix::fs::symlink;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -130,15 +128,10 @@ mod tests {
     /// Long enough that these tests see inotify, not the poll.
     const POLL: Duration = Duration::from_secs(30);
 
+    /// The fingerprint the reloader compares, of the directory's files now.
     fn content(dir: &Path) -> u64 {
         let (sources, errors) = read_sources(&[dir.to_path_buf()]);
-        let mut h = DefaultHasher::new();
-        for s in &sources {
-            s.file.hash(&mut h);
-            s.text.hash(&mut h);
-        }
-        errors.len().hash(&mut h);
-        h.finish()
+        crate::reload::fingerprint(&sources, &errors)
     }
 
     /// Counts what a reloader would load: distinct contents after each settle.

@@ -195,6 +195,15 @@ pub fn load_sources(sources: Vec<load::Source>) -> Result<RuleSet, Vec<Diagnosti
     validate_sources(&sources, Vec::new())
 }
 
+/// Like [`load_sources`], for sources read next to files that could not be
+/// read at all: those problems are reported first, with everything else.
+pub fn load_sources_with(
+    sources: Vec<load::Source>,
+    read_errors: Vec<Diagnostic>,
+) -> Result<RuleSet, Vec<Diagnostic>> {
+    validate_sources(&sources, read_errors)
+}
+
 fn validate_sources(
     sources: &[load::Source],
     mut diagnostics: Vec<Diagnostic>,
