@@ -3,8 +3,11 @@
 CARGO            ?= cargo
 CONTROLPLANE_DIR ?= .kiln/controlplane
 KILN             := $(CARGO) run --quiet --locked --
+N                ?= 100
+TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
+BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz lint controlplane cluster-up cluster-down deploy-manifests clean
+.PHONY: help build run test fuzz bench lint controlplane cluster-up cluster-down deploy-manifests clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,9 +24,18 @@ test: lint controlplane ## Lints, unit tests and integration tests against a rea
 fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
 	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --release --test fuzz
 
-lint: ## rustfmt and clippy (warnings are errors)
+bench: controlplane ## Benchmark kiln against kube-rs, controller-runtime and the API server's ceiling (N=100; make bench N=1000)
+	$(CARGO) build --locked --release --bin kiln --example bench --example bench-kube-rs
+	cd tests/bench/controller-runtime && go build -mod=readonly -o "$(BENCH_BIN_DIR)/controller-runtime-bench" .
+	$(TARGET_DIR)/release/examples/bench run --n $(N) --out target/bench \
+		--kiln $(TARGET_DIR)/release/kiln \
+		--kube-rs $(TARGET_DIR)/release/examples/bench-kube-rs \
+		--controller-runtime "$(BENCH_BIN_DIR)/controller-runtime-bench"
+
+lint: ## rustfmt and clippy (warnings are errors); go vet of the benchmark's Go controller
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+	cd tests/bench/controller-runtime && go vet -mod=readonly ./...
 
 controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl from Go modules (cached)
 	@bash tests/controlplane/build.sh >/dev/null

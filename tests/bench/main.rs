@@ -1,0 +1,559 @@
+//! The benchmark driver (`make bench`): the `webapp` workload against kiln,
+//! a hand-written kube-rs controller, a hand-written controller-runtime
+//! controller and a plain client (the ceiling), one after another, each on a
+//! fresh local control plane. What is measured and how: `tests/bench/README.md`.
+
+mod audit;
+mod ceiling;
+mod cluster;
+mod observe;
+mod procstat;
+mod report;
+mod workload;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use kiln::controlplane::Binaries;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use tokio::process::{Child, Command};
+
+use crate::ceiling::Phase;
+use crate::cluster::Cluster;
+use crate::observe::Observer;
+use crate::report::{Figures, Machine, Report};
+use crate::workload::{NAMESPACE, UPDATED_REPLICAS};
+
+#[derive(Parser)]
+#[command(about = "Benchmark kiln against hand-written controllers and the API server's ceiling")]
+enum Cli {
+    /// Runs the benchmark and writes results.md and results.json.
+    Run(RunArgs),
+    /// The ceiling contender (started by `run`, one process per phase).
+    Ceiling {
+        /// Which writes to issue.
+        #[arg(long, value_enum)]
+        phase: Phase,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Server-side apply field manager.
+        #[arg(long, default_value = "ceiling")]
+        field_manager: String,
+    },
+}
+
+#[derive(Parser)]
+struct RunArgs {
+    /// Number of WebApps.
+    #[arg(long, default_value_t = 100)]
+    n: usize,
+    /// Workers per controller, requests in flight for the ceiling.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Resync period given to every controller (default 120 s + N/20 s). It
+    /// must exceed the update phase plus the settle time plus the idle
+    /// window, so that no resync falls into the idle window.
+    #[arg(long)]
+    resync_seconds: Option<u64>,
+    /// Length of the idle window.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+    /// Contenders to run, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kiln,kube-rs,controller-runtime,ceiling"
+    )]
+    contenders: Vec<Contender>,
+    /// Where results.md, results.json and the logs go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// The kiln binary.
+    #[arg(long, default_value = "target/release/kiln")]
+    kiln: PathBuf,
+    /// The kube-rs controller.
+    #[arg(long, default_value = "target/release/examples/bench-kube-rs")]
+    kube_rs: PathBuf,
+    /// The controller-runtime controller.
+    #[arg(long)]
+    controller_runtime: Option<PathBuf>,
+}
+
+impl RunArgs {
+    fn resync(&self) -> u64 {
+        self.resync_seconds.unwrap_or(120 + self.n as u64 / 20)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Contender {
+    Kiln,
+    KubeRs,
+    ControllerRuntime,
+    Ceiling,
+}
+
+impl Contender {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Kiln => "kiln",
+            Self::KubeRs => "kube-rs",
+            Self::ControllerRuntime => "controller-runtime",
+            Self::Ceiling => "ceiling",
+        }
+    }
+}
+
+/// Time settled after convergence and after the update before measuring on.
+const SETTLE: Duration = Duration::from_secs(10);
+/// How long past the resync period the resync window stays open.
+const RESYNC_SLACK: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                // kube's client logs every 404/500 of the CRD-serving poll.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match Cli::parse() {
+            // Interrupted: dropping the run kills the contender (kill_on_drop)
+            // and stops the control plane.
+            Cli::Run(args) => tokio::select! {
+                result = run(args) => result,
+                _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
+            },
+            Cli::Ceiling {
+                phase,
+                concurrency,
+                field_manager,
+            } => ceiling::run(phase, concurrency, &field_manager).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let resync = args.resync();
+    if resync <= SETTLE.as_secs() + args.idle_seconds + 10 {
+        bail!("--resync-seconds must exceed the idle window plus 20 s");
+    }
+    for (contender, path) in [
+        (Contender::Kiln, Some(&args.kiln)),
+        (Contender::KubeRs, Some(&args.kube_rs)),
+        (
+            Contender::ControllerRuntime,
+            args.controller_runtime.as_ref(),
+        ),
+    ] {
+        if args.contenders.contains(&contender) && !path.is_some_and(|p| p.is_file()) {
+            bail!(
+                "no binary for {} (have {path:?}); `make bench` builds them all",
+                contender.name()
+            );
+        }
+    }
+    let binaries = Binaries::locate(&Binaries::default_source())?;
+    std::fs::create_dir_all(&args.out)?;
+    let mut report = Report {
+        n: args.n,
+        concurrency: args.concurrency,
+        resync_seconds: resync,
+        idle_seconds: args.idle_seconds,
+        kubernetes: kubernetes_version(),
+        machine: Machine::detect(),
+        started: k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        contenders: Vec::new(),
+    };
+    for &contender in &args.contenders {
+        eprintln!("bench: {} with N={} …", contender.name(), args.n);
+        let figures = measure(contender, &args, &binaries)
+            .await
+            .with_context(|| format!("measuring {}", contender.name()))?;
+        eprintln!(
+            "bench: {}: converged in {}",
+            contender.name(),
+            figures
+                .convergence_seconds
+                .map_or_else(|| "— (did not)".into(), |s| format!("{s:.2} s"))
+        );
+        report.contenders.push(figures);
+    }
+    let markdown = report.markdown();
+    std::fs::write(args.out.join("results.md"), &markdown)?;
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    println!("{markdown}");
+    println!("Results in {}/results.{{md,json}}.\n", args.out.display());
+    print!("{}", report.ratios());
+    Ok(())
+}
+
+fn kubernetes_version() -> String {
+    let versions = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/controlplane/versions.env");
+    let text = std::fs::read_to_string(versions).unwrap_or_default();
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or("?")
+            .trim()
+            .to_string()
+    };
+    format!("{} (etcd {})", get("K8S_VERSION"), get("ETCD_VERSION"))
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The process being measured (none for the ceiling between its phases).
+struct Measured {
+    child: Option<Child>,
+    /// CPU and peak RSS of finished ceiling processes.
+    finished_cpu: f64,
+    finished_rss: u64,
+}
+
+impl Measured {
+    fn sample(&self) -> procstat::Sample {
+        let live = self
+            .child
+            .as_ref()
+            .and_then(Child::id)
+            .and_then(|pid| procstat::sample(Some(pid)))
+            .unwrap_or_default();
+        procstat::Sample {
+            cpu_seconds: live.cpu_seconds + self.finished_cpu,
+            peak_rss_bytes: live.peak_rss_bytes.max(self.finished_rss),
+        }
+    }
+
+    /// Fails when the controller exited before it was told to.
+    fn check_alive(&mut self, log: &Path) -> anyhow::Result<()> {
+        if let Some(child) = &mut self.child
+            && let Some(status) = child.try_wait()?
+        {
+            bail!("exited early ({status}); see {}", log.display());
+        }
+        Ok(())
+    }
+}
+
+async fn measure(
+    contender: Contender,
+    args: &RunArgs,
+    binaries: &Binaries,
+) -> anyhow::Result<Figures> {
+    let dir = std::path::absolute(args.out.join("work").join(contender.name()))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let cluster = Cluster::start(binaries, &dir, args.n).await?;
+    let observer = Observer::start(&cluster.admin, &cluster::webapps());
+    let log = dir.join("contender.log");
+    let n = args.n;
+    let timeout = Duration::from_secs(300 + n as u64 / 2);
+
+    let mut fig = Figures {
+        name: contender.name().to_string(),
+        ..Figures::default()
+    };
+    let wall_start = unix_now();
+    let start = Instant::now();
+    let mut measured = Measured {
+        child: match contender {
+            Contender::Ceiling => None,
+            _ => Some(spawn(contender, args, &cluster, &dir, &log)?),
+        },
+        finished_cpu: 0.0,
+        finished_rss: 0,
+    };
+    if contender == Contender::Ceiling {
+        run_ceiling(Phase::Converge, args, &cluster, &log, &mut measured).await?;
+    }
+    let converged = wait(&observer, &mut measured, &log, timeout, |p| p.converged(n)).await?;
+    fig.cpu_seconds_convergence = measured.sample().cpu_seconds;
+    let wall_converged = unix_now();
+    fig.converged = converged.is_some();
+    fig.convergence_seconds =
+        Some(converged.unwrap_or_else(Instant::now) - start).map(|d| d.as_secs_f64());
+
+    let mut resync_window = None;
+    if fig.converged {
+        tokio::time::sleep(SETTLE).await;
+        let update_start = Instant::now();
+        let changed_at = change_replicas(&cluster, n).await?;
+        if contender == Contender::Ceiling {
+            run_ceiling(Phase::Update, args, &cluster, &log, &mut measured).await?;
+        }
+        let updated = wait(&observer, &mut measured, &log, timeout, |p| {
+            p.updated == n && p.primaries_changed == n && p.ready == n
+        })
+        .await?;
+        if let Some(done) = updated {
+            fig.update_seconds = Some((done - update_start).as_secs_f64());
+            let shown = observer.updated_at();
+            let latencies: Vec<f64> = changed_at
+                .iter()
+                .filter_map(|(name, at)| {
+                    let seen = shown.get(name)?;
+                    Some(seen.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+                })
+                .collect();
+            fig.update_latency_p50_ms = report::percentile(&latencies, 50.0);
+            fig.update_latency_p99_ms = report::percentile(&latencies, 99.0);
+
+            if contender != Contender::Ceiling {
+                if done - update_start
+                    > Duration::from_secs(args.resync() - args.idle_seconds) - SETTLE * 2
+                {
+                    eprintln!(
+                        "bench: the update took long enough that resyncs may fall in the idle window"
+                    );
+                }
+                tokio::time::sleep(SETTLE).await;
+                let before = measured.sample().cpu_seconds;
+                tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+                measured.check_alive(&log)?;
+                fig.idle_cpu_seconds = Some(measured.sample().cpu_seconds - before);
+                let window_start = unix_now();
+                let until = done + Duration::from_secs(args.resync()) + RESYNC_SLACK;
+                tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
+                measured.check_alive(&log)?;
+                resync_window = Some((window_start, unix_now()));
+            }
+        }
+    }
+
+    let last = measured.sample();
+    fig.cpu_seconds_total = last.cpu_seconds;
+    fig.peak_rss_mib = last.peak_rss_bytes as f64 / (1024.0 * 1024.0);
+    if let Some(child) = measured.child.take() {
+        stop(child).await;
+    }
+    drop(observer);
+    // The audit log is written synchronously; a moment for the watches the
+    // controller just closed to be logged as complete.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let requests = audit::read(&cluster.audit_log)?;
+    fig.requests_by_verb = audit::by_verb(&requests, 0.0, f64::MAX);
+    fig.writes_convergence = audit::writes(&requests, wall_start - 1.0, wall_converged);
+    if let Some((from, to)) = resync_window {
+        fig.resync_writes = Some(audit::writes(&requests, from, to));
+        fig.resync_requests = Some(audit::by_verb(&requests, from, to).values().sum());
+    }
+    drop(cluster);
+    Ok(fig)
+}
+
+/// Waits for `done`, failing early if the controller dies.
+async fn wait(
+    observer: &Observer,
+    measured: &mut Measured,
+    log: &Path,
+    timeout: Duration,
+    done: impl Fn(&observe::Progress) -> bool,
+) -> anyhow::Result<Option<Instant>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let step = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(1));
+        if let Some(at) = observer.wait_for(step, &done).await {
+            return Ok(Some(at));
+        }
+        measured.check_alive(log)?;
+        if Instant::now() >= deadline {
+            eprintln!(
+                "bench: gave up after {timeout:?}: {:?}",
+                observer.progress()
+            );
+            return Ok(None);
+        }
+    }
+}
+
+fn spawn(
+    contender: Contender,
+    args: &RunArgs,
+    cluster: &Cluster,
+    dir: &Path,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let concurrency = args.concurrency.to_string();
+    let resync = args.resync().to_string();
+    let mut cmd = match contender {
+        Contender::Kiln => {
+            let rule = dir.join("webapp.yaml");
+            std::fs::write(&rule, bench_rule(args.resync())?)?;
+            let mut cmd = Command::new(&args.kiln);
+            cmd.arg("run").arg("--rules").arg(&rule).args([
+                "--namespace",
+                NAMESPACE,
+                "--concurrency",
+                &concurrency,
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                "0",
+            ]);
+            cmd
+        }
+        Contender::KubeRs | Contender::ControllerRuntime => {
+            let bin = match contender {
+                Contender::KubeRs => Some(&args.kube_rs),
+                _ => args.controller_runtime.as_ref(),
+            }
+            .context("no binary")?;
+            let mut cmd = Command::new(bin);
+            cmd.args([
+                "--namespace",
+                NAMESPACE,
+                "--concurrency",
+                &concurrency,
+                "--resync-seconds",
+                &resync,
+            ]);
+            cmd
+        }
+        Contender::Ceiling => bail!("the ceiling is not a long-running process"),
+    };
+    let out = std::fs::File::create(log)?;
+    cmd.env("KUBECONFIG", &cluster.contender_kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true);
+    Ok(cmd.spawn()?)
+}
+
+/// `rules/webapp.yaml` with the benchmark's resync period.
+fn bench_rule(resync_seconds: u64) -> anyhow::Result<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/webapp.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let shipped = "    resync: 10m\n";
+    if !text.contains(shipped) {
+        bail!("{} no longer says `{}`", path.display(), shipped.trim());
+    }
+    Ok(text.replace(shipped, &format!("    resync: {resync_seconds}s\n")))
+}
+
+async fn run_ceiling(
+    phase: Phase,
+    args: &RunArgs,
+    cluster: &Cluster,
+    log: &Path,
+    measured: &mut Measured,
+) -> anyhow::Result<()> {
+    let phase_arg = match phase {
+        Phase::Converge => "converge",
+        Phase::Update => "update",
+    };
+    let output = Command::new(std::env::current_exe()?)
+        .args(["ceiling", "--phase", phase_arg, "--concurrency"])
+        .arg(args.concurrency.to_string())
+        .env("KUBECONFIG", &cluster.contender_kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    std::fs::write(log, &output.stderr)?;
+    if !output.status.success() {
+        bail!(
+            "the ceiling failed ({}); see {}",
+            output.status,
+            log.display()
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let figures: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .context("the ceiling printed no figures")?;
+    measured.finished_cpu += figures["cpu_seconds"].as_f64().unwrap_or(0.0);
+    measured.finished_rss = measured
+        .finished_rss
+        .max(figures["peak_rss_bytes"].as_u64().unwrap_or(0));
+    Ok(())
+}
+
+/// Sets `spec.replicas` on every primary; returns when each change was
+/// committed.
+async fn change_replicas(cluster: &Cluster, n: usize) -> anyhow::Result<HashMap<String, Instant>> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.admin.clone(), NAMESPACE, &cluster::webapps());
+    let patch = serde_json::json!({ "spec": { "replicas": UPDATED_REPLICAS } });
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (api, patch) = (api.clone(), &patch);
+            async move {
+                let name = workload::name(i);
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await?;
+                anyhow::Ok((name, Instant::now()))
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await
+}
+
+/// SIGINT or SIGTERM.
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after 15 s.
+async fn stop(mut child: Child) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    if tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}

@@ -1,0 +1,277 @@
+//! The results: a markdown table, a JSON file, and the ratios of kiln to
+//! the others, printed last.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// Figures for one contender.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Figures {
+    /// `kiln`, `kube-rs`, `controller-runtime`, `ceiling`.
+    pub name: String,
+    /// Whether every primary converged within the time allowed.
+    pub converged: bool,
+    /// From the start of the contender (all primaries exist) to every child
+    /// existing and every primary Ready.
+    pub convergence_seconds: Option<f64>,
+    /// CPU seconds of the contender's process(es) until convergence.
+    pub cpu_seconds_convergence: f64,
+    /// CPU seconds of the contender's process(es) over the whole run.
+    pub cpu_seconds_total: f64,
+    /// Peak resident set size, MiB.
+    pub peak_rss_mib: f64,
+    /// Every request the contender issued over the whole run, by verb.
+    pub requests_by_verb: BTreeMap<String, u64>,
+    /// Writes (create, update, patch, delete) until convergence.
+    pub writes_convergence: u64,
+    /// From the first `spec.replicas` change to every Deployment showing it
+    /// and every primary Ready again.
+    pub update_seconds: Option<f64>,
+    /// Per primary, from its spec change to its Deployment showing it: median.
+    pub update_latency_p50_ms: Option<f64>,
+    /// The same, 99th percentile.
+    pub update_latency_p99_ms: Option<f64>,
+    /// CPU seconds over the idle window (no changes, no resync due).
+    pub idle_cpu_seconds: Option<f64>,
+    /// Requests during the resync window, in which every primary is
+    /// reconciled once with nothing to change.
+    pub resync_requests: Option<u64>,
+    /// Writes during that window (target 0).
+    pub resync_writes: Option<u64>,
+}
+
+impl Figures {
+    /// Total requests.
+    pub fn requests(&self) -> u64 {
+        self.requests_by_verb.values().sum()
+    }
+}
+
+/// The machine the benchmark ran on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// CPU model.
+    pub cpu: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Memory, GiB.
+    pub memory_gib: f64,
+    /// `uname -r`.
+    pub kernel: String,
+}
+
+impl Machine {
+    /// Reads `/proc`.
+    pub fn detect() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, m)| m.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_kib: f64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        Self {
+            cpu,
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            memory_gib: (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+            kernel,
+        }
+    }
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Primaries.
+    pub n: usize,
+    /// Workers / concurrent requests per contender.
+    pub concurrency: usize,
+    /// Resync period every controller was given.
+    pub resync_seconds: u64,
+    /// Length of the idle window.
+    pub idle_seconds: u64,
+    /// The control plane.
+    pub kubernetes: String,
+    /// Where it ran.
+    pub machine: Machine,
+    /// When it started (RFC 3339).
+    pub started: String,
+    /// One entry per contender, in run order.
+    pub contenders: Vec<Figures>,
+}
+
+/// Nearest-rank percentile of `values` (unsorted); `None` when empty.
+pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v.get(rank.clamp(1, v.len()) - 1).copied()
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "—".into(), |v| format!("{v:.digits$}"))
+}
+
+fn verbs(by_verb: &BTreeMap<String, u64>) -> String {
+    by_verb
+        .iter()
+        .map(|(verb, n)| format!("{verb} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Report {
+    fn get(&self, name: &str) -> Option<&Figures> {
+        self.contenders.iter().find(|c| c.name == name)
+    }
+
+    /// The markdown table, with the set-up above it.
+    pub fn markdown(&self) -> String {
+        let m = &self.machine;
+        let mut out = format!(
+            "N = {} WebApps (3 children + status each), concurrency {}, resync {} s, \
+             Kubernetes {}, on {} × {} ({} GiB, Linux {}), {}.\n\n",
+            self.n,
+            self.concurrency,
+            self.resync_seconds,
+            self.kubernetes,
+            m.cpus,
+            m.cpu,
+            m.memory_gib,
+            m.kernel,
+            self.started
+        );
+        out.push_str(
+            "| contender | converge s | CPU s (converge) | CPU s (run) | peak RSS MiB \
+             | requests | writes in resync | update p50 / p99 ms | update s | idle CPU s |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for c in &self.contenders {
+            let converge = match c.convergence_seconds {
+                Some(s) if c.converged => format!("{s:.2}"),
+                _ => "did not converge".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {:.2} | {:.1} | {} | {} | {} / {} | {} | {} |",
+                c.name,
+                converge,
+                c.cpu_seconds_convergence,
+                c.cpu_seconds_total,
+                c.peak_rss_mib,
+                c.requests(),
+                c.resync_writes
+                    .map_or_else(|| "—".into(), |w| w.to_string()),
+                opt(c.update_latency_p50_ms, 0),
+                opt(c.update_latency_p99_ms, 0),
+                opt(c.update_seconds, 2),
+                opt(c.idle_cpu_seconds, 2),
+            );
+        }
+        out.push_str("\nRequests by verb over the whole run:\n\n");
+        for c in &self.contenders {
+            let _ = writeln!(out, "- {}: {}", c.name, verbs(&c.requests_by_verb));
+        }
+        out
+    }
+
+    /// kiln's figures divided by each other contender's (lower is better).
+    pub fn ratios(&self) -> String {
+        let Some(kiln) = self.get("kiln") else {
+            return "no kiln run, no ratios\n".into();
+        };
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+            _ => "—".into(),
+        };
+        let converge = |c: &Figures| c.convergence_seconds.filter(|_| c.converged);
+        let mut out = String::new();
+        for other in ["ceiling", "kube-rs", "controller-runtime"] {
+            let Some(o) = self.get(other) else { continue };
+            let _ = write!(
+                out,
+                "kiln/{other}: convergence {}",
+                ratio(converge(kiln), converge(o))
+            );
+            if other != "ceiling" {
+                let _ = write!(
+                    out,
+                    ", CPU {}, peak RSS {}, requests {}, update p99 {}",
+                    ratio(
+                        Some(kiln.cpu_seconds_convergence),
+                        Some(o.cpu_seconds_convergence)
+                    ),
+                    ratio(Some(kiln.peak_rss_mib), Some(o.peak_rss_mib)),
+                    ratio(Some(kiln.requests() as f64), Some(o.requests() as f64)),
+                    ratio(kiln.update_latency_p99_ms, o.update_latency_p99_ms),
+                );
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 50.0), Some(2.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn ratios_divide_kiln_by_the_others() {
+        let fig = |name: &str, secs: f64, cpu: f64| Figures {
+            name: name.into(),
+            converged: true,
+            convergence_seconds: Some(secs),
+            cpu_seconds_convergence: cpu,
+            peak_rss_mib: 10.0,
+            ..Figures::default()
+        };
+        let report = Report {
+            n: 1,
+            concurrency: 1,
+            resync_seconds: 1,
+            idle_seconds: 1,
+            kubernetes: "v".into(),
+            machine: Machine::detect(),
+            started: "t".into(),
+            contenders: vec![
+                fig("kiln", 3.0, 1.0),
+                fig("ceiling", 2.0, 0.5),
+                fig("kube-rs", 6.0, 2.0),
+            ],
+        };
+        let r = report.ratios();
+        assert!(r.contains("kiln/ceiling: convergence 1.50×"), "{r}");
+        assert!(
+            r.contains("kiln/kube-rs: convergence 0.50×, CPU 0.50×"),
+            "{r}"
+        );
+        assert!(!r.contains("controller-runtime"), "{r}");
+        assert!(report.markdown().contains("| kiln | 3.00 |"));
+    }
+}
