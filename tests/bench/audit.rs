@@ -78,13 +78,36 @@ pub enum Error {
     },
 }
 
-/// Reads every request in the log, once each, in log order.
+/// Reads every request in the log `path` and in the files the API server
+/// rotated it into (`audit-<time>.log` beside it, every 100 MB), once each.
 pub fn read(path: &Path) -> Result<Vec<Request>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+    let read_error = |source| Error::Read {
         path: path.display().to_string(),
         source,
-    })?;
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("audit");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(read_error)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_part_of(p, stem))
+        .collect();
+    // `audit-<time>.log` sorts before `audit.log`: oldest first.
+    files.sort();
+    let mut text = String::new();
+    for file in files {
+        text.push_str(&std::fs::read_to_string(&file).map_err(read_error)?);
+    }
     parse(&text)
+}
+
+/// `audit.log` itself or one of its rotated files.
+fn is_part_of(path: &Path, stem: &str) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    name == format!("{stem}.log")
+        || (name.starts_with(&format!("{stem}-")) && name.ends_with(".log"))
 }
 
 fn parse(text: &str) -> Result<Vec<Request>, Error> {
@@ -189,6 +212,25 @@ mod tests {
         assert_eq!(all.values().sum::<u64>(), 3);
         assert_eq!(writes(&reqs, t0, t0 + 10.0), 1);
         assert_eq!(writes(&reqs, t0 + 2.5, t0 + 10.0), 0);
+    }
+
+    #[test]
+    fn rotated_files_are_read_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |id: &str| {
+            format!(
+                r#"{{"auditID":"{id}","verb":"patch","requestReceivedTimestamp":"2026-11-21T00:00:01Z"}}"#
+            ) + "\n"
+        };
+        std::fs::write(
+            dir.path().join("audit-2026-11-21T18-39-00.914.log"),
+            line("a"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("audit.log"), line("b")).unwrap();
+        std::fs::write(dir.path().join("audit-policy.yaml"), "x").unwrap();
+        let reqs = read(&dir.path().join("audit.log")).unwrap();
+        assert_eq!(reqs.len(), 2);
     }
 
     #[test]

@@ -304,6 +304,8 @@ async fn measure(
     let converged = wait(&observer, &mut measured, &log, timeout, |p| p.converged(n)).await?;
     fig.cpu_seconds_convergence = measured.sample().cpu_seconds;
     let wall_converged = unix_now();
+    fig.phases.insert("start".into(), wall_start);
+    fig.phases.insert("converged".into(), wall_converged);
     fig.converged = converged.is_some();
     fig.convergence_seconds =
         Some(converged.unwrap_or_else(Instant::now) - start).map(|d| d.as_secs_f64());
@@ -312,6 +314,7 @@ async fn measure(
     if fig.converged {
         tokio::time::sleep(SETTLE).await;
         let update_start = Instant::now();
+        fig.phases.insert("update".into(), unix_now());
         let changed_at = change_replicas(&cluster, n).await?;
         if contender == Contender::Ceiling {
             run_ceiling(Phase::Update, args, &cluster, &log, &mut measured).await?;
@@ -321,6 +324,7 @@ async fn measure(
         })
         .await?;
         if let Some(done) = updated {
+            fig.phases.insert("updated".into(), unix_now());
             fig.update_seconds = Some((done - update_start).as_secs_f64());
             let shown = observer.updated_at();
             let latencies: Vec<f64> = changed_at
@@ -343,10 +347,12 @@ async fn measure(
                 }
                 tokio::time::sleep(SETTLE).await;
                 let before = measured.sample().cpu_seconds;
+                fig.phases.insert("idle".into(), unix_now());
                 tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
                 measured.check_alive(&log)?;
                 fig.idle_cpu_seconds = Some(measured.sample().cpu_seconds - before);
                 let window_start = unix_now();
+                fig.phases.insert("resync".into(), window_start);
                 let until = done + Duration::from_secs(args.resync()) + RESYNC_SLACK;
                 tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
                 measured.check_alive(&log)?;
@@ -356,6 +362,7 @@ async fn measure(
     }
 
     let last = measured.sample();
+    fig.phases.insert("end".into(), unix_now());
     fig.cpu_seconds_total = last.cpu_seconds;
     fig.peak_rss_mib = last.peak_rss_bytes as f64 / (1024.0 * 1024.0);
     if let Some(child) = measured.child.take() {

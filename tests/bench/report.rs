@@ -40,6 +40,9 @@ pub struct Figures {
     pub resync_requests: Option<u64>,
     /// Writes during that window (target 0).
     pub resync_writes: Option<u64>,
+    /// When each phase began (Unix seconds), to read the audit log again:
+    /// `start`, `converged`, `update`, `updated`, `idle`, `resync`, `end`.
+    pub phases: BTreeMap<String, f64>,
 }
 
 impl Figures {
