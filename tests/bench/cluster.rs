@@ -13,7 +13,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kiln::controlplane::{Binaries, ControlPlane, Options};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -60,7 +60,7 @@ impl Cluster {
             "--service-cluster-ip-range=10.0.0.0/16".to_string(),
         ];
         let control_plane = ControlPlane::start(opts).await?;
-        let admin = client_for(control_plane.kubeconfig_yaml()).await?;
+        let admin = control_plane.client().await?;
 
         install_crd(&admin).await?;
         create(
@@ -101,12 +101,6 @@ impl Cluster {
             audit_log,
         })
     }
-}
-
-async fn client_for(kubeconfig: &str) -> anyhow::Result<Client> {
-    let kc = Kubeconfig::from_yaml(kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
 }
 
 async fn create<K>(api: Api<K>, value: &serde_json::Value) -> anyhow::Result<()>

@@ -103,7 +103,7 @@ impl Observer {
             &mut st.config_maps
         }));
 
-        let (to_patch, patches) = tokio::sync::mpsc::unbounded_channel();
+        let (to_patch, patches) = futures::channel::mpsc::unbounded();
         let s = state.clone();
         tasks.spawn(each(
             Api::namespaced(client.clone(), NAMESPACE),
@@ -125,7 +125,7 @@ impl Observer {
                 let ready = status.ready_replicas.unwrap_or(0) == replicas
                     && status.observed_generation == Some(generation);
                 if !ready && st.patched.insert((name.clone(), generation)) {
-                    let _ = to_patch.send((name, generation, replicas));
+                    let _ = to_patch.unbounded_send((name, generation, replicas));
                 }
             },
         ));
@@ -220,10 +220,10 @@ where
 /// eight at a time.
 async fn mark_ready(
     client: Client,
-    patches: tokio::sync::mpsc::UnboundedReceiver<(String, i64, i32)>,
+    patches: futures::channel::mpsc::UnboundedReceiver<(String, i64, i32)>,
 ) {
     let api: Api<Deployment> = Api::namespaced(client, NAMESPACE);
-    tokio_stream_from(patches)
+    patches
         .for_each_concurrent(8, |(name, generation, replicas)| {
             let api = api.clone();
             async move {
@@ -249,10 +249,4 @@ async fn mark_ready(
             }
         })
         .await;
-}
-
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = T> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
