@@ -17,6 +17,11 @@ pub const MANAGED_BY: &str = "kiln";
 pub const RULE_LABEL: &str = "kiln.dev/rule";
 /// Label naming the child's id in its rule.
 pub const CHILD_LABEL: &str = "kiln.dev/child";
+/// Annotation holding a hash of everything kiln applied to a child. A child
+/// whose annotation differs from the hash of what the rule renders now is
+/// applied again, in full, so server-side apply removes every field kiln set
+/// before and no longer renders (a label, a key, an env var, a port).
+pub const APPLIED_ANNOTATION: &str = "kiln.dev/applied";
 /// Most children one `forEach` may render.
 pub const MAX_FOR_EACH: usize = 1000;
 
@@ -42,7 +47,12 @@ pub struct DesiredChild {
     pub id: String,
     /// Its kind.
     pub gvk: Gvk,
-    /// The object, with namespace, labels and owner reference set.
+    /// Its namespace (`None` for cluster-scoped kinds).
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// The object, with namespace, labels, owner reference and the
+    /// [`APPLIED_ANNOTATION`] set.
     pub object: Value,
 }
 
@@ -110,14 +120,16 @@ pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
         .collect()
 }
 
-/// The template context for a primary.
-pub fn context(rule: &Rule, inputs: &Inputs) -> JinjaValue {
-    to_jinja(&json!({
-        "self": inputs.primary,
-        "related": inputs.related,
-        "children": inputs.observed,
-        "rule": { "name": rule.name },
-    }))
+/// The template context for a primary. `this` is the primary already
+/// converted for templates ([`to_jinja`]), so a reconcile converts it once for
+/// both its watch references and its render.
+pub fn context(rule: &Rule, this: &JinjaValue, inputs: &Inputs) -> JinjaValue {
+    minijinja::context! {
+        self => this.clone(),
+        related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
+        children => JinjaValue::from(minijinja::value::Serde(&inputs.observed)),
+        rule => minijinja::context! { name => rule.name.clone() },
+    }
 }
 
 /// Renders every child and the status of one primary.
@@ -126,7 +138,17 @@ pub fn render(
     inputs: &Inputs,
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
-    let ctx = context(rule, inputs);
+    render_with(rule, &to_jinja(&inputs.primary), inputs, scope_of)
+}
+
+/// [`render`], with the primary already converted for templates.
+pub fn render_with(
+    rule: &Rule,
+    this: &JinjaValue,
+    inputs: &Inputs,
+    scope_of: ScopeOf<'_>,
+) -> Result<Rendered, RenderFailure> {
+    let ctx = context(rule, this, inputs);
     let set = &rule.templates;
     let mut budget = Budget::default();
     let owner = Owner::of(&inputs.primary, &rule.primary.gvk);
@@ -173,11 +195,8 @@ pub fn render(
         };
         for (item_ctx, _item) in items {
             let object = child.template.render(set, &item_ctx, &mut budget)?;
-            let object = finish_child(rule, &child.id, &child.gvk, object, &owner, scope_of)?;
-            let name = object["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let (object, namespace, name) =
+                finish_child(rule, &child.id, &child.gvk, object, &owner, scope_of)?;
             let live = observed_named(inputs.observed.get(&child.id), &name);
             let ready = match (live, &child.ready_when) {
                 (None, _) => false,
@@ -193,7 +212,7 @@ pub fn render(
                 ready,
             });
             if children.iter().any(|c: &DesiredChild| {
-                c.gvk == child.gvk && c.object["metadata"] == object["metadata"]
+                c.gvk == child.gvk && c.name == name && c.namespace == namespace
             }) {
                 return Err(RenderFailure::child(
                     &child.id,
@@ -203,6 +222,8 @@ pub fn render(
             children.push(DesiredChild {
                 id: child.id.clone(),
                 gvk: child.gvk.clone(),
+                namespace,
+                name,
                 object,
             });
         }
@@ -220,7 +241,7 @@ pub fn render(
 }
 
 /// The live child with this name: the object itself, or the match in a list.
-fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a Value> {
+pub fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a Value> {
     match observed? {
         Value::Array(items) => items.iter().find(|o| o["metadata"]["name"] == name),
         Value::Null => None,
@@ -258,7 +279,8 @@ impl Owner {
     }
 }
 
-/// Checks a rendered child and adds what kiln owns: namespace, labels, owner.
+/// Checks a rendered child and adds what kiln owns: namespace, labels, owner,
+/// and the hash of it all. Returns the object, its namespace and its name.
 fn finish_child(
     rule: &Rule,
     id: &str,
@@ -266,7 +288,7 @@ fn finish_child(
     mut object: Value,
     owner: &Owner,
     scope_of: ScopeOf<'_>,
-) -> Result<Value, RenderFailure> {
+) -> Result<(Value, Option<String>, String), RenderFailure> {
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(RenderFailure::child(id, "metadata must render to a map"));
     };
@@ -338,7 +360,43 @@ fn finish_child(
             Value::Array(vec![reference.clone()]),
         );
     }
-    Ok(object)
+    let namespace = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
+    Ok((object, namespace, name))
+}
+
+/// Sets [`APPLIED_ANNOTATION`] to a hash of the object without it.
+fn stamp(object: &mut Value) -> Result<(), &'static str> {
+    use sha2::Digest;
+    let annotations = object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .map(|m| m.entry("annotations").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+        .ok_or("metadata.annotations must render to a map")?;
+    annotations.remove(APPLIED_ANNOTATION);
+    if annotations.is_empty() {
+        // Keep the object as rendered: no empty map the template did not ask for.
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("annotations");
+        }
+    }
+    let digest = sha2::Sha256::digest(object.to_string().as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    object["metadata"]
+        .as_object_mut()
+        .ok_or("metadata must render to a map")?
+        .entry("annotations")
+        .or_insert_with(|| json!({}))[APPLIED_ANNOTATION] = Value::String(hash);
+    Ok(())
 }
 
 pub use crate::rules::scope::well_known_scope;

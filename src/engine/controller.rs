@@ -1,48 +1,37 @@
 //! One rule, running: the handlers that turn cache changes into queued
-//! primaries, the workers, and the reconcile of one primary.
+//! primaries, the workers, and the executor of each reconcile's plan.
 //!
 //! ```text
 //! primary / child / related change ─▶ queue (key = primary) ─▶ worker ─▶ reconcile
-//! reconcile: cache reads ─▶ render (pure) ─▶ apply what differs ─▶ prune ─▶ status ─▶ next
+//! reconcile: observe (cache reads) ─▶ plan (pure, plan.rs) ─▶ apply ─▶ prune ─▶ status ─▶ next
 //! ```
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
+use minijinja::Value as JinjaValue;
 use serde_json::Value;
 use tracing::Instrument;
 
 use super::Shared;
-use super::backoff::{self, Failures};
-use super::diff::satisfied;
+use super::backoff;
+use super::diff;
+use super::failure::{Category, Failure};
 use super::informer::{Change, Handler, Informer, ObjKey};
 use super::kinds::Kind;
+pub use super::plan::Next;
+use super::plan::{self, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
 use super::reverse::{Reverse, SelectorRef};
-use super::status::{self, Outcome, reasons};
+use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
-use crate::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
+use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
 use crate::rules::{Gvk, LabelSelector, Rule, WatchTarget};
-use crate::template::Budget;
-
-/// What to do with a primary after a reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing until something changes.
-    Done,
-    /// Reconcile again after this long.
-    After(Duration),
-}
-
-/// A reconcile that failed in a way worth retrying with backoff.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Transient(String);
+use crate::template::{Budget, to_jinja};
 
 /// Kinds and informers a rule uses.
 pub struct Wiring {
@@ -54,6 +43,20 @@ pub struct Wiring {
     pub related: HashMap<String, Arc<Informer>>,
 }
 
+/// What the controller keeps per primary between reconciles; dropped with it.
+#[derive(Debug, Default)]
+struct PrimaryState {
+    /// Fingerprint of spec and metadata last queued, so status-only updates
+    /// do not re-render.
+    fingerprint: Option<u64>,
+    /// The last condition reported as an Event, so Events are not repeated.
+    reported: Option<String>,
+    /// Transient failures in a row (the backoff's exponent).
+    failures: u32,
+    /// How the server stored children it normalises.
+    known: Known,
+}
+
 /// A running rule.
 pub struct RuleController {
     rule: Arc<Rule>,
@@ -61,12 +64,7 @@ pub struct RuleController {
     wiring: Wiring,
     queue: Queue<ObjKey>,
     reverse: Mutex<Reverse>,
-    failures: Failures<ObjKey>,
-    /// Fingerprint of each primary's spec and metadata, so status-only
-    /// updates do not re-render.
-    seen: Mutex<HashMap<ObjKey, u64>>,
-    /// The last condition reported per primary, so Events are not repeated.
-    reported: Mutex<HashMap<ObjKey, String>>,
+    states: Mutex<HashMap<ObjKey, PrimaryState>>,
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
 }
 
@@ -77,15 +75,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl RuleController {
     /// Wires the rule to its informers and subscribes its handlers.
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
+        shared.board.register(&rule);
         let this = Arc::new(Self {
             rule,
             shared,
             wiring,
             queue: Queue::default(),
             reverse: Mutex::default(),
-            failures: Failures::default(),
-            seen: Mutex::default(),
-            reported: Mutex::default(),
+            states: Mutex::default(),
             subscriptions: Mutex::default(),
         });
         let weak = Arc::downgrade(&this);
@@ -167,6 +164,7 @@ impl RuleController {
     /// Stops handing out work; workers finish what they hold, then return.
     pub fn shutdown(&self) {
         self.queue.shutdown();
+        self.shared.board.unregister(&self.rule);
         for (informer, id) in lock(&self.subscriptions).drain(..) {
             informer.unsubscribe(id);
         }
@@ -191,30 +189,45 @@ impl RuleController {
                 .get_or_create(&controller)
                 .observe(started.elapsed().as_secs_f64());
             m.active_workers.get_or_create(&controller).dec();
-            let outcome = match result {
-                Ok(Next::After(delay)) => {
-                    self.failures.reset(&key);
-                    self.queue.add_after(key.clone(), delay);
-                    "requeue_after"
-                }
-                Ok(Next::Done) => {
-                    self.failures.reset(&key);
-                    "success"
-                }
-                Err(Transient(error)) => {
-                    let attempt = self.failures.record(&key);
-                    let delay =
-                        backoff::delay(self.rule.requeue.on_error, attempt, backoff::jitter());
-                    tracing::warn!(rule = %self.rule.name, object = %key, %error, retry_in = ?delay, "reconcile failed");
-                    self.queue.add_after(key.clone(), delay);
-                    m.reconcile_errors.get_or_create(&controller).inc();
-                    m.queue_retries.get_or_create(&queue).inc();
-                    "error"
-                }
-            };
+            let outcome = self.schedule(&key, result);
             let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
             m.reconcile_total.get_or_create(&labels).inc();
             self.queue.done(&key);
+        }
+    }
+
+    /// Queues the primary again as `result` says; returns the metric's result label.
+    fn schedule(&self, key: &ObjKey, result: Result<Next, Failure>) -> &'static str {
+        let failures = |states: &mut HashMap<ObjKey, PrimaryState>, failed: bool| {
+            let state = states.get_mut(key)?;
+            let before = state.failures;
+            state.failures = if failed { before.saturating_add(1) } else { 0 };
+            Some(before)
+        };
+        match result {
+            Ok(next) => {
+                failures(&mut lock(&self.states), false);
+                match next {
+                    Next::After(delay) => {
+                        self.queue.add_after(key.clone(), delay);
+                        "requeue_after"
+                    }
+                    Next::Done => "success",
+                }
+            }
+            Err(failure) => {
+                let attempt = failures(&mut lock(&self.states), true).unwrap_or(0);
+                let delay = backoff::delay(self.rule.requeue.on_error, attempt, backoff::jitter());
+                tracing::warn!(rule = %self.rule.name, object = %key, error = %failure, retry_in = ?delay, "reconcile failed");
+                self.queue.add_after(key.clone(), delay);
+                let queue = metrics::queue(&self.rule.name);
+                let m = &self.shared.metrics;
+                m.reconcile_errors
+                    .get_or_create(&metrics::controller(&self.rule.name))
+                    .inc();
+                m.queue_retries.get_or_create(&queue).inc();
+                "error"
+            }
         }
     }
 
@@ -239,17 +252,19 @@ impl RuleController {
                     return;
                 }
                 let key = ObjKey::of(obj);
-                let print = fingerprint(obj);
-                if lock(&self.seen).insert(key.clone(), print) != Some(print) {
+                let print = Some(fingerprint(obj));
+                let mut states = lock(&self.states);
+                let state = states.entry(key.clone()).or_default();
+                if std::mem::replace(&mut state.fingerprint, print) != print {
+                    drop(states);
                     self.enqueue(key);
                 }
             }
             Change::Deleted(obj) => {
                 let key = ObjKey::of(obj);
-                lock(&self.seen).remove(&key);
-                lock(&self.reported).remove(&key);
+                lock(&self.states).remove(&key);
                 lock(&self.reverse).forget(&key);
-                self.failures.reset(&key);
+                self.shared.board.forget(&self.rule.primary.gvk, &key);
             }
         }
     }
@@ -285,19 +300,15 @@ impl RuleController {
     }
 
     fn selects(&self, obj: &DynamicObject) -> bool {
-        let p = &self.rule.primary;
-        let ns_ok =
-            p.namespaces.is_empty() || obj.namespace().is_some_and(|ns| p.namespaces.contains(&ns));
-        ns_ok
-            && p.selector
-                .as_ref()
-                .is_none_or(|s| matches_selector(s, obj.labels()))
+        self.rule
+            .primary
+            .selects(obj.namespace().as_deref(), obj.labels())
     }
 
-    // --- reconcile ---------------------------------------------------------
+    // --- reconcile: observe, plan, execute ------------------------------
 
     /// Reconciles one primary.
-    pub async fn reconcile(&self, key: &ObjKey) -> Result<Next, Transient> {
+    pub async fn reconcile(&self, key: &ObjKey) -> Result<Next, Failure> {
         let Some(obj) = self.wiring.primary.get(key) else {
             return Ok(Next::Done);
         };
@@ -308,248 +319,138 @@ impl RuleController {
             .stats
             .reconciles
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let primary = serde_json::to_value(&*obj).map_err(|e| Transient(e.to_string()))?;
-        let mut inputs = Inputs {
-            primary,
-            ..Inputs::default()
-        };
-
-        // Related objects, and the reverse index that finds us when they change.
-        let missing = match self.gather_related(key, &mut inputs) {
-            Ok(missing) => missing,
-            Err(message) => {
-                return self
-                    .fail(&obj, reasons::TEMPLATE_ERROR, message, Next::Done)
-                    .await;
+        let primary = serde_json::to_value(&*obj)
+            .map_err(|e| Failure::new(Category::Transient, e.to_string()))?;
+        // Converted for templates once, for the watch references and the render.
+        let this = to_jinja(&primary);
+        let plan = match self.observe(key, &obj, primary, &this) {
+            Ok(observed) => {
+                let known = lock(&self.states)
+                    .get(key)
+                    .map(|s| s.known.clone())
+                    .unwrap_or_default();
+                let kinds = &self.shared.kinds;
+                let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
+                plan::plan(&self.rule, &this, &observed, &known, &scope_of)
             }
-        };
-        if !missing.is_empty() {
-            self.write_status(
-                &obj,
-                &Outcome::Waiting {
-                    missing: missing.clone(),
+            // A watch reference that does not render fails like any template.
+            Err(message) => Plan {
+                apply: Vec::new(),
+                prune: Vec::new(),
+                status: Part {
+                    outcome: Outcome::Failed {
+                        reason: reasons::TEMPLATE_ERROR,
+                        message,
+                    },
+                    fields: None,
+                    generation: obj.metadata.generation,
                 },
-                &serde_json::Map::new(),
-            )
-            .await?;
-            self.report(
-                &obj,
-                EventType::Normal,
-                reasons::DEPENDENCY_MISSING,
-                &format!("waiting for {}", missing.join(", ")),
-            )
-            .await;
-            return Ok(Next::After(self.rule.requeue.waiting));
-        }
+                next: Next::Done,
+            },
+        };
+        self.execute(&obj, &plan).await
+    }
 
-        // Live children, by child id.
+    /// Reads what the plan needs from the caches: related objects (recording
+    /// the references in the reverse index) and this rule's live children.
+    fn observe(
+        &self,
+        key: &ObjKey,
+        obj: &DynamicObject,
+        primary: Value,
+        this: &JinjaValue,
+    ) -> Result<Observed, String> {
+        let mut observed = Observed::default();
+        observed.inputs.primary = primary;
+        self.gather_related(key, this, &mut observed)?;
         let uid = obj.uid().unwrap_or_default();
-        let mut owned: Vec<(Gvk, Arc<DynamicObject>)> = Vec::new();
+        let mut by_id: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
         for (gvk, informer) in &self.wiring.children {
             for child in informer.owned_by(&uid) {
-                if child.labels().get(RULE_LABEL) == Some(&self.rule.name) {
-                    owned.push((gvk.clone(), child));
+                let labels = child.labels();
+                if labels.get(RULE_LABEL) != Some(&self.rule.name) {
+                    continue;
                 }
+                let id = labels.get(CHILD_LABEL).cloned().unwrap_or_default();
+                // Every child of the rule is live (a removed id is pruned);
+                // templates see those of the ids and kinds the rule has now.
+                if let Some(spec) = self
+                    .rule
+                    .children
+                    .iter()
+                    .find(|c| c.id == id && &c.gvk == gvk)
+                {
+                    by_id
+                        .entry(spec.id.as_str())
+                        .or_default()
+                        .push(to_json(&child));
+                }
+                observed.children.push(LiveChild {
+                    id,
+                    gvk: gvk.clone(),
+                    key: ObjKey::of(&child),
+                    uid: child.uid(),
+                    deleting: child.metadata.deletion_timestamp.is_some(),
+                });
             }
         }
         for child in &self.rule.children {
-            let live: Vec<Value> = owned
-                .iter()
-                .filter(|(gvk, o)| {
-                    gvk == &child.gvk && o.labels().get(CHILD_LABEL) == Some(&child.id)
-                })
-                .filter_map(|(_, o)| serde_json::to_value(&**o).ok())
-                .collect();
-            let value = match (child.for_each.is_some(), live.len()) {
-                (true, _) => Value::Array(live),
-                (false, 0) => continue,
-                (false, _) => live.into_iter().next().unwrap_or(Value::Null),
+            let Some(mut live) = by_id.remove(child.id.as_str()) else {
+                continue;
             };
-            inputs.observed.insert(child.id.clone(), value);
+            let value = if child.for_each.is_some() {
+                live.sort_by(|a, b| {
+                    a["metadata"]["name"]
+                        .as_str()
+                        .cmp(&b["metadata"]["name"].as_str())
+                });
+                Value::Array(live)
+            } else {
+                live.swap_remove(0)
+            };
+            observed.inputs.observed.insert(child.id.clone(), value);
         }
-
-        // Render: pure.
-        let kinds = &self.shared.kinds;
-        let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
-        let rendered = match render::render(&self.rule, &inputs, &scope_of) {
-            Ok(r) => r,
-            Err(e) => {
-                return self
-                    .fail(&obj, reasons::TEMPLATE_ERROR, e.to_string(), Next::Done)
-                    .await;
-            }
-        };
-
-        // Apply what differs.
-        let pp = PatchParams::apply(&self.shared.options.field_manager);
-        let pp = if self.rule.force_conflicts {
-            pp.force()
-        } else {
-            pp
-        };
-        for child in &rendered.children {
-            let Some(informer) = self.wiring.children.get(&child.gvk) else {
-                continue;
-            };
-            let ckey = rendered_key(&child.object);
-            let live = informer.get(&ckey);
-            if live.as_ref().is_some_and(|l| {
-                serde_json::to_value(&**l).is_ok_and(|l| satisfied(&l, &child.object))
-            }) {
-                continue;
-            }
-            let api = self.api(informer.kind(), ckey.namespace.as_deref());
-            self.shared
-                .stats
-                .applies
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let applied = api
-                .patch(&ckey.name, &pp, &Patch::Apply(&child.object))
-                .await;
-            let result = if applied.is_ok() { "success" } else { "error" };
-            let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
-            self.shared.metrics.apply_total.get_or_create(&labels).inc();
-            if let Err(e) = applied {
-                let (reason, message, next) = classify(
-                    &e,
-                    &child.gvk,
-                    &ckey,
-                    self.rule.requeue.on_error.max,
-                    self.rule.force_conflicts,
-                );
-                return match next {
-                    Some(next) => self.fail(&obj, reason, message, next).await,
-                    None => {
-                        self.write_status(
-                            &obj,
-                            &Outcome::Failed {
-                                reason,
-                                message: message.clone(),
-                            },
-                            &serde_json::Map::new(),
-                        )
-                        .await
-                        .ok();
-                        Err(Transient(message))
-                    }
-                };
-            }
-        }
-
-        // Prune children this rule no longer renders, only after every apply succeeded.
-        let desired: HashSet<(Gvk, ObjKey)> = rendered
-            .children
-            .iter()
-            .map(|c| (c.gvk.clone(), rendered_key(&c.object)))
-            .collect();
-        for (gvk, child) in &owned {
-            let ckey = ObjKey::of(child);
-            if desired.contains(&(gvk.clone(), ckey.clone()))
-                || child.metadata.deletion_timestamp.is_some()
-            {
-                continue;
-            }
-            let Some(informer) = self.wiring.children.get(gvk) else {
-                continue;
-            };
-            let api = self.api(informer.kind(), ckey.namespace.as_deref());
-            let dp = DeleteParams {
-                preconditions: child.uid().map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::background()
-            };
-            self.shared
-                .stats
-                .deletes
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            match api.delete(&ckey.name, &dp).await {
-                Ok(_) => {
-                    tracing::info!(rule = %self.rule.name, child = %ckey, kind = %gvk, "pruned");
-                    self.publish(
-                        &obj,
-                        EventType::Normal,
-                        "Pruned",
-                        &format!("deleted {} {ckey}: no longer rendered", gvk.kind),
-                    )
-                    .await;
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(Transient(format!("pruning {} {ckey}: {e}", gvk.kind))),
-            }
-        }
-
-        // Status.
-        let not_ready: Vec<String> = rendered
-            .readiness
-            .iter()
-            .filter(|r| !r.ready)
-            .map(|r| format!("{}/{}", r.id, r.name))
-            .collect();
-        let waiting_on_children = !not_ready.is_empty();
-        self.write_status(&obj, &Outcome::Applied { not_ready }, &rendered.status)
-            .await?;
-        lock(&self.reported).remove(key);
-        Ok(if waiting_on_children {
-            Next::After(self.rule.requeue.waiting)
-        } else {
-            self.rule.requeue.resync.map_or(Next::Done, Next::After)
-        })
+        Ok(observed)
     }
 
     /// Renders each watch's reference, records it in the reverse index and
-    /// reads the related objects from the cache. Returns the required ones missing.
-    fn gather_related(&self, key: &ObjKey, inputs: &mut Inputs) -> Result<Vec<String>, String> {
-        let ctx = render::context(&self.rule, inputs);
+    /// reads the related objects from the cache, noting required ones missing.
+    fn gather_related(
+        &self,
+        key: &ObjKey,
+        this: &JinjaValue,
+        observed: &mut Observed,
+    ) -> Result<(), String> {
+        let ctx = render::context(&self.rule, this, &observed.inputs);
         let set = &self.rule.templates;
         let mut budget = Budget::default();
-        let primary_ns = key.namespace.clone();
         let mut refs = Vec::new();
         let mut selectors = Vec::new();
-        let mut missing = Vec::new();
         for watch in &self.rule.watches {
             let Some(informer) = self.wiring.related.get(&watch.name) else {
                 continue;
             };
-            let namespaced = informer.kind().namespaced;
-            let namespace_of = |ns: &Option<crate::template::Piece>,
-                                budget: &mut Budget|
-             -> Result<Option<String>, String> {
-                if !namespaced {
-                    return Ok(None);
-                }
-                match ns {
-                    Some(piece) => piece
-                        .render_string(set, &ctx, budget)
-                        .map(Some)
-                        .map_err(|e| e.to_string()),
-                    None => Ok(primary_ns.clone()),
-                }
+            let mut text = |piece: &crate::template::Piece| {
+                piece
+                    .render_string(set, &ctx, &mut budget)
+                    .map_err(|e| e.to_string())
             };
-            match &watch.target {
+            let namespaced = informer.kind().namespaced;
+            let found = match &watch.target {
                 WatchTarget::Ref { name, namespace } => {
-                    let name = name
-                        .render_string(set, &ctx, &mut budget)
-                        .map_err(|e| e.to_string())?;
                     let target = ObjKey {
-                        namespace: namespace_of(namespace, &mut budget)?,
-                        name,
+                        namespace: namespace_of(namespaced, namespace, key, &mut text)?,
+                        name: text(name)?,
                     };
                     refs.push((watch.name.clone(), target.clone()));
-                    match informer.get(&target) {
-                        Some(o) => {
-                            inputs.related.insert(
-                                watch.name.clone(),
-                                serde_json::to_value(&*o).map_err(|e| e.to_string())?,
-                            );
-                        }
-                        None if watch.required => missing.push(format!(
+                    let found = informer.get(&target).map(|o| to_json(&o));
+                    if found.is_none() && watch.required {
+                        observed.missing.push(format!(
                             "{} {target} (related.{})",
                             watch.gvk.kind, watch.name
-                        )),
-                        None => {}
+                        ));
                     }
+                    found
                 }
                 WatchTarget::Selector {
                     match_labels,
@@ -557,22 +458,18 @@ impl RuleController {
                 } => {
                     let mut labels = BTreeMap::new();
                     for (k, piece) in match_labels {
-                        labels.insert(
-                            k.clone(),
-                            piece
-                                .render_string(set, &ctx, &mut budget)
-                                .map_err(|e| e.to_string())?,
-                        );
+                        labels.insert(k.clone(), text(piece)?);
                     }
-                    let ns = namespace_of(namespace, &mut budget)?;
+                    let ns = namespace_of(namespaced, namespace, key, &mut text)?;
+                    let selector = LabelSelector {
+                        match_labels: labels,
+                        match_expressions: Vec::new(),
+                    };
                     let mut found: Vec<Value> = informer
                         .list()
                         .into_iter()
-                        .filter(|o| {
-                            o.namespace() == ns
-                                && labels.iter().all(|(k, v)| o.labels().get(k) == Some(v))
-                        })
-                        .filter_map(|o| serde_json::to_value(&*o).ok())
+                        .filter(|o| o.namespace() == ns && selector.matches(o.labels()))
+                        .map(|o| to_json(&o))
                         .collect();
                     found.sort_by(|a, b| {
                         a["metadata"]["name"]
@@ -580,89 +477,225 @@ impl RuleController {
                             .cmp(&b["metadata"]["name"].as_str())
                     });
                     if found.is_empty() && watch.required {
-                        missing.push(format!(
-                            "{} with labels {labels:?} (related.{})",
-                            watch.gvk.kind, watch.name
+                        observed.missing.push(format!(
+                            "{} with labels {:?} (related.{})",
+                            watch.gvk.kind, selector.match_labels, watch.name
                         ));
                     }
-                    inputs
-                        .related
-                        .insert(watch.name.clone(), Value::Array(found));
                     selectors.push(SelectorRef {
                         watch: watch.name.clone(),
                         namespace: ns,
-                        labels,
+                        selector,
                     });
+                    Some(Value::Array(found))
                 }
+            };
+            if let Some(found) = found {
+                observed.inputs.related.insert(watch.name.clone(), found);
             }
         }
         lock(&self.reverse).set(key, refs, selectors);
-        Ok(missing)
+        Ok(())
     }
 
-    fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) if kind.namespaced => {
-                Api::namespaced_with(self.shared.client.clone(), ns, &kind.ar)
+    /// Performs a plan: applies, then prunes (only once every apply
+    /// succeeded), then the status; Events for what changed.
+    async fn execute(&self, obj: &DynamicObject, plan: &Plan) -> Result<Next, Failure> {
+        for child in &plan.apply {
+            if let Err(failure) = self.apply(obj, child).await {
+                return self.failed(obj, plan, failure).await;
             }
-            _ => Api::all_with(self.shared.client.clone(), &kind.ar),
+        }
+        for prune in &plan.prune {
+            if let Err(failure) = self.prune(obj, prune).await {
+                return self.failed(obj, plan, failure).await;
+            }
+        }
+        self.write_status(obj, &plan.status).await?;
+        match &plan.status.outcome {
+            Outcome::Waiting { missing } => {
+                let message = format!("waiting for {}", missing.join(", "));
+                self.report(
+                    obj,
+                    EventType::Normal,
+                    reasons::DEPENDENCY_MISSING,
+                    &message,
+                )
+                .await;
+            }
+            Outcome::Failed { reason, message } => {
+                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, %message, "reconcile failed");
+                self.report(obj, EventType::Warning, reason, message).await;
+            }
+            Outcome::Applied { .. } => {
+                if let Some(state) = lock(&self.states).get_mut(&ObjKey::of(obj)) {
+                    state.reported = None;
+                }
+            }
+        }
+        Ok(plan.next)
+    }
+
+    /// A write of the plan failed: the status says so; a permanent failure
+    /// is an Event and waits (for a change, or slowly), a transient one backs off.
+    async fn failed(
+        &self,
+        obj: &DynamicObject,
+        plan: &Plan,
+        failure: Failure,
+    ) -> Result<Next, Failure> {
+        let reason = failure.category.reason();
+        let part = plan::failed(plan, reason, failure.message.clone());
+        let status = self.write_status(obj, &part).await;
+        match failure.category.retry(self.rule.requeue.on_error.max) {
+            Some(next) => {
+                status?;
+                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, message = %failure.message, "reconcile failed");
+                self.report(obj, EventType::Warning, reason, &failure.message)
+                    .await;
+                Ok(next)
+            }
+            None => Err(failure),
         }
     }
 
-    /// A failure that is not retried hot: condition, Event, then `next`.
-    async fn fail(
-        &self,
-        obj: &DynamicObject,
-        reason: &'static str,
-        message: String,
-        next: Next,
-    ) -> Result<Next, Transient> {
-        tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, %message, "reconcile failed");
-        self.write_status(
-            obj,
-            &Outcome::Failed {
-                reason,
-                message: message.clone(),
-            },
-            &serde_json::Map::new(),
-        )
-        .await?;
-        self.report(obj, EventType::Warning, reason, &message).await;
-        Ok(next)
+    /// Refuses every write once this replica may no longer make one (its
+    /// lease is not known to be held right now).
+    fn fence(&self) -> Result<(), Failure> {
+        if self.shared.may_write() {
+            Ok(())
+        } else {
+            Err(Failure::new(Category::LeaseLost, "the lease is not held"))
+        }
     }
 
-    /// Writes the status when it differs from the live one (and the primary has one kiln may write).
-    async fn write_status(
-        &self,
-        obj: &DynamicObject,
-        outcome: &Outcome,
-        fields: &serde_json::Map<String, Value>,
-    ) -> Result<(), Transient> {
+    /// Server-side applies one child, and remembers how the server stored it.
+    async fn apply(&self, obj: &DynamicObject, child: &DesiredChild) -> Result<(), Failure> {
+        let Some(informer) = self.wiring.children.get(&child.gvk) else {
+            return Ok(());
+        };
+        self.fence()?;
+        let pp = PatchParams::apply(&self.shared.options.field_manager);
+        let pp = if self.rule.force_conflicts {
+            pp.force()
+        } else {
+            pp
+        };
+        let ckey = plan::key_of(child);
+        let api = self.api(informer.kind(), ckey.namespace.as_deref());
+        self.shared
+            .stats
+            .applies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let applied = api
+            .patch(&ckey.name, &pp, &Patch::Apply(&child.object))
+            .await
+            .map_err(|e| {
+                let what = format!("applying {} {ckey}", child.gvk.kind);
+                Failure::of(&e, &what, self.rule.force_conflicts)
+            });
+        let result = applied
+            .as_ref()
+            .map_or_else(|f| f.category.label(), |_| "success");
+        let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
+        self.shared.metrics.apply_total.get_or_create(&labels).inc();
+        let stored = applied?;
+        let normalized = diff::normalized(&child.object, &to_json(&stored));
+        let mut states = lock(&self.states);
+        let known = &mut states.entry(ObjKey::of(obj)).or_default().known;
+        let key = (child.gvk.clone(), ckey);
+        match normalized {
+            Some(n) => known.insert(key, n),
+            None => known.remove(&key),
+        };
+        Ok(())
+    }
+
+    /// Deletes a child the rule no longer renders (that very object: its uid).
+    async fn prune(&self, obj: &DynamicObject, prune: &Prune) -> Result<(), Failure> {
+        let Some(informer) = self.wiring.children.get(&prune.gvk) else {
+            return Ok(());
+        };
+        self.fence()?;
+        let api = self.api(informer.kind(), prune.key.namespace.as_deref());
+        let dp = DeleteParams {
+            preconditions: prune.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        self.shared
+            .stats
+            .deletes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (kind, ckey) = (&prune.gvk.kind, &prune.key);
+        match api.delete(&ckey.name, &dp).await {
+            Ok(_) => {
+                tracing::info!(rule = %self.rule.name, child = %ckey, kind = %prune.gvk, "pruned");
+                let message = format!("deleted {kind} {ckey}: no longer rendered");
+                self.publish(obj, EventType::Normal, "Pruned", &message)
+                    .await;
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(Failure::of(&e, &format!("pruning {kind} {ckey}"), true)),
+        }
+    }
+
+    /// Writes the primary's status, composed from every rule selecting it,
+    /// when it differs from the live one (and the kind has one kiln writes).
+    async fn write_status(&self, obj: &DynamicObject, part: &Part) -> Result<(), Failure> {
         let kind = self.wiring.primary.kind();
         if !writes_status(kind) {
             return Ok(());
         }
+        let gvk = &self.rule.primary.gvk;
+        let rules = self.shared.board.selecting(gvk, obj);
+        if rules.len() <= 1 {
+            let fields = field_names(&self.rule);
+            let me = Contributor {
+                rule: &self.rule.name,
+                fields: &fields,
+                part: Some(part),
+            };
+            return self.patch_status(obj, &[me]).await;
+        }
+        // Rules sharing an object write its status one at a time, each
+        // composing every rule's latest part.
+        let key = ObjKey::of(obj);
+        let writer = self.shared.board.writer(gvk, &key);
+        let _turn = writer.lock().await;
+        let parts = self.shared.board.put(gvk, &key, &self.rule.name, part);
+        let names: Vec<Vec<&str>> = rules.iter().map(|r| field_names(r)).collect();
+        let contributors: Vec<Contributor<'_>> = rules
+            .iter()
+            .zip(&names)
+            .map(|(r, fields)| Contributor {
+                rule: &r.name,
+                fields,
+                part: parts.get(&r.name),
+            })
+            .collect();
+        self.patch_status(obj, &contributors).await
+    }
+
+    /// Applies the status composed from `contributors` unless the object shows it already.
+    async fn patch_status(
+        &self,
+        obj: &DynamicObject,
+        contributors: &[Contributor<'_>],
+    ) -> Result<(), Failure> {
         let live = obj.data.get("status").cloned().unwrap_or(Value::Null);
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let names: Vec<&str> = self
-            .rule
-            .status_fields
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .collect();
-        let desired = status::status(
-            outcome,
-            &live,
-            fields,
-            &names,
-            &now,
-            obj.metadata.generation,
-        );
-        if satisfied(&live, &desired) {
+        let desired = status::compose(contributors, &live, &now, obj.metadata.generation);
+        let owned = owned_status_fields(obj, &self.shared.options.field_manager);
+        if status::converged(&live, &desired, &owned) {
             return Ok(());
         }
+        self.fence()?;
         let key = ObjKey::of(obj);
         let patch = serde_json::json!({
             "apiVersion": self.rule.primary.gvk.api_version(),
@@ -670,7 +703,7 @@ impl RuleController {
             "metadata": { "name": key.name },
             "status": desired,
         });
-        let api = self.api(kind, key.namespace.as_deref());
+        let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
         self.shared
             .stats
             .status_writes
@@ -682,16 +715,29 @@ impl RuleController {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()), // deleted meanwhile
-            Err(e) => Err(Transient(format!("writing status: {e}"))),
+            Err(e) => Err(Failure::of(&e, "writing status", true)),
+        }
+    }
+
+    fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) if kind.namespaced => {
+                Api::namespaced_with(self.shared.client.clone(), ns, &kind.ar)
+            }
+            _ => Api::all_with(self.shared.client.clone(), &kind.ar),
         }
     }
 
     /// Publishes an Event once per distinct reason and message.
     async fn report(&self, obj: &DynamicObject, kind: EventType, reason: &str, message: &str) {
-        let key = ObjKey::of(obj);
-        let said = format!("{reason}: {message}");
-        if lock(&self.reported).insert(key, said.clone()) == Some(said) {
-            return;
+        let said = Some(format!("{reason}: {message}"));
+        {
+            let mut states = lock(&self.states);
+            let state = states.entry(ObjKey::of(obj)).or_default();
+            if state.reported == said {
+                return;
+            }
+            state.reported = said;
         }
         self.publish(obj, kind, reason, message).await;
     }
@@ -701,7 +747,7 @@ impl RuleController {
         let event = KubeEvent {
             type_: kind,
             reason: reason.to_string(),
-            note: Some(message.chars().take(1000).collect()),
+            note: Some(event_note(message)),
             action: "Reconcile".to_string(),
             secondary: None,
         };
@@ -720,66 +766,64 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
     })
 }
 
+fn field_names(rule: &Rule) -> Vec<&str> {
+    rule.status_fields.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// The namespace a watch looks in: none for a cluster-scoped kind, the
+/// rendered one, or the primary's.
+fn namespace_of(
+    namespaced: bool,
+    template: &Option<crate::template::Piece>,
+    primary: &ObjKey,
+    text: &mut impl FnMut(&crate::template::Piece) -> Result<String, String>,
+) -> Result<Option<String>, String> {
+    match template {
+        _ if !namespaced => Ok(None),
+        Some(piece) => text(piece).map(Some),
+        None => Ok(primary.namespace.clone()),
+    }
+}
+
+fn to_json(obj: &DynamicObject) -> Value {
+    serde_json::to_value(obj).unwrap_or(Value::Null)
+}
+
+/// An Event's note: the API takes at most 1024 bytes, so longer messages
+/// are cut at a character boundary.
+fn event_note(message: &str) -> String {
+    const MAX: usize = 1024;
+    if message.len() <= MAX {
+        return message.to_string();
+    }
+    let mut end = MAX - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+/// The top-level status fields kiln's field manager owns on the object (its
+/// managed fields for the status subresource, which the cache keeps).
+fn owned_status_fields(obj: &DynamicObject, manager: &str) -> Vec<String> {
+    obj.managed_fields()
+        .iter()
+        .filter(|m| {
+            m.manager.as_deref() == Some(manager) && m.subresource.as_deref() == Some("status")
+        })
+        .filter_map(|m| m.fields_v1.as_ref())
+        .filter_map(|f| f.0.get("f:status").and_then(Value::as_object))
+        .flat_map(|status| status.keys())
+        .filter_map(|k| k.strip_prefix("f:"))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Whether kiln writes conditions to this kind's status: custom resources
 /// with a status subresource. Built-in kinds have typed statuses of their own.
 fn writes_status(kind: &Kind) -> bool {
     let g = &kind.gvk.group;
     kind.has_status && g.contains('.') && !g.ends_with(".k8s.io")
-}
-
-/// Sorts an API error into condition reason, message, and whether it is
-/// permanent (`Some(next)`) or retried with backoff (`None`).
-fn classify(
-    e: &kube::Error,
-    gvk: &Gvk,
-    key: &ObjKey,
-    slow_retry: Duration,
-    forced: bool,
-) -> (&'static str, String, Option<Next>) {
-    let what = format!("applying {} {key}", gvk.kind);
-    match e {
-        // Without force, server-side apply answers 409 when another manager
-        // owns a field: a standing disagreement, not a transient error.
-        kube::Error::Api(s) if s.code == 409 && !forced => (
-            reasons::CONFLICT,
-            format!("{what}: {}", s.message),
-            Some(Next::After(slow_retry)),
-        ),
-        kube::Error::Api(s) if s.code == 403 => (
-            reasons::FORBIDDEN,
-            format!("{what}: forbidden: {}", s.message),
-            Some(Next::After(slow_retry)),
-        ),
-        // Server-side apply reports a value of the wrong type for the schema
-        // as a 500 "failed to create typed patch object": as permanent as a 422.
-        kube::Error::Api(s)
-            if s.code == 422
-                || s.code == 400
-                || (s.code == 500 && s.message.contains("failed to create typed patch object")) =>
-        {
-            (
-                reasons::INVALID,
-                format!("{what}: {}", s.message),
-                Some(Next::Done),
-            )
-        }
-        kube::Error::Api(s) => (
-            reasons::APPLY_FAILED,
-            format!("{what}: {} (HTTP {})", s.message, s.code),
-            None,
-        ),
-        other => (reasons::APPLY_FAILED, format!("{what}: {other}"), None),
-    }
-}
-
-/// The namespace and name of a rendered child (render guarantees the name,
-/// and sets the namespace of namespaced kinds).
-fn rendered_key(object: &Value) -> ObjKey {
-    let meta = &object["metadata"];
-    ObjKey {
-        namespace: meta["namespace"].as_str().map(str::to_string),
-        name: meta["name"].as_str().unwrap_or_default().to_string(),
-    }
 }
 
 /// A hash of everything but status and bookkeeping metadata.
@@ -797,20 +841,16 @@ fn fingerprint(obj: &DynamicObject) -> u64 {
     hasher.finish()
 }
 
-/// Whether labels satisfy a label selector.
-pub fn matches_selector(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    selector
-        .match_labels
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
-        && selector.match_expressions.iter().all(|req| {
-            let value = labels.get(&req.key);
-            match req.operator.as_str() {
-                "In" => value.is_some_and(|v| req.values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !req.values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit_in_bytes_even_with_multi_byte_text() {
+        let long = "é".repeat(900); // 1800 bytes
+        let note = event_note(&long);
+        assert!(note.len() <= 1024, "{}", note.len());
+        assert!(note.ends_with('…'));
+        assert_eq!(event_note("short"), "short");
+    }
 }

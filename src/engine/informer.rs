@@ -157,8 +157,15 @@ impl Informer {
     }
 
     /// Starts watching `kind`: cluster-wide, or in each of `namespaces` for a
-    /// namespaced kind when any are given.
-    pub fn start(client: &Client, kind: Arc<Kind>, namespaces: &[String]) -> Arc<Self> {
+    /// namespaced kind when any are given. Managed fields are dropped, but
+    /// for the status entries of `status_manager` (kiln's own: they tell which
+    /// status fields kiln wrote, so one it stops writing can be removed).
+    pub fn start(
+        client: &Client,
+        kind: Arc<Kind>,
+        namespaces: &[String],
+        status_manager: &str,
+    ) -> Arc<Self> {
         let scopes: Vec<Option<String>> = if kind.namespaced && !namespaces.is_empty() {
             namespaces.iter().cloned().map(Some).collect()
         } else {
@@ -178,11 +185,15 @@ impl Informer {
             .map(|(stream, api)| {
                 let weak = Arc::downgrade(&this);
                 let gvk = this.kind.gvk.to_string();
+                let keep = status_manager.to_string();
                 tokio::spawn(async move {
                     let events = watcher(api, watcher::Config::default().any_semantic())
                         .default_backoff()
-                        .modify(|o: &mut DynamicObject| {
-                            o.managed_fields_mut().clear();
+                        .modify(move |o: &mut DynamicObject| {
+                            o.managed_fields_mut().retain(|m| {
+                                m.manager.as_deref() == Some(keep.as_str())
+                                    && m.subresource.as_deref() == Some("status")
+                            });
                         });
                     futures::pin_mut!(events);
                     while let Some(event) = events.next().await {
@@ -423,9 +434,18 @@ struct Entry {
 pub struct Registry {
     entries: Mutex<HashMap<crate::rules::Gvk, Entry>>,
     starts: Mutex<HashMap<crate::rules::Gvk, u64>>,
+    status_manager: String,
 }
 
 impl Registry {
+    /// A registry whose informers keep the status managed fields of `manager`.
+    pub fn keeping_status_of(manager: &str) -> Self {
+        Self {
+            status_manager: manager.to_string(),
+            ..Self::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<crate::rules::Gvk, Entry>> {
         self.entries
             .lock()
@@ -449,7 +469,7 @@ impl Registry {
                 .entry(kind.gvk.clone())
                 .or_insert(0) += 1;
             Entry {
-                informer: Informer::start(client, kind.clone(), namespaces),
+                informer: Informer::start(client, kind.clone(), namespaces, &self.status_manager),
                 users: 0,
                 idle_since: None,
             }

@@ -6,10 +6,13 @@
 //! starts by itself once discovery finds them.
 
 pub mod backoff;
+pub mod board;
 pub mod controller;
 pub mod diff;
+pub mod failure;
 pub mod informer;
 pub mod kinds;
+pub mod plan;
 pub mod queue;
 pub mod reverse;
 pub mod status;
@@ -93,6 +96,20 @@ pub struct Shared {
     pub stats: Stats,
     /// Prometheus metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Which rules select each primary, and their parts of its status.
+    pub board: board::Board,
+    /// Whether this replica may write right now (its lease is held); unset: always.
+    pub fence: std::sync::OnceLock<Fence>,
+}
+
+/// Answers whether this replica may write right now.
+pub type Fence = Arc<dyn Fn() -> bool + Send + Sync>;
+
+impl Shared {
+    /// Whether a write may be sent now: no fence is set, or it says yes.
+    pub fn may_write(&self) -> bool {
+        self.fence.get().is_none_or(|f| f())
+    }
 }
 
 /// The state of one rule.
@@ -128,12 +145,14 @@ impl Engine {
         };
         let shared = Arc::new(Shared {
             kinds: Kinds::new(client.clone()),
-            informers: Registry::default(),
+            informers: Registry::keeping_status_of(&options.field_manager),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             options,
             stats: Stats::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            board: board::Board::default(),
+            fence: std::sync::OnceLock::new(),
         });
         Self {
             shared,
@@ -179,13 +198,38 @@ impl Engine {
         }
     }
 
-    /// Stops one rule; its children stay.
+    /// Stops one rule; its children stay. Other rules on the same primary
+    /// kind reconcile their objects again, so the status parts of the rule
+    /// that stopped leave the objects they shared.
     pub async fn stop(&self, name: &str) {
         let running = self.lock().remove(name);
         if let Some(r) = running {
+            let gvk = self.controller_of(&r).map(|c| c.rule().primary.gvk.clone());
             let _ = r.stop.send(true);
             let _ = tokio::time::timeout(self.shared.options.shutdown_grace, r.task).await;
+            let others: Vec<Arc<RuleController>> = self
+                .lock()
+                .values()
+                .filter_map(|o| self.controller_of(o))
+                .filter(|c| Some(&c.rule().primary.gvk) == gvk.as_ref())
+                .collect();
+            for c in others {
+                c.enqueue_all();
+            }
         }
+    }
+
+    /// Makes every write of the engine conditional on `fence` (leader election).
+    pub fn set_fence(&self, fence: Fence) {
+        let _ = self.shared.fence.set(fence);
+    }
+
+    fn controller_of(&self, running: &Running) -> Option<Arc<RuleController>> {
+        running
+            .controller
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Swaps a running rule for a new version: the old one stops (in-flight
@@ -245,12 +289,7 @@ impl Engine {
 
     /// The running controller of a rule, once its kinds are served.
     pub fn controller(&self, name: &str) -> Option<Arc<RuleController>> {
-        self.lock().get(name).and_then(|r| {
-            r.controller
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
-        })
+        self.lock().get(name).and_then(|r| self.controller_of(r))
     }
 
     /// The state of a rule.

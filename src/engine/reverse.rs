@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::informer::ObjKey;
+use crate::rules::LabelSelector;
 
 /// One primary's selector watch: objects in `namespace` with these labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +15,8 @@ pub struct SelectorRef {
     pub watch: String,
     /// Where to look (`None`: cluster-scoped kind).
     pub namespace: Option<String>,
-    /// The rendered labels.
-    pub labels: BTreeMap<String, String>,
+    /// The rendered selector.
+    pub selector: LabelSelector,
 }
 
 /// What one primary's watches point at.
@@ -80,9 +81,7 @@ impl Reverse {
             .unwrap_or_default();
         for (primary, targets) in &self.by_primary {
             let hit = targets.selectors.iter().any(|s| {
-                s.watch == watch
-                    && s.namespace == object.namespace
-                    && s.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+                s.watch == watch && s.namespace == object.namespace && s.selector.matches(labels)
             });
             if hit && !out.contains(primary) {
                 out.push(primary.clone());
@@ -152,7 +151,10 @@ mod tests {
             vec![SelectorRef {
                 watch: "peers".into(),
                 namespace: Some("a".into()),
-                labels: labels.clone(),
+                selector: LabelSelector {
+                    match_labels: labels.clone(),
+                    match_expressions: Vec::new(),
+                },
             }],
         );
         let mut more = labels.clone();

@@ -1,6 +1,12 @@
 //! The status kiln writes on a primary: `observedGeneration`, the conditions
 //! `Ready`, `Reconciled` and `Waiting`, and the rule's own fields. Computing it
 //! is pure; a condition's `lastTransitionTime` only moves when its status does.
+//!
+//! Several rules may select the same object. Each contributes a [`Part`]; the
+//! status is composed from every part and written by one field manager, so no
+//! rule's apply removes another's fields. `Ready`, `Reconciled` and `Waiting`
+//! then aggregate over the rules, and each rule also gets its own conditions,
+//! `<rule>.kiln.dev/Ready` and so on, which cannot collide with anyone's.
 
 use serde_json::{Map, Value, json};
 
@@ -36,6 +42,8 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// A rule has not reconciled the object since kiln started.
+    pub const NOT_RECONCILED_YET: &str = "NotReconciledYet";
 }
 
 /// How a reconcile went, as far as status is concerned.
@@ -60,81 +68,198 @@ pub enum Outcome {
     },
 }
 
-/// The conditions for `outcome`, keeping transition times from `previous`.
+/// One rule's contribution to a primary's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// How the rule's last reconcile of the object went.
+    pub outcome: Outcome,
+    /// The rule's status fields, rendered from `generation`; `None` when the
+    /// reconcile rendered nothing (waiting, failed): the fields the object
+    /// shows are kept, and `observedGeneration` does not move.
+    pub fields: Option<Map<String, Value>>,
+    /// The generation of the object this part was computed from.
+    pub generation: Option<i64>,
+}
+
+/// A rule selecting the object, as status composition needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Contributor<'a> {
+    /// The rule's name.
+    pub rule: &'a str,
+    /// The rule's status field names.
+    pub fields: &'a [&'a str],
+    /// Its part; `None` when it has not reconciled the object yet (since kiln
+    /// started): its fields and conditions are kept as the object shows them.
+    pub part: Option<&'a Part>,
+}
+
+/// A condition before its transition time is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cond {
+    status: &'static str,
+    reason: String,
+    message: String,
+}
+
+impl Cond {
+    fn new(ok: bool, reason: &str, message: String) -> Self {
+        Self {
+            status: if ok { "True" } else { "False" },
+            reason: reason.to_string(),
+            message,
+        }
+    }
+
+    fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+
+    /// The condition as the object shows it, or Unknown.
+    fn from_live(previous: &[Value], kind: &str) -> Self {
+        let found = previous.iter().find(|c| c["type"] == kind);
+        let text = |k: &str| {
+            found
+                .and_then(|c| c[k].as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let status = match found.and_then(|c| c["status"].as_str()) {
+            Some("True") => "True",
+            Some("False") => "False",
+            _ => "Unknown",
+        };
+        let reason = match status {
+            "Unknown" => reasons::NOT_RECONCILED_YET.to_string(),
+            _ => text("reason"),
+        };
+        Self {
+            status,
+            reason,
+            message: text("message"),
+        }
+    }
+}
+
+/// Ready, Reconciled, Waiting for one outcome.
+fn triple(outcome: &Outcome) -> [Cond; 3] {
+    match outcome {
+        Outcome::Applied { not_ready } if not_ready.is_empty() => [
+            Cond::new(true, reasons::ALL_READY, "all children are ready".into()),
+            Cond::new(true, reasons::APPLIED, "all children applied".into()),
+            Cond::new(false, reasons::DEPENDENCIES_PRESENT, String::new()),
+        ],
+        Outcome::Applied { not_ready } => [
+            Cond::new(
+                false,
+                reasons::CHILDREN_NOT_READY,
+                format!("not ready: {}", not_ready.join(", ")),
+            ),
+            Cond::new(true, reasons::APPLIED, "all children applied".into()),
+            Cond::new(false, reasons::DEPENDENCIES_PRESENT, String::new()),
+        ],
+        Outcome::Waiting { missing } => {
+            let message = format!("waiting for {}", missing.join(", "));
+            [
+                Cond::new(false, reasons::DEPENDENCY_MISSING, message.clone()),
+                Cond::new(
+                    true,
+                    reasons::DEPENDENCY_MISSING,
+                    "nothing applied while waiting".into(),
+                ),
+                Cond::new(true, reasons::DEPENDENCY_MISSING, message),
+            ]
+        }
+        Outcome::Failed { reason, message } => [
+            Cond::new(false, reason, message.clone()),
+            Cond::new(false, reason, message.clone()),
+            Cond::new(false, reasons::DEPENDENCIES_PRESENT, String::new()),
+        ],
+    }
+}
+
+const TYPES: [&str; 3] = [types::READY, types::RECONCILED, types::WAITING];
+
+/// The condition type a rule owns on an object it shares with other rules.
+pub fn rule_condition(rule: &str, kind: &str) -> String {
+    format!("{rule}.kiln.dev/{kind}")
+}
+
+/// Aggregates one condition type over rules: Ready and Reconciled hold when
+/// they hold for every rule, Waiting when it holds for any.
+fn aggregate(kind: &str, per_rule: &[(&str, &Cond)]) -> Cond {
+    let any = kind == types::WAITING;
+    let deciding: Vec<&(&str, &Cond)> = per_rule
+        .iter()
+        .filter(|(_, c)| if any { c.is_true() } else { !c.is_true() })
+        .collect();
+    let Some((_, first)) = deciding.first() else {
+        let (_, first) = per_rule[0];
+        return first.clone();
+    };
+    if per_rule.len() == 1 {
+        return (*first).clone();
+    }
+    let message = deciding
+        .iter()
+        .map(|(rule, c)| format!("{rule}: {}", c.message))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Cond {
+        status: first.status,
+        reason: first.reason.clone(),
+        message,
+    }
+}
+
+fn condition(
+    kind: &str,
+    c: &Cond,
+    previous: &[Value],
+    now: &str,
+    generation: Option<i64>,
+) -> Value {
+    let since = previous
+        .iter()
+        .find(|p| p["type"] == kind && p["status"] == c.status)
+        .and_then(|p| p["lastTransitionTime"].as_str())
+        .unwrap_or(now);
+    let mut v = json!({
+        "type": kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": since,
+    });
+    if let Some(g) = generation {
+        v["observedGeneration"] = json!(g);
+    }
+    v
+}
+
+/// The conditions for `outcome` of a single rule, keeping transition times
+/// from `previous`.
 pub fn conditions(
     outcome: &Outcome,
     previous: &[Value],
     now: &str,
     generation: Option<i64>,
 ) -> Vec<Value> {
-    let (ready, reconciled, waiting) = match outcome {
-        Outcome::Applied { not_ready } if not_ready.is_empty() => (
-            (
-                true,
-                reasons::ALL_READY,
-                "all children are ready".to_string(),
-            ),
-            (true, reasons::APPLIED, "all children applied".to_string()),
-            (false, reasons::DEPENDENCIES_PRESENT, String::new()),
-        ),
-        Outcome::Applied { not_ready } => (
-            (
-                false,
-                reasons::CHILDREN_NOT_READY,
-                format!("not ready: {}", not_ready.join(", ")),
-            ),
-            (true, reasons::APPLIED, "all children applied".to_string()),
-            (false, reasons::DEPENDENCIES_PRESENT, String::new()),
-        ),
-        Outcome::Waiting { missing } => {
-            let message = format!("waiting for {}", missing.join(", "));
-            (
-                (false, reasons::DEPENDENCY_MISSING, message.clone()),
-                (
-                    true,
-                    reasons::DEPENDENCY_MISSING,
-                    "nothing applied while waiting".to_string(),
-                ),
-                (true, reasons::DEPENDENCY_MISSING, message),
-            )
-        }
-        Outcome::Failed { reason, message } => (
-            (false, *reason, message.clone()),
-            (false, *reason, message.clone()),
-            (false, reasons::DEPENDENCIES_PRESENT, String::new()),
-        ),
-    };
-    [(types::READY, ready), (types::RECONCILED, reconciled), (types::WAITING, waiting)]
-        .into_iter()
-        .map(|(kind, (ok, reason, message))| {
-            let status = if ok { "True" } else { "False" };
-            let since = previous
-                .iter()
-                .find(|c| c["type"] == kind && c["status"] == status)
-                .and_then(|c| c["lastTransitionTime"].as_str())
-                .unwrap_or(now);
-            let mut c = json!({
-                "type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": since,
-            });
-            if let Some(g) = generation {
-                c["observedGeneration"] = json!(g);
-            }
-            c
-        })
+    let conds = triple(outcome);
+    TYPES
+        .iter()
+        .zip(&conds)
+        .map(|(kind, c)| condition(kind, c, previous, now, generation))
         .collect()
 }
 
-/// The whole status kiln applies: engine fields plus the rule's fields.
+/// The whole status kiln applies to an object: the fields of every rule
+/// selecting it, `observedGeneration` and the conditions.
 ///
-/// `field_names` are the rule's status fields. When the reconcile rendered
-/// nothing (waiting, failed), their previous values are kept: applying
-/// without them would make server-side apply delete them, only to write
-/// them back on the next success.
-pub fn status(
-    outcome: &Outcome,
+/// A rule that rendered nothing this time (or has not reconciled the object
+/// yet) keeps the fields the object shows: applying without them would make
+/// server-side apply delete them, only to write them back on the next
+/// success. `observedGeneration` moves only when every rule's fields were
+/// computed from the same generation or later: it never claims a status
+/// that was not computed.
+pub fn compose(
+    rules: &[Contributor<'_>],
     previous: &Value,
-    fields: &Map<String, Value>,
-    field_names: &[&str],
     now: &str,
     generation: Option<i64>,
 ) -> Value {
@@ -142,25 +267,94 @@ pub fn status(
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let mut status = match outcome {
-        Outcome::Applied { .. } => fields.clone(),
-        Outcome::Waiting { .. } | Outcome::Failed { .. } => field_names
-            .iter()
-            .filter_map(|name| {
-                previous
-                    .get(*name)
-                    .map(|v| ((*name).to_string(), v.clone()))
-            })
-            .collect(),
-    };
-    if let Some(g) = generation {
-        status.insert("observedGeneration".into(), json!(g));
+    let mut status = Map::new();
+    let mut observed: Option<i64> = None;
+    let mut every_part_computed = !rules.is_empty();
+    for r in rules {
+        match r
+            .part
+            .and_then(|p| p.fields.as_ref().map(|f| (f, p.generation)))
+        {
+            Some((fields, g)) => {
+                status.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+                observed = match (observed, g) {
+                    (Some(o), Some(g)) => Some(o.min(g)),
+                    (_, g) => g.or(observed),
+                };
+            }
+            None => {
+                every_part_computed = false;
+                for name in r.fields {
+                    if let Some(v) = previous.get(*name) {
+                        status.insert((*name).to_string(), v.clone());
+                    }
+                }
+            }
+        }
     }
-    status.insert(
-        "conditions".into(),
-        Value::Array(conditions(outcome, previous_conditions, now, generation)),
-    );
+    let keep = previous.get("observedGeneration").cloned();
+    match (every_part_computed, observed) {
+        (true, Some(g)) => {
+            status.insert("observedGeneration".into(), json!(g));
+        }
+        _ => {
+            if let Some(v) = keep {
+                status.insert("observedGeneration".into(), v);
+            }
+        }
+    }
+    let per_rule: Vec<[Cond; 3]> = rules
+        .iter()
+        .map(|r| match r.part {
+            Some(p) => triple(&p.outcome),
+            None => TYPES.map(|t| Cond::from_live(previous_conditions, &rule_condition(r.rule, t))),
+        })
+        .collect();
+    let mut conditions = Vec::new();
+    for (i, kind) in TYPES.iter().enumerate() {
+        let each: Vec<(&str, &Cond)> = rules
+            .iter()
+            .zip(&per_rule)
+            .map(|(r, c)| (r.rule, &c[i]))
+            .collect();
+        if each.is_empty() {
+            continue;
+        }
+        conditions.push(condition(
+            kind,
+            &aggregate(kind, &each),
+            previous_conditions,
+            now,
+            generation,
+        ));
+    }
+    if rules.len() > 1 {
+        for (r, conds) in rules.iter().zip(&per_rule) {
+            for (kind, c) in TYPES.iter().zip(conds) {
+                let t = rule_condition(r.rule, kind);
+                conditions.push(condition(&t, c, previous_conditions, now, generation));
+            }
+        }
+    }
+    status.insert("conditions".into(), Value::Array(conditions));
     Value::Object(status)
+}
+
+/// Whether the object's status already is `desired`: every field kiln
+/// composes is there with exactly that value (conditions as a subset: other
+/// controllers may add theirs), and no field kiln wrote before (`owned`,
+/// from kiln's managed fields) is missing from `desired` — such a field must
+/// leave, which takes a write.
+pub fn converged(live: &Value, desired: &Value, owned: &[String]) -> bool {
+    let Some(d) = desired.as_object() else {
+        return false;
+    };
+    owned.iter().all(|k| d.contains_key(k))
+        && d.iter().all(|(k, v)| match live.get(k) {
+            None => v.is_null(),
+            Some(l) if k == "conditions" => super::diff::satisfied(l, v),
+            Some(l) => super::diff::equal(l, v),
+        })
 }
 
 #[cfg(test)]
@@ -217,38 +411,155 @@ mod tests {
         );
     }
 
+    fn part(outcome: Outcome, fields: Option<Value>, generation: i64) -> Part {
+        Part {
+            outcome,
+            fields: fields.map(|f| f.as_object().unwrap().clone()),
+            generation: Some(generation),
+        }
+    }
+
+    fn ready() -> Outcome {
+        Outcome::Applied { not_ready: vec![] }
+    }
+
     #[test]
     fn rule_fields_are_kept_while_nothing_new_was_rendered() {
-        let previous = json!({"url": "http://a", "readyReplicas": 2, "conditions": []});
-        let waiting = Outcome::Waiting {
-            missing: vec!["x".into()],
-        };
-        let s = status(
-            &waiting,
-            &previous,
-            &Map::new(),
-            &["url", "readyReplicas", "absent"],
-            "T",
-            Some(1),
+        let previous = json!({"url": "http://a", "readyReplicas": 2, "observedGeneration": 1, "conditions": []});
+        let waiting = part(
+            Outcome::Waiting {
+                missing: vec!["x".into()],
+            },
+            None,
+            2,
         );
+        let names = ["url", "readyReplicas", "absent"];
+        let one = |p: &Part| {
+            compose(
+                &[Contributor {
+                    rule: "r",
+                    fields: &names,
+                    part: Some(p),
+                }],
+                &previous,
+                "T",
+                Some(2),
+            )
+        };
+        let s = one(&waiting);
         assert_eq!(s["url"], "http://a");
         assert_eq!(s["readyReplicas"], 2);
         assert!(s.get("absent").is_none());
-        let mut fresh = Map::new();
-        fresh.insert("url".into(), json!("http://b"));
-        let s = status(
-            &Outcome::Applied { not_ready: vec![] },
-            &previous,
-            &fresh,
-            &["url", "readyReplicas"],
-            "T",
-            Some(1),
+        assert_eq!(
+            s["observedGeneration"], 1,
+            "nothing was computed from generation 2: observedGeneration stays"
         );
+        let s = one(&part(ready(), Some(json!({"url": "http://b"})), 2));
         assert_eq!(s["url"], "http://b");
+        assert_eq!(s["observedGeneration"], 2);
         assert!(
             s.get("readyReplicas").is_none(),
             "an applied reconcile writes exactly what it rendered"
         );
+    }
+
+    #[test]
+    fn two_rules_on_one_object_keep_their_fields_and_conditions_apart() {
+        let previous = json!({"conditions": []});
+        let a = part(ready(), Some(json!({"a": 1})), 4);
+        let b = part(
+            Outcome::Failed {
+                reason: reasons::INVALID,
+                message: "child refused".into(),
+            },
+            None,
+            4,
+        );
+        let s = compose(
+            &[
+                Contributor {
+                    rule: "alpha",
+                    fields: &["a"],
+                    part: Some(&a),
+                },
+                Contributor {
+                    rule: "beta",
+                    fields: &["b"],
+                    part: Some(&b),
+                },
+            ],
+            &previous,
+            "T",
+            Some(4),
+        );
+        let cs = s["conditions"].as_array().unwrap();
+        assert_eq!(s["a"], 1);
+        assert_eq!(
+            by_type(cs, "Ready")["status"],
+            "False",
+            "one rule failing is failing"
+        );
+        assert_eq!(by_type(cs, "Ready")["reason"], "Invalid");
+        assert_eq!(by_type(cs, "Ready")["message"], "beta: child refused");
+        assert_eq!(by_type(cs, "Reconciled")["status"], "False");
+        assert_eq!(by_type(cs, "alpha.kiln.dev/Ready")["status"], "True");
+        assert_eq!(by_type(cs, "beta.kiln.dev/Reconciled")["reason"], "Invalid");
+        assert!(
+            s.get("observedGeneration").is_none(),
+            "beta computed nothing from generation 4"
+        );
+    }
+
+    #[test]
+    fn a_rule_not_reconciled_yet_keeps_what_the_object_shows() {
+        let previous = json!({
+            "b": "kept",
+            "conditions": [{"type": "beta.kiln.dev/Ready", "status": "True", "reason": "AllChildrenReady", "message": "m", "lastTransitionTime": "T0"}],
+        });
+        let a = part(ready(), Some(json!({"a": 1})), 1);
+        let s = compose(
+            &[
+                Contributor {
+                    rule: "alpha",
+                    fields: &["a"],
+                    part: Some(&a),
+                },
+                Contributor {
+                    rule: "beta",
+                    fields: &["b"],
+                    part: None,
+                },
+            ],
+            &previous,
+            "T1",
+            Some(1),
+        );
+        let cs = s["conditions"].as_array().unwrap();
+        assert_eq!(s["b"], "kept");
+        assert_eq!(
+            by_type(cs, "beta.kiln.dev/Ready")["lastTransitionTime"],
+            "T0"
+        );
+        assert_eq!(by_type(cs, "Ready")["status"], "True");
+    }
+
+    #[test]
+    fn a_field_kiln_wrote_and_no_longer_composes_is_not_converged() {
+        let live = json!({"url": "u", "old": "x", "conditions": []});
+        let desired = json!({"url": "u", "conditions": []});
+        assert!(converged(
+            &live,
+            &desired,
+            &["url".into(), "conditions".into()]
+        ));
+        assert!(!converged(
+            &live,
+            &desired,
+            &["url".into(), "old".into(), "conditions".into()]
+        ));
+        // Someone else's field is not kiln's to remove.
+        assert!(converged(&live, &desired, &[]));
+        assert!(!converged(&json!({"url": "v"}), &desired, &[]));
     }
 
     #[test]

@@ -14,12 +14,12 @@ pub mod scope;
 pub mod spec;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::Diagnostic;
-pub use spec::RawLabelSelector as LabelSelector;
 
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 
@@ -60,6 +60,66 @@ pub struct Primary {
     pub namespaces: Vec<String>,
     /// Only objects matching this selector.
     pub selector: Option<LabelSelector>,
+}
+
+impl Primary {
+    /// Whether the rule takes an object in `namespace` with these labels.
+    pub fn selects(&self, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+        let in_namespace = self.namespaces.is_empty()
+            || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns));
+        in_namespace && self.selector.as_ref().is_none_or(|s| s.matches(labels))
+    }
+}
+
+/// A label selector, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelSelector {
+    /// Labels that must have exactly these values.
+    pub match_labels: BTreeMap<String, String>,
+    /// Further requirements, all of which must hold.
+    pub match_expressions: Vec<Requirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    /// The label key.
+    pub key: String,
+    /// How the label is tested.
+    pub operator: Operator,
+    /// Values for `In` and `NotIn`.
+    pub values: Vec<String>,
+}
+
+/// A label selector operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    /// The label has one of the values.
+    In,
+    /// The label is absent or has none of the values.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    /// Whether labels satisfy the selector.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|req| {
+                let value = labels.get(&req.key);
+                match req.operator {
+                    Operator::In => value.is_some_and(|v| req.values.contains(v)),
+                    Operator::NotIn => value.is_none_or(|v| !req.values.contains(v)),
+                    Operator::Exists => value.is_some(),
+                    Operator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
 }
 
 /// How a watched object is found for a primary.

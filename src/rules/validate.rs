@@ -13,7 +13,8 @@ use super::load::Document;
 use super::scope::well_known_scope;
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
-    Backoff, Child, Diagnostic, Gvk, Primary, Requeue, Rule, RuleSet, Watch, WatchTarget, duration,
+    Backoff, Child, Diagnostic, Gvk, LabelSelector, Operator, Primary, Requeue, Requirement, Rule,
+    RuleSet, Watch, WatchTarget, duration,
 };
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Step, path_string};
@@ -138,13 +139,12 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        if let Some(sel) = &f.selector {
-            self.selector(&[key("spec"), key("for"), key("selector")], sel);
-        }
+        let at = [key("spec"), key("for"), key("selector")];
+        let selector = f.selector.as_ref().map(|sel| self.selector(&at, sel));
         Some(Primary {
             gvk: gvk?,
             namespaces: f.namespaces.clone(),
-            selector: f.selector.clone(),
+            selector,
         })
     }
 
@@ -167,26 +167,44 @@ impl<'a> Checker<'a> {
         })
     }
 
-    fn selector(&mut self, at: &[Step], sel: &RawLabelSelector) {
+    fn selector(&mut self, at: &[Step], sel: &RawLabelSelector) -> LabelSelector {
+        let mut match_expressions = Vec::new();
         for (i, req) in sel.match_expressions.iter().enumerate() {
             let here = [at, &[key("matchExpressions"), Step::Index(i)]].concat();
-            match (req.operator.as_str(), req.values.is_empty()) {
-                ("In" | "NotIn", true) => self.error(
+            let operator = match req.operator.as_str() {
+                "In" => Operator::In,
+                "NotIn" => Operator::NotIn,
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                op => {
+                    self.error(
+                        &[here.as_slice(), &[key("operator")]].concat(),
+                        format!("unknown operator `{op}` (use In, NotIn, Exists or DoesNotExist)"),
+                    );
+                    continue;
+                }
+            };
+            let takes_values = matches!(operator, Operator::In | Operator::NotIn);
+            match (takes_values, req.values.is_empty()) {
+                (true, true) => self.error(
                     &here,
                     format!("operator `{}` needs at least one value", req.operator),
                 ),
-                ("Exists" | "DoesNotExist", false) => {
-                    self.error(
-                        &here,
-                        format!("operator `{}` takes no values", req.operator),
-                    );
-                }
-                ("In" | "NotIn" | "Exists" | "DoesNotExist", _) => {}
-                (op, _) => self.error(
-                    &[here.as_slice(), &[key("operator")]].concat(),
-                    format!("unknown operator `{op}` (use In, NotIn, Exists or DoesNotExist)"),
+                (false, false) => self.error(
+                    &here,
+                    format!("operator `{}` takes no values", req.operator),
                 ),
+                _ => {}
             }
+            match_expressions.push(Requirement {
+                key: req.key.clone(),
+                operator,
+                values: req.values.clone(),
+            });
+        }
+        LabelSelector {
+            match_labels: sel.match_labels.clone(),
+            match_expressions,
         }
     }
 

@@ -13,6 +13,7 @@
 
 mod support;
 
+mod declarative;
 mod deploy;
 mod engine;
 mod examples;

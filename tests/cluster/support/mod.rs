@@ -17,6 +17,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, discovery};
 use serde::Deserialize;
 
+pub mod scene;
+
 /// The field manager tests write with.
 pub const MANAGER: &str = "kiln-test";
 

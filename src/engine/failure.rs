@@ -1,0 +1,164 @@
+//! Why a write of a reconcile failed, sorted once: the category decides the
+//! condition reason, the Event, the metric label and how the primary is
+//! retried.
+
+use std::time::Duration;
+
+use super::plan::Next;
+use super::status::reasons;
+
+/// The kinds of failure, each with one retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// Another field manager owns a field the rule sets, and the rule does not force.
+    Conflict,
+    /// The API server refused the write (RBAC).
+    Forbidden,
+    /// The API server refused the object as invalid: permanent for this object.
+    Invalid,
+    /// Anything else (5xx, 429, timeouts, connection errors): retried with backoff.
+    Transient,
+    /// This replica no longer holds the lease: it must not write.
+    LeaseLost,
+}
+
+impl Category {
+    /// The condition and Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Conflict => reasons::CONFLICT,
+            Self::Forbidden => reasons::FORBIDDEN,
+            Self::Invalid => reasons::INVALID,
+            Self::Transient | Self::LeaseLost => reasons::APPLY_FAILED,
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Conflict => "conflict",
+            Self::Forbidden => "forbidden",
+            Self::Invalid => "invalid",
+            Self::Transient => "error",
+            Self::LeaseLost => "lease_lost",
+        }
+    }
+
+    /// When to try again: `None` means backoff. A standing disagreement
+    /// (conflict, RBAC) is retried slowly; an invalid object when it changes.
+    pub fn retry(self, slow: Duration) -> Option<Next> {
+        match self {
+            Self::Conflict | Self::Forbidden => Some(Next::After(slow)),
+            Self::Invalid => Some(Next::Done),
+            Self::Transient | Self::LeaseLost => None,
+        }
+    }
+}
+
+/// A failed write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    /// What kind of failure.
+    pub category: Category,
+    /// For humans: what was being written, and the API server's words.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `category`.
+    pub fn new(category: Category, message: impl Into<String>) -> Self {
+        Self {
+            category,
+            message: message.into(),
+        }
+    }
+
+    /// Sorts an API error for a write described by `what` (e.g. `applying
+    /// ConfigMap ns/x`). `forced`: the write forced conflicts, so a 409 is a
+    /// race, not a standing disagreement.
+    pub fn of(error: &kube::Error, what: &str, forced: bool) -> Self {
+        let category = match error {
+            kube::Error::Api(s) if s.code == 409 && !forced => Category::Conflict,
+            kube::Error::Api(s) if s.code == 403 => Category::Forbidden,
+            // Server-side apply reports a value of the wrong type for the
+            // schema as a 500 "failed to create typed patch object": as
+            // permanent as a 422.
+            kube::Error::Api(s)
+                if s.code == 422
+                    || s.code == 400
+                    || (s.code == 500
+                        && s.message.contains("failed to create typed patch object")) =>
+            {
+                Category::Invalid
+            }
+            _ => Category::Transient,
+        };
+        let message = match (error, category) {
+            (kube::Error::Api(s), Category::Forbidden) => {
+                format!("{what}: forbidden: {}", s.message)
+            }
+            (kube::Error::Api(s), Category::Transient) => {
+                format!("{what}: {} (HTTP {})", s.message, s.code)
+            }
+            (kube::Error::Api(s), _) => format!("{what}: {}", s.message),
+            (other, _) => format!("{what}: {other}"),
+        };
+        Self { category, message }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn api_errors_are_sorted_by_what_a_retry_could_change() {
+        let slow = Duration::from_secs(300);
+        let cases = [
+            (
+                api(409, "conflict"),
+                false,
+                Category::Conflict,
+                Some(Next::After(slow)),
+            ),
+            (api(409, "conflict"), true, Category::Transient, None),
+            (
+                api(403, "no"),
+                true,
+                Category::Forbidden,
+                Some(Next::After(slow)),
+            ),
+            (api(422, "bad"), true, Category::Invalid, Some(Next::Done)),
+            (
+                api(
+                    500,
+                    "failed to create typed patch object: .spec.x: expected string",
+                ),
+                true,
+                Category::Invalid,
+                Some(Next::Done),
+            ),
+            (api(500, "etcd timeout"), true, Category::Transient, None),
+            (api(429, "slow down"), true, Category::Transient, None),
+        ];
+        for (error, forced, category, retry) in cases {
+            let f = Failure::of(&error, "applying ConfigMap a/b", forced);
+            assert_eq!(f.category, category, "{error}");
+            assert_eq!(f.category.retry(slow), retry, "{error}");
+            assert!(
+                f.message.starts_with("applying ConfigMap a/b: "),
+                "{}",
+                f.message
+            );
+        }
+    }
+}

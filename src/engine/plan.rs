@@ -1,0 +1,556 @@
+//! The decision of one reconcile, as a pure function: a rule, one primary,
+//! its related objects and its children as the cache holds them → which
+//! children to apply, which to delete, what the status says and when to look
+//! again. The controller performs the plan (`controller.rs`); nothing here
+//! talks to the API server, so every decision is unit-tested below as a table
+//! of scenarios.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use minijinja::Value as JinjaValue;
+
+use super::diff::{Normalized, converged};
+use super::informer::ObjKey;
+use super::status::{Outcome, Part, reasons};
+use crate::render::{self, DesiredChild, Inputs, ScopeOf};
+use crate::rules::{Gvk, Rule};
+
+/// What to do with a primary after a reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until something changes.
+    Done,
+    /// Reconcile again after this long.
+    After(Duration),
+}
+
+/// A child of this rule for this primary, as the cache holds it. Its object
+/// is in [`Inputs::observed`], under its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveChild {
+    /// The child's id in the rule (its `kiln.dev/child` label).
+    pub id: String,
+    /// Its kind.
+    pub gvk: Gvk,
+    /// Its namespace and name.
+    pub key: ObjKey,
+    /// Its uid (a delete is conditioned on it).
+    pub uid: Option<String>,
+    /// Whether it is being deleted already.
+    pub deleting: bool,
+}
+
+/// Everything a reconcile of one primary reads.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The primary, related objects found and live children by id.
+    pub inputs: Inputs,
+    /// Required related objects not found, described for humans.
+    pub missing: Vec<String>,
+    /// The rule's live children of this primary.
+    pub children: Vec<LiveChild>,
+}
+
+/// What the server is known to store differently, per child.
+pub type Known = HashMap<(Gvk, ObjKey), Normalized>;
+
+/// A child to delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prune {
+    /// Its kind.
+    pub gvk: Gvk,
+    /// Its namespace and name.
+    pub key: ObjKey,
+    /// Its uid: the delete applies to this object only.
+    pub uid: Option<String>,
+}
+
+/// What one reconcile does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Children whose live object lacks something the rule renders, in rule order.
+    pub apply: Vec<DesiredChild>,
+    /// Children the rule no longer renders, deleted once every apply succeeded.
+    pub prune: Vec<Prune>,
+    /// The rule's part of the primary's status, once every write succeeded.
+    pub status: Part,
+    /// When to look again, once every write succeeded.
+    pub next: Next,
+}
+
+impl Plan {
+    /// Writes nothing but status.
+    fn only(status: Part, next: Next) -> Self {
+        Self {
+            apply: Vec::new(),
+            prune: Vec::new(),
+            status,
+            next,
+        }
+    }
+
+    /// Whether the plan writes anything besides status.
+    pub fn writes_children(&self) -> bool {
+        !self.apply.is_empty() || !self.prune.is_empty()
+    }
+}
+
+/// Decides one reconcile. `this` is the primary converted for templates.
+pub fn plan(
+    rule: &Rule,
+    this: &JinjaValue,
+    observed: &Observed,
+    known: &Known,
+    scope_of: ScopeOf<'_>,
+) -> Plan {
+    let generation = observed.inputs.primary["metadata"]["generation"].as_i64();
+    if !observed.missing.is_empty() {
+        let outcome = Outcome::Waiting {
+            missing: observed.missing.clone(),
+        };
+        return Plan::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        );
+    }
+    let rendered = match render::render_with(rule, this, &observed.inputs, scope_of) {
+        Ok(r) => r,
+        Err(e) => {
+            let outcome = Outcome::Failed {
+                reason: reasons::TEMPLATE_ERROR,
+                message: e.to_string(),
+            };
+            // Permanent for these inputs: retried when something changes.
+            return Plan::only(unrendered(outcome, generation), Next::Done);
+        }
+    };
+    let prune = observed
+        .children
+        .iter()
+        .filter(|live| {
+            !live.deleting
+                && !rendered.children.iter().any(|c| {
+                    c.gvk == live.gvk
+                        && c.name == live.key.name
+                        && c.namespace == live.key.namespace
+                })
+        })
+        .map(|live| Prune {
+            gvk: live.gvk.clone(),
+            key: live.key.clone(),
+            uid: live.uid.clone(),
+        })
+        .collect();
+    let not_ready: Vec<String> = rendered
+        .readiness
+        .iter()
+        .filter(|r| !r.ready)
+        .map(|r| format!("{}/{}", r.id, r.name))
+        .collect();
+    let next = if not_ready.is_empty() {
+        rule.requeue.resync.map_or(Next::Done, Next::After)
+    } else {
+        Next::After(rule.requeue.waiting)
+    };
+    let apply = rendered
+        .children
+        .into_iter()
+        .filter(|c| {
+            let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
+            let key = (c.gvk.clone(), key_of(c));
+            !live.is_some_and(|l| converged(l, &c.object, known.get(&key)))
+        })
+        .collect();
+    Plan {
+        apply,
+        prune,
+        status: Part {
+            outcome: Outcome::Applied { not_ready },
+            fields: Some(rendered.status),
+            generation,
+        },
+        next,
+    }
+}
+
+/// The status part of a reconcile that rendered nothing.
+fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
+    Part {
+        outcome,
+        fields: None,
+        generation,
+    }
+}
+
+/// The key of a desired child.
+pub fn key_of(child: &DesiredChild) -> ObjKey {
+    ObjKey {
+        namespace: child.namespace.clone(),
+        name: child.name.clone(),
+    }
+}
+
+/// The status part after a write of the plan failed.
+pub fn failed(plan: &Plan, reason: &'static str, message: String) -> Part {
+    unrendered(Outcome::Failed { reason, message }, plan.status.generation)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each test is one scenario: the world as the cache shows it, and what
+    //! the plan does about it.
+
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::engine::diff::normalized;
+    use crate::render::{APPLIED_ANNOTATION, well_known_scope};
+    use crate::rules;
+    use crate::template::to_jinja;
+
+    const RULE: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  watches:
+    - name: creds
+      apiVersion: v1
+      kind: Secret
+      ref: {name: "{{ self.spec.secret | default('creds') }}"}
+      required: true
+  children:
+    - id: config
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}", labels: "{{ self.spec.labels | default({}) }}"}
+        data: "{{ self.spec.data }}"
+    - id: extra
+      when: self.spec.extra | default(false)
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-extra"}
+      readyWhen: child.data.ready == 'yes'
+  status:
+    fields:
+      size: "{{ self.spec.data | length }}"
+  requeue: {resync: 10m, waiting: 5s}
+"#;
+
+    fn rule() -> Rule {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        std::fs::write(&file, RULE).unwrap();
+        let mut set = rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
+        std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
+    }
+
+    /// A world: one App primary with `spec`, its Secret present, no children yet.
+    struct World {
+        rule: Rule,
+        observed: Observed,
+        known: Known,
+    }
+
+    fn an_app(spec: Value) -> World {
+        let mut observed = Observed::default();
+        observed.inputs.primary = json!({
+            "apiVersion": "demo.kiln.dev/v1", "kind": "App",
+            "metadata": {"name": "shop", "namespace": "team", "uid": "u1", "generation": 3},
+            "spec": spec,
+        });
+        observed
+            .inputs
+            .related
+            .insert("creds".into(), json!({"metadata": {"name": "creds"}}));
+        World {
+            rule: rule(),
+            observed,
+            known: Known::new(),
+        }
+    }
+
+    impl World {
+        fn plan(&self) -> Plan {
+            let this = to_jinja(&self.observed.inputs.primary);
+            plan(
+                &self.rule,
+                &this,
+                &self.observed,
+                &self.known,
+                &well_known_scope,
+            )
+        }
+
+        /// The children exactly as the current plan would apply them are live.
+        fn converged(mut self) -> Self {
+            for c in self.plan().apply {
+                self = self.with_live(&c.id, c.object);
+            }
+            self
+        }
+
+        fn with_live(mut self, id: &str, object: Value) -> Self {
+            let name = object["metadata"]["name"].as_str().unwrap().to_string();
+            self.observed.children.push(LiveChild {
+                id: id.into(),
+                gvk: Gvk {
+                    group: String::new(),
+                    version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                },
+                key: ObjKey {
+                    namespace: Some("team".into()),
+                    name,
+                },
+                uid: Some(format!("uid-{id}")),
+                deleting: false,
+            });
+            self.observed.inputs.observed.insert(id.into(), object);
+            self
+        }
+
+        fn live_mut(&mut self, id: &str) -> &mut Value {
+            self.observed.inputs.observed.get_mut(id).unwrap()
+        }
+
+        fn spec(mut self, spec: Value) -> Self {
+            self.observed.inputs.primary["spec"] = spec;
+            self
+        }
+
+        fn without_secret(mut self) -> Self {
+            self.observed.inputs.related.clear();
+            self.observed
+                .missing
+                .push("Secret team/creds (related.creds)".into());
+            self
+        }
+    }
+
+    fn applied_ids(plan: &Plan) -> Vec<&str> {
+        plan.apply.iter().map(|c| c.id.as_str()).collect()
+    }
+
+    fn pruned(plan: &Plan) -> Vec<&str> {
+        plan.prune.iter().map(|p| p.key.name.as_str()).collect()
+    }
+
+    fn base() -> Value {
+        json!({"data": {"owner": "me", "old": "x"}, "labels": {"keep": "yes", "extra": "yes"}})
+    }
+
+    #[test]
+    fn a_new_primary_applies_its_children() {
+        let plan = an_app(base()).plan();
+        assert_eq!(applied_ids(&plan), ["config"]);
+        assert!(plan.prune.is_empty());
+        assert_eq!(
+            plan.next,
+            Next::After(Duration::from_secs(5)),
+            "children not seen yet are not ready: look again after `waiting`"
+        );
+    }
+
+    #[test]
+    fn converged_children_need_no_write() {
+        let plan = an_app(base()).converged().plan();
+        assert!(!plan.writes_children());
+        assert_eq!(plan.status.outcome, Outcome::Applied { not_ready: vec![] });
+        assert_eq!(plan.status.fields.unwrap()["size"], 2);
+    }
+
+    #[test]
+    fn extra_fields_added_by_the_server_or_others_are_not_drift() {
+        let mut world = an_app(base()).converged();
+        let live = world.live_mut("config");
+        live["metadata"]["resourceVersion"] = json!("42");
+        live["metadata"]["labels"]["someone-else"] = json!("x");
+        assert!(!world.plan().writes_children());
+    }
+
+    #[test]
+    fn a_data_key_the_primary_no_longer_has_is_applied_away() {
+        let world = an_app(base())
+            .converged()
+            .spec(json!({"data": {"owner": "me"}, "labels": {"keep": "yes", "extra": "yes"}}));
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["config"]);
+        assert!(
+            plan.apply[0].object["data"].get("old").is_none(),
+            "the full desired object is applied; server-side apply removes `old`"
+        );
+    }
+
+    #[test]
+    fn a_label_the_primary_no_longer_has_is_applied_away() {
+        let world = an_app(base())
+            .converged()
+            .spec(json!({"data": {"owner": "me", "old": "x"}, "labels": {"keep": "yes"}}));
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn a_field_someone_changed_is_applied_back() {
+        let mut world = an_app(base()).converged();
+        world.live_mut("config")["data"]["owner"] = json!("them");
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn a_child_someone_deleted_is_applied_again() {
+        let mut world = an_app(base()).converged();
+        world.observed.children.clear();
+        world.observed.inputs.observed.clear();
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn a_child_whose_when_turns_false_is_pruned() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let world = an_app(spec).converged();
+        assert!(world.plan().prune.is_empty());
+        let plan = world.spec(base()).plan();
+        assert_eq!(pruned(&plan), ["shop-extra"]);
+        assert!(plan.apply.is_empty());
+        assert_eq!(plan.prune[0].uid.as_deref(), Some("uid-extra"));
+    }
+
+    #[test]
+    fn a_child_whose_id_left_the_rule_is_pruned() {
+        let world = an_app(base()).converged().with_live(
+            "gone",
+            json!({"metadata": {"name": "shop-gone", "namespace": "team"}}),
+        );
+        let plan = world.plan();
+        assert_eq!(pruned(&plan), ["shop-gone"]);
+        assert!(plan.apply.is_empty());
+    }
+
+    #[test]
+    fn a_child_already_being_deleted_is_not_deleted_again() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let mut world = an_app(spec).converged().spec(base());
+        for c in &mut world.observed.children {
+            c.deleting = true;
+        }
+        assert!(world.plan().prune.is_empty());
+    }
+
+    #[test]
+    fn a_child_not_ready_yet_makes_the_primary_wait() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let plan = an_app(spec.clone()).converged().plan();
+        assert_eq!(
+            plan.status.outcome,
+            Outcome::Applied {
+                not_ready: vec!["extra/shop-extra".into()]
+            }
+        );
+        assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
+        let mut world = an_app(spec).converged();
+        world.live_mut("extra")["data"] = json!({"ready": "yes"});
+        let plan = world.plan();
+        assert_eq!(plan.next, Next::After(Duration::from_secs(600)));
+        assert!(
+            !plan.writes_children(),
+            "data the rule does not set is someone else's: not drift"
+        );
+    }
+
+    #[test]
+    fn a_missing_required_object_waits_and_writes_nothing_but_status() {
+        let plan = an_app(base()).converged().without_secret().plan();
+        assert!(!plan.writes_children());
+        assert!(matches!(plan.status.outcome, Outcome::Waiting { .. }));
+        assert_eq!(plan.status.fields, None, "fields are kept, not rendered");
+        assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_missing_required_object_never_prunes() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let plan = an_app(spec).converged().without_secret().plan();
+        assert!(plan.prune.is_empty());
+    }
+
+    #[test]
+    fn a_template_error_is_a_condition_without_retry_and_without_writes() {
+        let plan = an_app(json!({"labels": {}})).converged().plan();
+        assert!(!plan.writes_children());
+        assert_eq!(plan.next, Next::Done);
+        let Outcome::Failed { reason, message } = &plan.status.outcome else {
+            panic!("{:?}", plan.status.outcome)
+        };
+        assert_eq!(*reason, reasons::TEMPLATE_ERROR);
+        assert!(message.contains("self.spec.data"), "{message}");
+    }
+
+    #[test]
+    fn a_template_error_never_prunes() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let world = an_app(spec).converged().spec(json!({"extra": false}));
+        let plan = world.plan();
+        assert!(
+            plan.prune.is_empty(),
+            "nothing rendered: nothing is known to be unwanted"
+        );
+    }
+
+    #[test]
+    fn a_value_the_server_stores_differently_converges_once_known() {
+        let mut world = an_app(base());
+        let sent = world.plan().apply.remove(0);
+        // The server canonicalises a value (as it does `1000m` → `1`).
+        let mut stored = sent.object.clone();
+        stored["data"]["owner"] = json!("ME");
+        world = world.with_live("config", stored.clone());
+        assert_eq!(
+            applied_ids(&world.plan()),
+            ["config"],
+            "unknown: looks like drift"
+        );
+        let key = (sent.gvk.clone(), key_of(&sent));
+        world
+            .known
+            .insert(key, normalized(&sent.object, &stored).unwrap());
+        assert!(!world.plan().writes_children(), "known: converged");
+        // A change of what the rule renders is applied even so.
+        let world = world.spec(json!({"data": {"owner": "me"}}));
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn every_child_carries_the_hash_of_what_was_applied() {
+        let a = an_app(base()).plan().apply.remove(0);
+        let b = an_app(json!({"data": {"owner": "me"}}))
+            .plan()
+            .apply
+            .remove(0);
+        let hash =
+            |c: &DesiredChild| c.object["metadata"]["annotations"][APPLIED_ANNOTATION].clone();
+        assert!(hash(&a).is_string());
+        assert_ne!(hash(&a), hash(&b));
+        assert_eq!(hash(&a), hash(&an_app(base()).plan().apply.remove(0)));
+    }
+
+    #[test]
+    fn status_fields_and_generation_come_from_the_render() {
+        let plan = an_app(base()).plan();
+        let mut fields = Map::new();
+        fields.insert("size".into(), json!(2));
+        assert_eq!(plan.status.fields, Some(fields));
+        assert_eq!(plan.status.generation, Some(3));
+        let failed = failed(&plan, reasons::INVALID, "no".into());
+        assert_eq!(failed.fields, None, "a failed write claims no new status");
+    }
+}

@@ -1,0 +1,152 @@
+//! A test's world, built as a sentence:
+//! `Scene::new("prefix").await.with_widgets().await.running(&[rule]).await`
+//! — an admin client, a namespace of its own, the test CRDs, an engine
+//! scoped to the namespace whose writes are counted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln::engine::{Engine, Options, RuleState};
+use kiln::rules::Rule;
+use kube::Client;
+use serde_json::Value;
+
+use super::{TestNamespace, WriteCounter, eventually};
+
+/// How long a test waits for the cluster to converge.
+pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// One test's namespace, client and (once started) engine.
+pub struct Scene {
+    /// The admin client.
+    pub client: Client,
+    ns: TestNamespace,
+    engine: Option<Arc<Engine>>,
+    writes: WriteCounter,
+}
+
+impl Scene {
+    /// A namespace of its own, named after `prefix`.
+    pub async fn new(prefix: &str) -> Self {
+        let client = super::admin_client().await;
+        let ns = TestNamespace::new(&client, prefix).await;
+        Self {
+            client,
+            ns,
+            engine: None,
+            writes: WriteCounter::default(),
+        }
+    }
+
+    /// With the test CRDs (Widget) installed.
+    pub async fn with_widgets(self) -> Self {
+        super::install_crds(&self.client, "tests/fixtures/crds").await;
+        self
+    }
+
+    /// With an engine running `rules` in this namespace (each rule running).
+    pub async fn running(mut self, rules: &[Arc<Rule>]) -> Self {
+        let (client, writes) = super::counting_client().await;
+        let options = Options {
+            namespaces: vec![self.ns().to_string()],
+            concurrency: 2,
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        };
+        let engine = Arc::new(Engine::new(client, options));
+        for rule in rules {
+            engine.start(rule.clone());
+        }
+        for rule in rules {
+            eventually(&format!("rule {} to run", rule.name), CONVERGE, || async {
+                (engine.state(&rule.name) == Some(RuleState::Running)).then_some(())
+            })
+            .await;
+        }
+        self.engine = Some(engine);
+        self.writes = writes;
+        self
+    }
+
+    /// The namespace.
+    pub fn ns(&self) -> &str {
+        self.ns.name()
+    }
+
+    /// The engine (after [`running`](Self::running)).
+    pub fn engine(&self) -> &Arc<Engine> {
+        self.engine
+            .as_ref()
+            .expect("the scene has no engine running")
+    }
+
+    /// Write requests the engine has sent.
+    pub fn writes(&self) -> u64 {
+        self.writes.get()
+    }
+
+    /// Server-side applies `object` in the namespace, as the test's manager.
+    pub async fn apply(&self, object: Value) -> Value {
+        super::apply(&self.client, object, Some(self.ns())).await
+    }
+
+    /// An object in the namespace, now.
+    pub async fn get(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+        super::get(&self.client, api_version, kind, self.ns(), name).await
+    }
+
+    /// Waits until the object exists and `check` holds for it.
+    pub async fn until(
+        &self,
+        what: &str,
+        (api_version, kind, name): (&str, &str, &str),
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        eventually(what, CONVERGE, || async {
+            self.get(api_version, kind, name).await.filter(|o| check(o))
+        })
+        .await
+    }
+
+    /// Forces a resync of `rule` and waits until it reconciled `n` more
+    /// times, plus a second for the echo; returns the writes it caused.
+    pub async fn writes_during_resync(&self, rule: &str, n: u64) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let stats = self.engine().stats();
+        let reconciles = stats.reconciles.load(SeqCst);
+        let before = self.writes();
+        self.engine().resync(rule);
+        eventually("the resync's reconciles", CONVERGE, || async {
+            (stats.reconciles.load(SeqCst) >= reconciles + n).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.writes() - before
+    }
+
+    /// Deletes the namespace.
+    pub async fn end(self) {
+        if let Some(engine) = &self.engine {
+            engine.shutdown().await;
+        }
+        self.ns.delete().await;
+    }
+}
+
+/// A ConfigMap's address for [`Scene::until`].
+pub fn configmap(name: &str) -> (&'static str, &'static str, &str) {
+    ("v1", "ConfigMap", name)
+}
+
+/// A Widget's address for [`Scene::until`].
+pub fn widget_at(name: &str) -> (&'static str, &'static str, &str) {
+    ("test.kiln.dev/v1", "Widget", name)
+}
+
+/// The condition of `kind` on an object, or null.
+pub fn condition<'a>(obj: &'a Value, kind: &str) -> &'a Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
