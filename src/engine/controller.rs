@@ -465,17 +465,7 @@ impl RuleController {
                         match_labels: labels,
                         match_expressions: Vec::new(),
                     };
-                    let mut found: Vec<Value> = informer
-                        .list()
-                        .into_iter()
-                        .filter(|o| o.namespace() == ns && selector.matches(o.labels()))
-                        .map(|o| to_json(&o))
-                        .collect();
-                    found.sort_by(|a, b| {
-                        a["metadata"]["name"]
-                            .as_str()
-                            .cmp(&b["metadata"]["name"].as_str())
-                    });
+                    let found = matching(informer, ns.as_deref(), &selector);
                     if found.is_empty() && watch.required {
                         observed.missing.push(format!(
                             "{} with labels {:?} (related.{})",
@@ -768,6 +758,22 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
 
 fn field_names(rule: &Rule) -> Vec<&str> {
     rule.status_fields.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// The cached objects in `namespace` that `selector` matches, by name.
+fn matching(informer: &Informer, namespace: Option<&str>, selector: &LabelSelector) -> Vec<Value> {
+    let mut found: Vec<Value> = informer
+        .list()
+        .into_iter()
+        .filter(|o| o.namespace().as_deref() == namespace && selector.matches(o.labels()))
+        .map(|o| to_json(&o))
+        .collect();
+    found.sort_by(|a, b| {
+        a["metadata"]["name"]
+            .as_str()
+            .cmp(&b["metadata"]["name"].as_str())
+    });
+    found
 }
 
 /// The namespace a watch looks in: none for a cluster-scoped kind, the

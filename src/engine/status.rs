@@ -267,42 +267,7 @@ pub fn compose(
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let mut status = Map::new();
-    let mut observed: Option<i64> = None;
-    let mut every_part_computed = !rules.is_empty();
-    for r in rules {
-        match r
-            .part
-            .and_then(|p| p.fields.as_ref().map(|f| (f, p.generation)))
-        {
-            Some((fields, g)) => {
-                status.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
-                observed = match (observed, g) {
-                    (Some(o), Some(g)) => Some(o.min(g)),
-                    (_, g) => g.or(observed),
-                };
-            }
-            None => {
-                every_part_computed = false;
-                for name in r.fields {
-                    if let Some(v) = previous.get(*name) {
-                        status.insert((*name).to_string(), v.clone());
-                    }
-                }
-            }
-        }
-    }
-    let keep = previous.get("observedGeneration").cloned();
-    match (every_part_computed, observed) {
-        (true, Some(g)) => {
-            status.insert("observedGeneration".into(), json!(g));
-        }
-        _ => {
-            if let Some(v) = keep {
-                status.insert("observedGeneration".into(), v);
-            }
-        }
-    }
+    let mut status = fields(rules, previous);
     let per_rule: Vec<[Cond; 3]> = rules
         .iter()
         .map(|r| match r.part {
@@ -338,6 +303,44 @@ pub fn compose(
     }
     status.insert("conditions".into(), Value::Array(conditions));
     Value::Object(status)
+}
+
+/// Every rule's status fields, and `observedGeneration` when every rule's
+/// fields were computed (the oldest generation among them), else as it was.
+fn fields(rules: &[Contributor<'_>], previous: &Value) -> Map<String, Value> {
+    let mut status = Map::new();
+    let mut observed: Option<i64> = None;
+    let mut every_part_computed = !rules.is_empty();
+    for r in rules {
+        match r
+            .part
+            .and_then(|p| p.fields.as_ref().map(|f| (f, p.generation)))
+        {
+            Some((fields, g)) => {
+                status.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+                observed = match (observed, g) {
+                    (Some(o), Some(g)) => Some(o.min(g)),
+                    (_, g) => g.or(observed),
+                };
+            }
+            None => {
+                every_part_computed = false;
+                for name in r.fields {
+                    if let Some(v) = previous.get(*name) {
+                        status.insert((*name).to_string(), v.clone());
+                    }
+                }
+            }
+        }
+    }
+    let generation = match (every_part_computed, observed) {
+        (true, Some(g)) => Some(json!(g)),
+        _ => previous.get("observedGeneration").cloned(),
+    };
+    if let Some(g) = generation {
+        status.insert("observedGeneration".into(), g);
+    }
+    status
 }
 
 /// Whether the object's status already is `desired`: every field kiln

@@ -49,11 +49,40 @@ pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic
         }
         first_seen.insert(name, doc.diagnostic(&at, "").location());
         match Checker::new(&doc).check() {
-            Ok(rule) => rules.push(Arc::new(rule)),
+            Ok(rule) => {
+                let clashes = status_field_clashes(&rules, &rule);
+                for (field, other) in &clashes {
+                    diagnostics.push(doc.diagnostic(
+                        &[key("spec"), key("status"), key("fields"), key(field)],
+                        format!(
+                            "status field `{field}` is also written by rule `{other}` on {}: rules sharing a primary kind write status fields of their own",
+                            rule.primary.gvk
+                        ),
+                    ));
+                }
+                if clashes.is_empty() {
+                    rules.push(Arc::new(rule));
+                }
+            }
             Err(errs) => diagnostics.extend(errs),
         }
     }
     RuleSet { rules }
+}
+
+/// Status fields `rule` declares that a rule before it on the same primary
+/// kind declares too, with that rule's name.
+fn status_field_clashes(before: &[Arc<Rule>], rule: &Rule) -> Vec<(String, String)> {
+    rule.status_fields
+        .iter()
+        .filter_map(|(field, _)| {
+            before
+                .iter()
+                .filter(|r| r.primary.gvk == rule.primary.gvk)
+                .find(|r| r.status_fields.iter().any(|(f, _)| f == field))
+                .map(|r| (field.clone(), r.name.clone()))
+        })
+        .collect()
 }
 
 fn key(k: &str) -> Step {
