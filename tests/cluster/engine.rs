@@ -20,23 +20,7 @@ struct Running {
 
 impl Running {
     async fn start(ns: &str, rules: &[Arc<Rule>]) -> Self {
-        let (client, writes) = support::counting_client().await;
-        let options = Options {
-            namespaces: vec![ns.to_string()],
-            concurrency: 2,
-            kind_retry: Duration::from_millis(200),
-            ..Options::default()
-        };
-        let engine = Arc::new(Engine::new(client, options));
-        for rule in rules {
-            engine.start(rule.clone());
-        }
-        for rule in rules {
-            eventually(&format!("rule {} to run", rule.name), CONVERGE, || async {
-                (engine.state(&rule.name) == Some(RuleState::Running)).then_some(())
-            })
-            .await;
-        }
+        let (engine, writes) = support::scene::start_engine(ns, rules).await;
         Self { engine, writes }
     }
 }

@@ -46,23 +46,7 @@ impl Scene {
 
     /// With an engine running `rules` in this namespace (each rule running).
     pub async fn running(mut self, rules: &[Arc<Rule>]) -> Self {
-        let (client, writes) = super::counting_client().await;
-        let options = Options {
-            namespaces: vec![self.ns().to_string()],
-            concurrency: 2,
-            kind_retry: Duration::from_millis(200),
-            ..Options::default()
-        };
-        let engine = Arc::new(Engine::new(client, options));
-        for rule in rules {
-            engine.start(rule.clone());
-        }
-        for rule in rules {
-            eventually(&format!("rule {} to run", rule.name), CONVERGE, || async {
-                (engine.state(&rule.name) == Some(RuleState::Running)).then_some(())
-            })
-            .await;
-        }
+        let (engine, writes) = start_engine(self.ns(), rules).await;
         self.engine = Some(engine);
         self.writes = writes;
         self
@@ -131,6 +115,29 @@ impl Scene {
         }
         self.ns.delete().await;
     }
+}
+
+/// Starts an engine scoped to `ns` on a write-counting client and waits
+/// until every rule runs.
+pub async fn start_engine(ns: &str, rules: &[Arc<Rule>]) -> (Arc<Engine>, WriteCounter) {
+    let (client, writes) = super::counting_client().await;
+    let options = Options {
+        namespaces: vec![ns.to_string()],
+        concurrency: 2,
+        kind_retry: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let engine = Arc::new(Engine::new(client, options));
+    for rule in rules {
+        engine.start(rule.clone());
+    }
+    for rule in rules {
+        eventually(&format!("rule {} to run", rule.name), CONVERGE, || async {
+            (engine.state(&rule.name) == Some(RuleState::Running)).then_some(())
+        })
+        .await;
+    }
+    (engine, writes)
 }
 
 /// A ConfigMap's address for [`Scene::until`].
