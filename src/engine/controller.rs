@@ -24,7 +24,7 @@ use super::failure::{Category, Failure};
 use super::informer::{Change, Handler, Informer, ObjKey};
 use super::kinds::Kind;
 pub use super::plan::Next;
-use super::plan::{self, Known, LiveChild, Observed, Plan, Prune};
+use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
 use super::reverse::{Reverse, SelectorRef};
 use super::status::{self, Contributor, Outcome, Part, reasons};
@@ -362,6 +362,10 @@ impl RuleController {
     ) -> Result<Observed, String> {
         let mut observed = Observed::default();
         observed.inputs.primary = primary;
+        observed.blind = self.blind();
+        if !observed.blind.is_empty() {
+            return Ok(observed);
+        }
         self.gather_related(key, this, &mut observed)?;
         let uid = obj.uid().unwrap_or_default();
         let mut by_id: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
@@ -411,6 +415,30 @@ impl RuleController {
             observed.inputs.observed.insert(child.id.clone(), value);
         }
         Ok(observed)
+    }
+
+    /// The caches of related and child kinds that cannot be trusted now.
+    fn blind(&self) -> Vec<Blind> {
+        let mut blind: Vec<Blind> = Vec::new();
+        let informers = self
+            .wiring
+            .related
+            .values()
+            .chain(self.wiring.children.values());
+        for informer in informers {
+            let kind = informer.kind().gvk.kind.clone();
+            let b = if informer.is_forbidden() {
+                Blind::Forbidden(kind)
+            } else if !informer.is_synced() {
+                Blind::Unsynced(kind)
+            } else {
+                continue;
+            };
+            if !blind.contains(&b) {
+                blind.push(b);
+            }
+        }
+        blind
     }
 
     /// Renders each watch's reference, records it in the reverse index and

@@ -41,6 +41,16 @@ pub struct LiveChild {
     pub deleting: bool,
 }
 
+/// A cache the reconcile reads from that cannot be trusted yet: an object
+/// it lacks may exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blind {
+    /// The API server refuses kiln the list and watch of this kind (RBAC).
+    Forbidden(String),
+    /// The first list of this kind has not completed.
+    Unsynced(String),
+}
+
 /// Everything a reconcile of one primary reads.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
@@ -50,6 +60,8 @@ pub struct Observed {
     pub missing: Vec<String>,
     /// The rule's live children of this primary.
     pub children: Vec<LiveChild>,
+    /// Caches of related or child kinds that cannot be trusted.
+    pub blind: Vec<Blind>,
 }
 
 /// What the server is known to store differently, per child.
@@ -105,6 +117,45 @@ pub fn plan(
     scope_of: ScopeOf<'_>,
 ) -> Plan {
     let generation = observed.inputs.primary["metadata"]["generation"].as_i64();
+    // Never act on missing information: an object a blind cache lacks is not
+    // absent, so nothing is rendered (a `when` could turn false), applied or
+    // pruned until the cache can be trusted.
+    let forbidden: Vec<&str> = observed
+        .blind
+        .iter()
+        .filter_map(|b| match b {
+            Blind::Forbidden(kind) => Some(kind.as_str()),
+            Blind::Unsynced(_) => None,
+        })
+        .collect();
+    if !forbidden.is_empty() {
+        let outcome = Outcome::Failed {
+            reason: reasons::FORBIDDEN,
+            message: format!(
+                "kiln may not list and watch {} (RBAC): nothing is applied or deleted for this object until it may",
+                forbidden.join(", ")
+            ),
+        };
+        return Plan::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        );
+    }
+    if !observed.blind.is_empty() {
+        let missing = observed
+            .blind
+            .iter()
+            .map(|b| match b {
+                Blind::Forbidden(kind) | Blind::Unsynced(kind) => {
+                    format!("the {kind} cache (not synced yet)")
+                }
+            })
+            .collect();
+        return Plan::only(
+            unrendered(Outcome::Waiting { missing }, generation),
+            Next::After(rule.requeue.waiting),
+        );
+    }
     if !observed.missing.is_empty() {
         let outcome = Outcome::Waiting {
             missing: observed.missing.clone(),
@@ -480,6 +531,42 @@ spec:
         spec["extra"] = json!(true);
         let plan = an_app(spec).converged().without_secret().plan();
         assert!(plan.prune.is_empty());
+    }
+
+    #[test]
+    fn a_forbidden_cache_is_not_absence_nothing_is_rendered_applied_or_pruned() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let mut world = an_app(spec).converged();
+        // The Secret cache is forbidden: it looks empty, and `extra` would
+        // still be rendered, but nothing may be concluded from it.
+        world.observed.inputs.related.clear();
+        world.observed.blind.push(Blind::Forbidden("Secret".into()));
+        let plan = world.spec(base()).plan();
+        assert!(!plan.writes_children(), "{plan:?}");
+        let Outcome::Failed { reason, message } = &plan.status.outcome else {
+            panic!("{:?}", plan.status.outcome)
+        };
+        assert_eq!(*reason, reasons::FORBIDDEN);
+        assert!(message.contains("list and watch Secret"), "{message}");
+        assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn an_unsynced_cache_waits_without_writes() {
+        let mut world = an_app(base()).converged();
+        world
+            .observed
+            .blind
+            .push(Blind::Unsynced("ConfigMap".into()));
+        let plan = world.plan();
+        assert!(!plan.writes_children());
+        assert_eq!(
+            plan.status.outcome,
+            Outcome::Waiting {
+                missing: vec!["the ConfigMap cache (not synced yet)".into()]
+            }
+        );
     }
 
     #[test]

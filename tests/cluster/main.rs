@@ -19,4 +19,5 @@ mod engine;
 mod examples;
 mod faults;
 mod foundation;
+mod missing_information;
 mod reload;

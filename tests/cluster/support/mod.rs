@@ -471,3 +471,49 @@ pub async fn events_about(
         })
         .collect()
 }
+
+/// A client for a new ServiceAccount `name` in `ns`, bound cluster-wide to a
+/// ClusterRole with exactly `rules` (a JSON list of PolicyRules).
+pub async fn service_account_client(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    rules: serde_json::Value,
+) -> Client {
+    use serde_json::json;
+    let role = format!("{ns}-{name}");
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+        Some(ns),
+    )
+    .await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": role}, "rules": rules}),
+        None,
+    )
+    .await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
+        None,
+    )
+    .await;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    token_client(&token.unwrap()).await
+}
