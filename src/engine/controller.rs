@@ -139,11 +139,30 @@ impl RuleController {
     }
 
     /// Deletes every child this rule made, for every primary (used when a
-    /// rule is removed with pruning on).
+    /// rule is removed with pruning on). A child is what kiln created: the
+    /// rule's label *and* a controller owner reference to a primary of the
+    /// rule — a label alone anyone can write.
     pub async fn delete_all_children(&self) {
+        let primaries: std::collections::HashSet<String> = self
+            .wiring
+            .primary
+            .list()
+            .iter()
+            .filter_map(|p| p.uid())
+            .collect();
+        let gvk = &self.rule.primary.gvk;
+        let made_by_kiln = |child: &DynamicObject| {
+            child.labels().get(RULE_LABEL) == Some(&self.rule.name)
+                && child.owner_references().iter().any(|o| {
+                    o.controller == Some(true)
+                        && o.kind == gvk.kind
+                        && o.api_version == gvk.api_version()
+                        && primaries.contains(&o.uid)
+                })
+        };
         for (gvk, informer) in &self.wiring.children {
             for child in informer.list() {
-                if child.labels().get(RULE_LABEL) != Some(&self.rule.name) {
+                if !made_by_kiln(&child) {
                     continue;
                 }
                 let key = ObjKey::of(&child);

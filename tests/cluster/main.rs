@@ -20,4 +20,5 @@ mod examples;
 mod faults;
 mod foundation;
 mod missing_information;
+mod ownership;
 mod reload;
