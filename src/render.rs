@@ -92,6 +92,15 @@ pub enum RenderFailure {
     /// A template failed.
     #[error("{0}")]
     Template(#[from] RenderError),
+    /// A rendered child's name or namespace is not one the API server
+    /// takes; it never becomes part of a request.
+    #[error("child `{id}`: {message}")]
+    Name {
+        /// The child's id.
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A rendered child is not acceptable.
     #[error("child `{id}`: {message}")]
     Child {
@@ -369,8 +378,28 @@ fn finish_child(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
+}
+
+/// Refuses a name or namespace the API server would not take, before it
+/// becomes part of a URL.
+fn check_names(
+    id: &str,
+    gvk: &Gvk,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(), RenderFailure> {
+    use crate::rules::names::{dns_label, object_name, shown};
+    let refuse = |what: &str, value: &str, why: String| RenderFailure::Name {
+        id: id.to_string(),
+        message: format!("{what} `{}` is not valid: it {why}", shown(value)),
+    };
+    if let Some(ns) = namespace {
+        dns_label(ns).map_err(|why| refuse("metadata.namespace", ns, why))?;
+    }
+    object_name(gvk, name).map_err(|why| refuse("metadata.name", name, why))
 }
 
 /// Sets [`APPLIED_ANNOTATION`] to a hash of the object without it.

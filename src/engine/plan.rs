@@ -168,8 +168,12 @@ pub fn plan(
     let rendered = match render::render_with(rule, this, &observed.inputs, scope_of) {
         Ok(r) => r,
         Err(e) => {
+            let reason = match e {
+                render::RenderFailure::Name { .. } => reasons::INVALID,
+                _ => reasons::TEMPLATE_ERROR,
+            };
             let outcome = Outcome::Failed {
-                reason: reasons::TEMPLATE_ERROR,
+                reason,
                 message: e.to_string(),
             };
             // Permanent for these inputs: retried when something changes.
@@ -579,6 +583,28 @@ spec:
         };
         assert_eq!(*reason, reasons::TEMPLATE_ERROR);
         assert!(message.contains("self.spec.data"), "{message}");
+    }
+
+    #[test]
+    fn a_name_that_would_escape_its_url_is_invalid_and_never_sent() {
+        let mut world = an_app(base());
+        world.observed.inputs.primary["metadata"]["name"] =
+            json!("x/../../kube-system/configmaps/evil");
+        let plan = world.plan();
+        assert!(!plan.writes_children());
+        assert_eq!(
+            plan.next,
+            Next::Done,
+            "no retries: permanent for this object"
+        );
+        let Outcome::Failed { reason, message } = &plan.status.outcome else {
+            panic!("{:?}", plan.status.outcome)
+        };
+        assert_eq!(*reason, reasons::INVALID);
+        assert!(
+            message.contains("metadata.name `x/../../kube-system"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod diagnostic;
 pub mod duration;
 pub mod load;
+pub mod names;
 pub mod scope;
 pub mod spec;
 mod validate;

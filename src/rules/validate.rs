@@ -10,6 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::load::Document;
+use super::names::{dns_label, dns_subdomain};
 use super::scope::well_known_scope;
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
@@ -794,27 +795,6 @@ pub fn parse_api_version(api_version: &str) -> Result<(String, String), String> 
         ));
     }
     Ok((group.to_string(), version.to_string()))
-}
-
-/// Checks a DNS-1123 label (names used in labels and namespaces).
-pub fn dns_label(s: &str) -> Result<(), String> {
-    if s.is_empty() || s.len() > 63 {
-        return Err("must be 1 to 63 characters".into());
-    }
-    let ok_chars = s
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !ok_chars || s.starts_with('-') || s.ends_with('-') {
-        return Err("must be lower-case letters, digits and `-`, starting and ending with a letter or digit".into());
-    }
-    Ok(())
-}
-
-fn dns_subdomain(s: &str) -> Result<(), String> {
-    if s.len() > 253 {
-        return Err("too long".into());
-    }
-    s.split('.').try_for_each(dns_label)
 }
 
 fn is_identifier(s: &str) -> bool {

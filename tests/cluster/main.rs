@@ -19,6 +19,7 @@ mod engine;
 mod examples;
 mod faults;
 mod foundation;
+mod hostile_names;
 mod missing_information;
 mod ownership;
 mod reload;

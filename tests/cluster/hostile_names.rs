@@ -1,0 +1,60 @@
+//! Names are checked before requests (issue 13, item 3): a rendered name that
+//! would change the request's URL (`x/../../../kube-system/configmaps/evil`,
+//! `e4/status`) is `Invalid` for its object, sent nowhere and not retried.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::rule_from_yaml;
+use crate::support::scene::{Scene, condition, configmap, widget_at};
+
+const NAMED_BY_SPEC: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: named}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  children:
+    - id: main
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.spec.child }}"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rendered_name_that_walks_the_url_path_is_invalid_and_never_sent() {
+    let scene = Scene::new("names").await.with_widgets().await;
+    let widget = |name: &str, child: &str| json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"child": child}});
+    scene
+        .apply(widget("escape", "x/../../../kube-system/configmaps/evil"))
+        .await;
+    scene.apply(widget("status", "e4/status")).await;
+    scene.apply(widget("good", "good-child")).await;
+    let scene = scene.running(&[rule_from_yaml(NAMED_BY_SPEC)]).await;
+    scene
+        .until("the good child", configmap("good-child"), |_| true)
+        .await;
+    for name in ["escape", "status"] {
+        let w = scene
+            .until("the Invalid condition", widget_at(name), |w| {
+                condition(w, "Reconciled")["reason"] == "Invalid"
+            })
+            .await;
+        let message = condition(&w, "Reconciled")["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(message.contains("metadata.name"), "{message}");
+    }
+    // Not retried: no reconcile of its own for either in a few seconds.
+    let stats = scene.engine().stats();
+    let before = stats.reconciles.load(SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(stats.reconciles.load(SeqCst) - before <= 1, "retried");
+    let evil = crate::support::get(&scene.client, "v1", "ConfigMap", "kube-system", "evil").await;
+    assert!(evil.is_none());
+    scene.end().await;
+}
