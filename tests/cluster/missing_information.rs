@@ -63,6 +63,19 @@ async fn a_cache_kiln_may_not_list_never_prunes_a_child() {
         },
     );
     engine.start(rule_from_yaml(GATED));
+    crate::support::eventually(
+        "the rule to run",
+        crate::support::scene::CONVERGE,
+        || async {
+            (engine.state("gated") == Some(kiln::engine::RuleState::Running)).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        scene.get("v1", "ConfigMap", "w-opened").await.is_some(),
+        "the child was pruned on a Secret cache kiln could not fill"
+    );
     let w = scene
         .until("the primary to say why it waits", widget_at("w"), |w| {
             condition(w, "Reconciled")["reason"] == "Forbidden"
@@ -75,11 +88,6 @@ async fn a_cache_kiln_may_not_list_never_prunes_a_child() {
     assert!(
         message.contains("may not list and watch Secret"),
         "{message}"
-    );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        scene.get("v1", "ConfigMap", "w-opened").await.is_some(),
-        "the child was pruned on a Secret cache kiln could not fill"
     );
     engine.shutdown().await;
     scene.end().await;
