@@ -592,7 +592,13 @@ impl RuleController {
                     .await;
                 Ok(next)
             }
-            None => Err(failure),
+            None => {
+                if failure.category == Category::Denied {
+                    self.report(obj, EventType::Warning, reason, &failure.message)
+                        .await;
+                }
+                Err(failure)
+            }
         }
     }
 

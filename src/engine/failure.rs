@@ -16,6 +16,10 @@ pub enum Category {
     Forbidden,
     /// The API server refused the object as invalid: permanent for this object.
     Invalid,
+    /// An admission policy or webhook denied the write: it may be lifted
+    /// without anything kiln watches changing, so it is retried with backoff
+    /// (and at once when the primary or child changes).
+    Denied,
     /// Anything else (5xx, 429, timeouts, connection errors): retried with backoff.
     Transient,
     /// This replica no longer holds the lease: it must not write.
@@ -29,6 +33,7 @@ impl Category {
             Self::Conflict => reasons::CONFLICT,
             Self::Forbidden => reasons::FORBIDDEN,
             Self::Invalid => reasons::INVALID,
+            Self::Denied => reasons::DENIED,
             Self::Transient | Self::LeaseLost => reasons::APPLY_FAILED,
         }
     }
@@ -39,6 +44,7 @@ impl Category {
             Self::Conflict => "conflict",
             Self::Forbidden => "forbidden",
             Self::Invalid => "invalid",
+            Self::Denied => "denied",
             Self::Transient => "error",
             Self::LeaseLost => "lease_lost",
         }
@@ -50,7 +56,7 @@ impl Category {
         match self {
             Self::Conflict | Self::Forbidden => Some(Next::After(slow)),
             Self::Invalid => Some(Next::Done),
-            Self::Transient | Self::LeaseLost => None,
+            Self::Transient | Self::LeaseLost | Self::Denied => None,
         }
     }
 }
@@ -79,6 +85,14 @@ impl Failure {
     /// race, not a standing disagreement.
     pub fn of(error: &kube::Error, what: &str, forced: bool) -> Self {
         let category = match error {
+            // ValidatingAdmissionPolicy: "… denied request: …"; webhooks:
+            // "admission webhook \"…\" denied the request: …" (422 or 403).
+            kube::Error::Api(s)
+                if s.message.contains("denied request")
+                    || s.message.contains("denied the request") =>
+            {
+                Category::Denied
+            }
             kube::Error::Api(s) if s.code == 409 && !forced => Category::Conflict,
             kube::Error::Api(s) if s.code == 403 => Category::Forbidden,
             // Server-side apply reports a value of the wrong type for the
@@ -148,6 +162,24 @@ mod tests {
                 Some(Next::Done),
             ),
             (api(500, "etcd timeout"), true, Category::Transient, None),
+            (
+                api(
+                    422,
+                    "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no",
+                ),
+                true,
+                Category::Denied,
+                None,
+            ),
+            (
+                api(
+                    403,
+                    "admission webhook \"v.example.com\" denied the request: no",
+                ),
+                true,
+                Category::Denied,
+                None,
+            ),
             (api(429, "slow down"), true, Category::Transient, None),
         ];
         for (error, forced, category, retry) in cases {

@@ -42,6 +42,8 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// An admission policy or webhook denied a write; retried with backoff.
+    pub const DENIED: &str = "Denied";
     /// A rule has not reconciled the object since kiln started.
     pub const NOT_RECONCILED_YET: &str = "NotReconciledYet";
 }

@@ -13,6 +13,7 @@
 
 mod support;
 
+mod admission;
 mod declarative;
 mod deploy;
 mod engine;
