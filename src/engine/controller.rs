@@ -548,7 +548,11 @@ impl RuleController {
                 return self.failed(obj, plan, failure).await;
             }
         }
-        self.write_status(obj, &plan.status).await?;
+        if let Err(failure) = self.write_status(obj, &plan.status).await {
+            // A status the server refuses (too large, not in its schema)
+            // shows up as a failure, with the smaller status it can take.
+            return self.failed(obj, plan, failure).await;
+        }
         match &plan.status.outcome {
             Outcome::Waiting { missing } => {
                 let message = format!("waiting for {}", missing.join(", "));
@@ -583,22 +587,20 @@ impl RuleController {
     ) -> Result<Next, Failure> {
         let reason = failure.category.reason();
         let part = plan::failed(plan, reason, failure.message.clone());
-        let status = self.write_status(obj, &part).await;
-        match failure.category.retry(self.rule.requeue.on_error.max) {
-            Some(next) => {
-                status?;
-                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, message = %failure.message, "reconcile failed");
-                self.report(obj, EventType::Warning, reason, &failure.message)
-                    .await;
-                Ok(next)
-            }
-            None => {
-                if failure.category == Category::Denied {
-                    self.report(obj, EventType::Warning, reason, &failure.message)
-                        .await;
-                }
-                Err(failure)
-            }
+        let written = self.write_status(obj, &part).await;
+        let slow = self.rule.requeue.on_error.max;
+        let retry = failure.category.retry(slow);
+        if retry.is_some() || failure.category == Category::Denied {
+            tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, message = %failure.message, "reconcile failed");
+            self.report(obj, EventType::Warning, reason, &failure.message)
+                .await;
+        }
+        match (retry, written) {
+            (Some(next), Ok(())) => Ok(next),
+            // Even the smaller status is refused for good: the Event says why.
+            (Some(next), Err(e)) if e.category.retry(slow).is_some() => Ok(next),
+            (Some(_), Err(e)) => Err(e),
+            (None, _) => Err(failure),
         }
     }
 

@@ -95,14 +95,9 @@ impl Failure {
             }
             kube::Error::Api(s) if s.code == 409 && !forced => Category::Conflict,
             kube::Error::Api(s) if s.code == 403 => Category::Forbidden,
-            // Server-side apply reports a value of the wrong type for the
-            // schema as a 500 "failed to create typed patch object": as
-            // permanent as a 422.
+            // Server-side apply reports some permanent refusals as a 500.
             kube::Error::Api(s)
-                if s.code == 422
-                    || s.code == 400
-                    || (s.code == 500
-                        && s.message.contains("failed to create typed patch object")) =>
+                if s.code == 422 || s.code == 400 || refused_content(&s.message) =>
             {
                 Category::Invalid
             }
@@ -120,6 +115,21 @@ impl Failure {
         };
         Self { category, message }
     }
+}
+
+/// Whether an API server's answer (often an HTTP 500) says the content of
+/// the write is what it refuses, so the same write can never succeed: a
+/// value of the wrong type for the schema, a field the schema does not
+/// declare, an object too large to store.
+fn refused_content(message: &str) -> bool {
+    [
+        "failed to create typed patch object",
+        "field not declared in schema",
+        "request is too large",
+        "too large",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
 }
 
 #[cfg(test)]
@@ -152,6 +162,27 @@ mod tests {
                 Some(Next::After(slow)),
             ),
             (api(422, "bad"), true, Category::Invalid, Some(Next::Done)),
+            (
+                api(
+                    500,
+                    "failed to create typed patch object (x): .status.conditions: field not declared in schema",
+                ),
+                true,
+                Category::Invalid,
+                Some(Next::Done),
+            ),
+            (
+                api(500, "etcdserver: request is too large"),
+                true,
+                Category::Invalid,
+                Some(Next::Done),
+            ),
+            (
+                api(413, "Request entity too large: limit is 3145728"),
+                true,
+                Category::Invalid,
+                Some(Next::Done),
+            ),
             (
                 api(
                     500,

@@ -21,6 +21,7 @@ mod examples;
 mod faults;
 mod foundation;
 mod hostile_names;
+mod hostile_status;
 mod missing_information;
 mod ownership;
 mod reload;
