@@ -350,7 +350,11 @@ impl RuleController {
                     .unwrap_or_default();
                 let kinds = &self.shared.kinds;
                 let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
-                plan::plan(&self.rule, &this, &observed, &known, &scope_of)
+                let occupant = |gvk: &Gvk, key: &ObjKey| {
+                    let found = self.wiring.children.get(gvk)?.get(key)?;
+                    Some(holder(&found))
+                };
+                plan::plan(&self.rule, &this, &observed, &known, &occupant, &scope_of)
             }
             // A watch reference that does not render fails like any template.
             Err(message) => Plan {
@@ -809,6 +813,18 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
             f(&this, change);
         }
     })
+}
+
+/// Who holds an object kiln found where it would create a child.
+fn holder(obj: &DynamicObject) -> String {
+    match obj
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+    {
+        Some(o) => format!("controlled by {} {}", o.kind, o.name),
+        None => "not created by kiln".to_string(),
+    }
 }
 
 fn field_names(rule: &Rule) -> Vec<&str> {

@@ -67,6 +67,10 @@ pub struct Observed {
 /// What the server is known to store differently, per child.
 pub type Known = HashMap<(Gvk, ObjKey), Normalized>;
 
+/// Who holds a name, when an object kiln did not create for this primary
+/// exists there (from the child kind's cache): `None` when the name is free.
+pub type Occupant<'a> = &'a dyn Fn(&Gvk, &ObjKey) -> Option<String>;
+
 /// A child to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prune {
@@ -114,6 +118,7 @@ pub fn plan(
     this: &JinjaValue,
     observed: &Observed,
     known: &Known,
+    occupant: Occupant<'_>,
     scope_of: ScopeOf<'_>,
 ) -> Plan {
     let generation = observed.inputs.primary["metadata"]["generation"].as_i64();
@@ -180,6 +185,36 @@ pub fn plan(
             return Plan::only(unrendered(outcome, generation), Next::Done);
         }
     };
+    // Own only what you created: a name held by an object kiln did not make
+    // for this primary is neither taken over nor, later, deleted.
+    let taken: Vec<String> = rendered
+        .children
+        .iter()
+        .filter(|c| {
+            !observed
+                .children
+                .iter()
+                .any(|l| l.gvk == c.gvk && l.key == key_of(c))
+        })
+        .filter_map(|c| {
+            let key = key_of(c);
+            let who = occupant(&c.gvk, &key)?;
+            Some(format!("{} {key} already exists ({who})", c.gvk.kind))
+        })
+        .collect();
+    if !taken.is_empty() {
+        let outcome = Outcome::Failed {
+            reason: reasons::ALREADY_EXISTS,
+            message: format!(
+                "{}: kiln does not take over objects it did not create",
+                taken.join("; ")
+            ),
+        };
+        return Plan::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        );
+    }
     let prune = observed
         .children
         .iter()
@@ -309,6 +344,8 @@ spec:
         rule: Rule,
         observed: Observed,
         known: Known,
+        /// Objects of other owners in the child kinds' caches: name → owner.
+        others: HashMap<String, String>,
     }
 
     fn an_app(spec: Value) -> World {
@@ -326,17 +363,20 @@ spec:
             rule: rule(),
             observed,
             known: Known::new(),
+            others: HashMap::new(),
         }
     }
 
     impl World {
         fn plan(&self) -> Plan {
             let this = to_jinja(&self.observed.inputs.primary);
+            let occupant = |_: &Gvk, key: &ObjKey| self.others.get(&key.name).cloned();
             plan(
                 &self.rule,
                 &this,
                 &self.observed,
                 &self.known,
+                &occupant,
                 &well_known_scope,
             )
         }
@@ -605,6 +645,31 @@ spec:
             message.contains("metadata.name `x/../../kube-system"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_name_taken_by_an_object_kiln_did_not_create_is_never_taken_over() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let mut world = an_app(spec).converged();
+        world
+            .others
+            .insert("shop-extra".into(), "not created by kiln".into());
+        // The rule's own live child is not a collision with itself.
+        assert!(!world.plan().writes_children());
+        world.observed.children.retain(|c| c.id != "extra");
+        world.observed.inputs.observed.remove("extra");
+        let plan = world.plan();
+        assert!(!plan.writes_children(), "{plan:?}");
+        let Outcome::Failed { reason, message } = &plan.status.outcome else {
+            panic!("{:?}", plan.status.outcome)
+        };
+        assert_eq!(*reason, reasons::ALREADY_EXISTS);
+        assert!(
+            message.contains("ConfigMap team/shop-extra already exists (not created by kiln)"),
+            "{message}"
+        );
+        assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// A child's name is held by an object kiln did not create for this primary.
+    pub const ALREADY_EXISTS: &str = "AlreadyExists";
     /// An admission policy or webhook denied a write; retried with backoff.
     pub const DENIED: &str = "Denied";
     /// A rule has not reconciled the object since kiln started.

@@ -54,3 +54,122 @@ async fn pruning_a_removed_rule_never_deletes_a_look_alike_it_did_not_create() {
     assert!(kept.is_some(), "kiln deleted an object it did not create");
     scene.end().await;
 }
+
+const NAMED: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: named}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  children:
+    - id: copy
+      when: self.spec.on
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.spec.child }}"}
+        data: {from: "{{ self.metadata.name }}"}
+  requeue: {waiting: 1s}
+"#;
+
+fn named(name: &str, child: &str, on: bool) -> serde_json::Value {
+    json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"child": child, "on": on}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_named_like_a_users_object_never_takes_it_over_or_deletes_it() {
+    let scene = Scene::new("own-collide").await.with_widgets().await;
+    let users = scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "regcred", "labels": {"team": "a"}}, "data": {"token": "users"}}))
+        .await;
+    scene.apply(named("w", "regcred", true)).await;
+    let scene = scene.running(&[rule_from_yaml(NAMED)]).await;
+    let w = scene
+        .until(
+            "the collision on the primary",
+            crate::support::scene::widget_at("w"),
+            |w| crate::support::scene::condition(w, "Reconciled")["reason"] == "AlreadyExists",
+        )
+        .await;
+    let message = crate::support::scene::condition(&w, "Reconciled")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("ConfigMap") && message.contains("regcred"),
+        "{message}"
+    );
+    crate::support::eventually(
+        "an AlreadyExists Event",
+        crate::support::scene::CONVERGE,
+        || async {
+            let hits =
+                crate::support::events_about(&scene.client, scene.ns(), "w", "AlreadyExists").await;
+            (!hits.is_empty()).then_some(())
+        },
+    )
+    .await;
+    let untouched = |o: &serde_json::Value| {
+        assert_eq!(
+            o["metadata"]["labels"], users["metadata"]["labels"],
+            "labels"
+        );
+        assert!(
+            o["metadata"].get("ownerReferences").is_none(),
+            "owner references"
+        );
+        assert_eq!(o["data"], json!({"token": "users"}), "content");
+        assert_eq!(
+            o["metadata"]["resourceVersion"],
+            users["metadata"]["resourceVersion"]
+        );
+    };
+    untouched(&scene.get("v1", "ConfigMap", "regcred").await.unwrap());
+    // The rule stops rendering it: the user's object is not kiln's to delete.
+    scene.apply(named("w", "regcred", false)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    untouched(&scene.get("v1", "ConfigMap", "regcred").await.unwrap());
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_primaries_rendering_one_child_the_first_keeps_it() {
+    let scene = Scene::new("own-two").await.with_widgets().await;
+    scene.apply(named("a", "shared", true)).await;
+    let scene = scene.running(&[rule_from_yaml(NAMED)]).await;
+    scene
+        .until("a's child", configmap("shared"), |c| {
+            c["data"]["from"] == "a"
+        })
+        .await;
+    scene.apply(named("b", "shared", true)).await;
+    let b = scene
+        .until(
+            "b told of the conflict",
+            crate::support::scene::widget_at("b"),
+            |w| crate::support::scene::condition(w, "Reconciled")["reason"] == "AlreadyExists",
+        )
+        .await;
+    let message = crate::support::scene::condition(&b, "Reconciled")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("controlled by Widget a"), "{message}");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let child = scene.get("v1", "ConfigMap", "shared").await.unwrap();
+    assert_eq!(
+        child["data"]["from"], "a",
+        "ownership does not move back and forth"
+    );
+    assert_eq!(child["metadata"]["ownerReferences"][0]["name"], "a");
+    // a lets go of it: a's prune is a's to make, and b, which still renders
+    // it, creates it again.
+    scene.apply(named("a", "shared", false)).await;
+    scene
+        .until("b's child", configmap("shared"), |c| {
+            c["data"]["from"] == "b" && c["metadata"]["ownerReferences"][0]["name"] == "b"
+        })
+        .await;
+    scene.end().await;
+}
