@@ -191,10 +191,12 @@ pub fn plan(
         .children
         .iter()
         .filter(|c| {
-            !observed
-                .children
-                .iter()
-                .any(|l| l.gvk == c.gvk && l.key == key_of(c))
+            let adopts = rule.children.iter().any(|s| s.id == c.id && s.adopt);
+            !adopts
+                && !observed
+                    .children
+                    .iter()
+                    .any(|l| l.gvk == c.gvk && l.key == key_of(c))
         })
         .filter_map(|c| {
             let key = key_of(c);

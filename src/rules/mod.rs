@@ -170,6 +170,8 @@ pub struct Child {
     pub template: Tree,
     /// Ready when this is true of the live child.
     pub ready_when: Option<TemplateId>,
+    /// Whether an existing object with the child's name is taken over.
+    pub adopt: bool,
 }
 
 /// Exponential backoff bounds.

@@ -195,6 +195,13 @@ pub struct RawChild {
     /// Default: ready once it exists.
     #[serde(default)]
     pub ready_when: Option<String>,
+    /// Take over an object that already exists with the child's name and
+    /// was not created by kiln for this primary: kiln adds its labels and
+    /// owner reference, manages it from then on, and deletes it when it
+    /// stops rendering it. Default `false`: such an object is left untouched
+    /// and the primary reports `AlreadyExists`.
+    #[serde(default)]
+    pub adopt: bool,
 }
 
 /// What the engine writes to the primary's status.

@@ -378,6 +378,7 @@ impl<'a> Checker<'a> {
                     for_each,
                     template,
                     ready_when,
+                    adopt: c.adopt,
                 });
             }
         }

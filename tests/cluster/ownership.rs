@@ -173,3 +173,37 @@ async fn two_primaries_rendering_one_child_the_first_keeps_it() {
         .await;
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_adopt_an_existing_object_is_taken_over_and_managed() {
+    let scene = Scene::new("own-adopt").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "legacy"}, "data": {"from": "hand"}}))
+        .await;
+    scene.apply(named("w", "legacy", true)).await;
+    let adopting = NAMED.replace("    - id: copy\n", "    - id: copy\n      adopt: true\n");
+    let scene = scene.running(&[rule_from_yaml(&adopting)]).await;
+    let adopted = scene
+        .until("the object adopted", configmap("legacy"), |c| {
+            c["data"]["from"] == "w"
+        })
+        .await;
+    assert_eq!(adopted["metadata"]["labels"]["kiln.dev/rule"], "named");
+    assert_eq!(adopted["metadata"]["ownerReferences"][0]["name"], "w");
+    // Managed from now on: when the rule stops rendering it, it goes.
+    scene.apply(named("w", "legacy", false)).await;
+    crate::support::eventually(
+        "the adopted object pruned",
+        crate::support::scene::CONVERGE,
+        || async {
+            scene
+                .get("v1", "ConfigMap", "legacy")
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    scene.end().await;
+}
