@@ -319,10 +319,14 @@ async fn a_rule_that_does_not_force_reports_a_conflict_instead() {
     .await
     .unwrap();
     create_widgets(&client, n, 1).await;
-    let polite = WIDGET_RULE.replace(
-        "  status:\n    fields:",
-        "  apply: {forceConflicts: false}\n  status:\n    fields:",
-    );
+    // The rule takes the existing ConfigMap over on purpose (`adopt`): kiln
+    // never takes over an object it did not create otherwise.
+    let polite = WIDGET_RULE
+        .replace(
+            "  status:\n    fields:",
+            "  apply: {forceConflicts: false}\n  status:\n    fields:",
+        )
+        .replace("    - id: main\n", "    - id: main\n      adopt: true\n");
     let engine = Arc::new(Engine::new(
         support::admin_client().await,
         Options {
