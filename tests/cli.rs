@@ -111,3 +111,28 @@ fn deploy_generated_files_are_fresh() {
         );
     }
 }
+
+#[test]
+fn render_says_when_the_rule_does_not_select_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let object = dir.path().join("ns.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: plain, labels: {other: x}}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = kiln(&[
+        "render",
+        "--rules",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules"),
+        "--object",
+        object.to_str().unwrap(),
+    ]);
+    assert!(!ok, "{out}");
+    assert!(out.trim().is_empty(), "nothing is rendered: {out}");
+    assert!(
+        err.contains("rule `tenant` does not select")
+            && err.contains("do not match spec.for.selector"),
+        "{err}"
+    );
+}

@@ -69,7 +69,19 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     }
 
     let mut failed = false;
+    let namespace = inputs.primary["metadata"]["namespace"].as_str();
+    let labels: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(inputs.primary["metadata"]["labels"].clone()).unwrap_or_default();
     for rule in matching {
+        if let Some(why) = rule.primary.refusal(namespace, &labels) {
+            eprintln!(
+                "rule `{}` does not select {}: {why}; the engine would not reconcile it",
+                rule.name,
+                args.object.display()
+            );
+            failed = true;
+            continue;
+        }
         println!("# rule: {}", rule.name);
         let missing = render::missing_required(rule, &inputs);
         if !missing.is_empty() {

@@ -66,9 +66,31 @@ pub struct Primary {
 impl Primary {
     /// Whether the rule takes an object in `namespace` with these labels.
     pub fn selects(&self, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+        self.refusal(namespace, labels).is_none()
+    }
+
+    /// Why the rule does not take an object in `namespace` with these
+    /// labels; `None` when it does.
+    pub fn refusal(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
         let in_namespace = self.namespaces.is_empty()
             || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns));
-        in_namespace && self.selector.as_ref().is_none_or(|s| s.matches(labels))
+        if !in_namespace {
+            return Some(format!(
+                "its namespace ({}) is not in spec.for.namespaces ({})",
+                namespace.unwrap_or("none"),
+                self.namespaces.join(", ")
+            ));
+        }
+        match &self.selector {
+            Some(s) if !s.matches(labels) => Some(format!(
+                "its labels {labels:?} do not match spec.for.selector"
+            )),
+            _ => None,
+        }
     }
 }
 

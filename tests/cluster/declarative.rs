@@ -212,6 +212,14 @@ async fn two_rules_on_one_primary_keep_their_status_and_children_apart() {
         failing["status"]["betaValue"], "b1",
         "beta computed nothing new: its field stays as it was"
     );
+    assert_eq!(
+        failing["status"]["observedGeneration"], both["metadata"]["generation"],
+        "observedGeneration does not claim a status nobody computed"
+    );
+    assert_ne!(
+        failing["metadata"]["generation"],
+        both["metadata"]["generation"]
+    );
     // Every later reconcile of alpha keeps beta's part, and the other way round.
     assert_eq!(scene.writes_during_resync("alpha", 1).await, 0);
     let after = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
