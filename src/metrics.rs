@@ -53,6 +53,9 @@ pub struct Metrics {
     pub queue_retries: Family<Labels, Counter>,
     /// `kiln_apply_total{rule,result}`
     pub apply_total: Family<Labels, Counter>,
+    /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
+    /// rewritten too often (a fight with another controller), writes paused.
+    pub budget_exhausted: Family<Labels, Counter>,
     /// `kiln_watches`
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
@@ -89,6 +92,7 @@ impl Metrics {
             queue_duration: Family::new_with_constructor(queue_histogram),
             queue_retries: Family::default(),
             apply_total: Family::default(),
+            budget_exhausted: Family::default(),
             watches: Gauge::default(),
             cached_objects: Family::default(),
             waiting_for_kinds: Family::default(),
@@ -143,6 +147,11 @@ impl Metrics {
             "kiln_apply",
             "Server-side applies of children per rule and result",
             m.apply_total.clone(),
+        );
+        r.register(
+            "kiln_write_budget_exhausted",
+            "Times a primary's children were rewritten too often and kiln paused its writes",
+            m.budget_exhausted.clone(),
         );
         r.register(
             "kiln_watches",

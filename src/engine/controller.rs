@@ -55,7 +55,19 @@ struct PrimaryState {
     failures: u32,
     /// How the server stored children it normalises.
     known: Known,
+    /// When child applies were made within the last [`BUDGET_WINDOW`].
+    recent_applies: std::collections::VecDeque<std::time::Instant>,
+    /// While set and in the future: writes paused, with this explanation.
+    paused: Option<(std::time::Instant, String)>,
 }
+
+/// At most this many child applies per primary within [`BUDGET_WINDOW`]:
+/// more means another controller keeps undoing what kiln sets (a fight), and
+/// kiln pauses that primary's writes for `requeue.onError.max` instead of
+/// answering every change (crossplane#6751 needed the same breaker).
+const WRITE_BUDGET: usize = 20;
+/// The window of [`WRITE_BUDGET`].
+const BUDGET_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A running rule.
 pub struct RuleController {
@@ -542,6 +554,9 @@ impl RuleController {
     /// Performs a plan: applies, then prunes (only once every apply
     /// succeeded), then the status; Events for what changed.
     async fn execute(&self, obj: &DynamicObject, plan: &Plan) -> Result<Next, Failure> {
+        if let Some(failure) = self.over_budget(obj, plan).await {
+            return self.failed(obj, plan, failure).await;
+        }
         for child in &plan.apply {
             if let Err(failure) = self.apply(obj, child).await {
                 return self.failed(obj, plan, failure).await;
@@ -579,6 +594,75 @@ impl RuleController {
             }
         }
         Ok(plan.next)
+    }
+
+    /// Spends the write budget of the primary on the plan's applies, or says
+    /// why its writes are paused (a fight with another field manager).
+    async fn over_budget(&self, obj: &DynamicObject, plan: &Plan) -> Option<Failure> {
+        use std::time::Instant;
+        if plan.apply.is_empty() {
+            return None;
+        }
+        let key = ObjKey::of(obj);
+        let now = Instant::now();
+        {
+            let mut states = lock(&self.states);
+            let state = states.entry(key.clone()).or_default();
+            match &state.paused {
+                Some((until, why)) if *until > now => {
+                    return Some(Failure::new(Category::Conflict, why.clone()));
+                }
+                Some(_) => state.paused = None,
+                None => {}
+            }
+            while state
+                .recent_applies
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > BUDGET_WINDOW)
+            {
+                state.recent_applies.pop_front();
+            }
+            if state.recent_applies.len() + plan.apply.len() <= WRITE_BUDGET {
+                state.recent_applies.extend(plan.apply.iter().map(|_| now));
+                return None;
+            }
+        }
+        // Over budget: find who keeps changing the child, then pause.
+        let child = &plan.apply[0];
+        let other = self.last_other_manager(child).await;
+        let cool_down = self.rule.requeue.on_error.max;
+        let why = format!(
+            "{} {} was rewritten more than {WRITE_BUDGET} times in {}s: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
+            child.gvk.kind,
+            plan::key_of(child),
+            BUDGET_WINDOW.as_secs(),
+            other.as_deref().unwrap_or("unknown field manager"),
+            cool_down.as_secs()
+        );
+        self.shared
+            .metrics
+            .budget_exhausted
+            .get_or_create(&metrics::label("rule", &self.rule.name))
+            .inc();
+        let mut states = lock(&self.states);
+        let state = states.entry(key).or_default();
+        state.recent_applies.clear();
+        state.paused = Some((now + cool_down, why.clone()));
+        Some(Failure::new(Category::Conflict, why))
+    }
+
+    /// The field manager other than kiln that wrote a child last (one GET:
+    /// the cache keeps no managed fields of children).
+    async fn last_other_manager(&self, child: &DesiredChild) -> Option<String> {
+        let informer = self.wiring.children.get(&child.gvk)?;
+        let api = self.api(informer.kind(), child.namespace.as_deref());
+        let live = api.get(&child.name).await.ok()?;
+        let ours = &self.shared.options.field_manager;
+        live.managed_fields()
+            .iter()
+            .filter(|m| m.manager.as_deref() != Some(ours.as_str()))
+            .max_by_key(|m| m.time.as_ref().map(|t| t.0))
+            .and_then(|m| m.manager.clone())
     }
 
     /// A write of the plan failed: the status says so; a permanent failure

@@ -20,6 +20,7 @@ mod engine;
 mod examples;
 mod faults;
 mod foundation;
+mod hostile_fights;
 mod hostile_names;
 mod hostile_status;
 mod missing_information;
