@@ -368,14 +368,21 @@ impl RuleController {
                 };
                 plan::plan(&self.rule, &this, &observed, &known, &occupant, &scope_of)
             }
-            // A watch reference that does not render fails like any template.
-            Err(message) => Plan {
+            // A watch reference that does not render, or points where it
+            // may not, fails for this object like any template.
+            Err(refusal) => Plan {
                 apply: Vec::new(),
                 prune: Vec::new(),
                 status: Part {
-                    outcome: Outcome::Failed {
-                        reason: reasons::TEMPLATE_ERROR,
-                        message,
+                    outcome: match refusal {
+                        Refusal::Template(message) => Outcome::Failed {
+                            reason: reasons::TEMPLATE_ERROR,
+                            message,
+                        },
+                        Refusal::Namespace(message) => Outcome::Failed {
+                            reason: reasons::NAMESPACE_NOT_ALLOWED,
+                            message,
+                        },
                     },
                     fields: None,
                     generation: obj.metadata.generation,
@@ -394,7 +401,7 @@ impl RuleController {
         obj: &DynamicObject,
         primary: Value,
         this: &JinjaValue,
-    ) -> Result<Observed, String> {
+    ) -> Result<Observed, Refusal> {
         let mut observed = Observed::default();
         observed.inputs.primary = primary;
         observed.blind = self.blind();
@@ -483,7 +490,7 @@ impl RuleController {
         key: &ObjKey,
         this: &JinjaValue,
         observed: &mut Observed,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let ctx = render::context(&self.rule, this, &observed.inputs);
         let set = &self.rule.templates;
         let mut budget = Budget::default();
@@ -496,13 +503,28 @@ impl RuleController {
             let mut text = |piece: &crate::template::Piece| {
                 piece
                     .render_string(set, &ctx, &mut budget)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| Refusal::Template(e.to_string()))
             };
             let namespaced = informer.kind().namespaced;
+            let allowed = |ns: Option<String>| match (&key.namespace, &ns) {
+                (Some(own), Some(ns)) if own != ns && !watch.allow_namespaces.contains(ns) => {
+                    Err(Refusal::Namespace(format!(
+                        "related.{}: the namespace `{}` comes from the object, and it is not the object's own (`{own}`): a rule reads other namespaces only when it names them (a literal `namespace` or `allowNamespaces`)",
+                        watch.name,
+                        crate::rules::names::shown(ns)
+                    )))
+                }
+                _ => Ok(ns),
+            };
             let found = match &watch.target {
                 WatchTarget::Ref { name, namespace } => {
+                    let ns = namespace_of(namespaced, namespace, key, &mut text)?;
                     let target = ObjKey {
-                        namespace: namespace_of(namespaced, namespace, key, &mut text)?,
+                        namespace: if is_literal(namespace) {
+                            ns
+                        } else {
+                            allowed(ns)?
+                        },
                         name: text(name)?,
                     };
                     refs.push((watch.name.clone(), target.clone()));
@@ -524,6 +546,11 @@ impl RuleController {
                         labels.insert(k.clone(), text(piece)?);
                     }
                     let ns = namespace_of(namespaced, namespace, key, &mut text)?;
+                    let ns = if is_literal(namespace) {
+                        ns
+                    } else {
+                        allowed(ns)?
+                    };
                     let selector = LabelSelector {
                         match_labels: labels,
                         match_expressions: Vec::new(),
@@ -937,13 +964,26 @@ fn namespace_of(
     namespaced: bool,
     template: &Option<crate::template::Piece>,
     primary: &ObjKey,
-    text: &mut impl FnMut(&crate::template::Piece) -> Result<String, String>,
-) -> Result<Option<String>, String> {
+    text: &mut impl FnMut(&crate::template::Piece) -> Result<String, Refusal>,
+) -> Result<Option<String>, Refusal> {
     match template {
         _ if !namespaced => Ok(None),
         Some(piece) => text(piece).map(Some),
         None => Ok(primary.namespace.clone()),
     }
+}
+
+/// Whether a watch's namespace is the rule author's (literal or absent).
+fn is_literal(namespace: &Option<crate::template::Piece>) -> bool {
+    matches!(namespace, None | Some(crate::template::Piece::Literal(_)))
+}
+
+/// Why a primary's watches cannot be read.
+enum Refusal {
+    /// A reference did not render.
+    Template(String),
+    /// A reference points where the rule does not allow the primary to point.
+    Namespace(String),
 }
 
 fn to_json(obj: &DynamicObject) -> Value {

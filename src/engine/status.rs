@@ -42,6 +42,8 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// A watch of a namespaced primary points into another namespace the rule does not name.
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
     /// A child's name is held by an object kiln did not create for this primary.
     pub const ALREADY_EXISTS: &str = "AlreadyExists";
     /// An admission policy or webhook denied a write; retried with backoff.

@@ -175,6 +175,8 @@ pub struct Watch {
     pub target: WatchTarget,
     /// Whether its absence makes the primary wait.
     pub required: bool,
+    /// Namespaces a templated namespace may render to, besides the primary's.
+    pub allow_namespaces: Vec<String>,
 }
 
 /// A child rendered for each primary.

@@ -150,6 +150,12 @@ pub struct RawWatch {
     /// When true, a missing object puts the primary in `Waiting` instead of rendering.
     #[serde(default)]
     pub required: bool,
+    /// Namespaces (literal) a templated `namespace` may render to besides
+    /// the primary's own. For a namespaced primary, whoever writes it decides
+    /// values, not where kiln reads: a templated namespace that renders
+    /// anywhere else is refused for that object.
+    #[serde(default)]
+    pub allow_namespaces: Vec<String>,
 }
 
 /// A reference to one object, rendered per primary.

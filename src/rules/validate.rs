@@ -257,12 +257,19 @@ impl<'a> Checker<'a> {
             );
             let gvk = self.gvk(&at, &w.api_version, &w.kind);
             let target = self.watch_target(&at, w, &scope);
+            for (j, ns) in w.allow_namespaces.iter().enumerate() {
+                if let Err(why) = dns_label(ns) {
+                    let here = [with("allowNamespaces").as_slice(), &[Step::Index(j)]].concat();
+                    self.error(&here, format!("namespace `{}` {why}", ns.escape_debug()));
+                }
+            }
             if let (Some(gvk), Some(target)) = (gvk, target) {
                 out.push(Watch {
                     name: w.name.clone(),
                     gvk,
                     target,
                     required: w.required,
+                    allow_namespaces: w.allow_namespaces.clone(),
                 });
             }
         }

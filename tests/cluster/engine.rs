@@ -20,7 +20,7 @@ struct Running {
 
 impl Running {
     async fn start(ns: &str, rules: &[Arc<Rule>]) -> Self {
-        let (engine, writes) = support::scene::start_engine(ns, rules).await;
+        let (engine, writes) = support::scene::start_engine(&[ns.to_string()], rules).await;
         Self { engine, writes }
     }
 }

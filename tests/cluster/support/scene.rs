@@ -23,6 +23,8 @@ pub struct Scene {
     ns: TestNamespace,
     engine: Option<Arc<Engine>>,
     writes: WriteCounter,
+    /// Namespaces the engine watches besides the scene's own.
+    also: Vec<String>,
 }
 
 impl Scene {
@@ -35,6 +37,7 @@ impl Scene {
             ns,
             engine: None,
             writes: WriteCounter::default(),
+            also: Vec::new(),
         }
     }
 
@@ -44,9 +47,17 @@ impl Scene {
         self
     }
 
+    /// The engine will also watch `namespace`.
+    pub fn also_watching(mut self, namespace: &str) -> Self {
+        self.also.push(namespace.to_string());
+        self
+    }
+
     /// With an engine running `rules` in this namespace (each rule running).
     pub async fn running(mut self, rules: &[Arc<Rule>]) -> Self {
-        let (engine, writes) = start_engine(self.ns(), rules).await;
+        let mut namespaces = vec![self.ns().to_string()];
+        namespaces.extend(self.also.iter().cloned());
+        let (engine, writes) = start_engine(&namespaces, rules).await;
         self.engine = Some(engine);
         self.writes = writes;
         self
@@ -117,12 +128,15 @@ impl Scene {
     }
 }
 
-/// Starts an engine scoped to `ns` on a write-counting client and waits
+/// Starts an engine scoped to `namespaces` on a write-counting client and waits
 /// until every rule runs.
-pub async fn start_engine(ns: &str, rules: &[Arc<Rule>]) -> (Arc<Engine>, WriteCounter) {
+pub async fn start_engine(
+    namespaces: &[String],
+    rules: &[Arc<Rule>],
+) -> (Arc<Engine>, WriteCounter) {
     let (client, writes) = super::counting_client().await;
     let options = Options {
-        namespaces: vec![ns.to_string()],
+        namespaces: namespaces.to_vec(),
         concurrency: 2,
         kind_retry: Duration::from_millis(200),
         ..Options::default()
