@@ -506,25 +506,10 @@ impl RuleController {
                     .map_err(|e| Refusal::Template(e.to_string()))
             };
             let namespaced = informer.kind().namespaced;
-            let allowed = |ns: Option<String>| match (&key.namespace, &ns) {
-                (Some(own), Some(ns)) if own != ns && !watch.allow_namespaces.contains(ns) => {
-                    Err(Refusal::Namespace(format!(
-                        "related.{}: the namespace `{}` comes from the object, and it is not the object's own (`{own}`): a rule reads other namespaces only when it names them (a literal `namespace` or `allowNamespaces`)",
-                        watch.name,
-                        crate::rules::names::shown(ns)
-                    )))
-                }
-                _ => Ok(ns),
-            };
             let found = match &watch.target {
                 WatchTarget::Ref { name, namespace } => {
-                    let ns = namespace_of(namespaced, namespace, key, &mut text)?;
                     let target = ObjKey {
-                        namespace: if is_literal(namespace) {
-                            ns
-                        } else {
-                            allowed(ns)?
-                        },
+                        namespace: namespace_of(watch, namespaced, namespace, key, &mut text)?,
                         name: text(name)?,
                     };
                     refs.push((watch.name.clone(), target.clone()));
@@ -545,12 +530,7 @@ impl RuleController {
                     for (k, piece) in match_labels {
                         labels.insert(k.clone(), text(piece)?);
                     }
-                    let ns = namespace_of(namespaced, namespace, key, &mut text)?;
-                    let ns = if is_literal(namespace) {
-                        ns
-                    } else {
-                        allowed(ns)?
-                    };
+                    let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
                     let selector = LabelSelector {
                         match_labels: labels,
                         match_expressions: Vec::new(),
@@ -959,8 +939,10 @@ fn matching(informer: &Informer, namespace: Option<&str>, selector: &LabelSelect
 }
 
 /// The namespace a watch looks in: none for a cluster-scoped kind, the
-/// rendered one, or the primary's.
+/// rendered one (within the tenant boundary, see [`may_read`]), or the
+/// primary's.
 fn namespace_of(
+    watch: &crate::rules::Watch,
     namespaced: bool,
     template: &Option<crate::template::Piece>,
     primary: &ObjKey,
@@ -968,14 +950,29 @@ fn namespace_of(
 ) -> Result<Option<String>, Refusal> {
     match template {
         _ if !namespaced => Ok(None),
-        Some(piece) => text(piece).map(Some),
+        Some(crate::template::Piece::Literal(ns)) => Ok(Some(ns.clone())),
+        Some(piece) => may_read(watch, primary, Some(text(piece)?)),
         None => Ok(primary.namespace.clone()),
     }
 }
 
-/// Whether a watch's namespace is the rule author's (literal or absent).
-fn is_literal(namespace: &Option<crate::template::Piece>) -> bool {
-    matches!(namespace, None | Some(crate::template::Piece::Literal(_)))
+/// Tenant boundary: a namespace that comes from a namespaced primary may be
+/// read only when it is the primary's own or the rule allows it.
+fn may_read(
+    watch: &crate::rules::Watch,
+    primary: &ObjKey,
+    namespace: Option<String>,
+) -> Result<Option<String>, Refusal> {
+    match (&primary.namespace, &namespace) {
+        (Some(own), Some(ns)) if own != ns && !watch.allow_namespaces.contains(ns) => {
+            Err(Refusal::Namespace(format!(
+                "related.{}: the namespace `{}` comes from the object, and it is not the object's own (`{own}`): a rule reads other namespaces only when it names them (a literal `namespace` or `allowNamespaces`)",
+                watch.name,
+                crate::rules::names::shown(ns)
+            )))
+        }
+        _ => Ok(namespace),
+    }
 }
 
 /// Why a primary's watches cannot be read.

@@ -122,53 +122,8 @@ pub fn plan(
     scope_of: ScopeOf<'_>,
 ) -> Plan {
     let generation = observed.inputs.primary["metadata"]["generation"].as_i64();
-    // Never act on missing information: an object a blind cache lacks is not
-    // absent, so nothing is rendered (a `when` could turn false), applied or
-    // pruned until the cache can be trusted.
-    let forbidden: Vec<&str> = observed
-        .blind
-        .iter()
-        .filter_map(|b| match b {
-            Blind::Forbidden(kind) => Some(kind.as_str()),
-            Blind::Unsynced(_) => None,
-        })
-        .collect();
-    if !forbidden.is_empty() {
-        let outcome = Outcome::Failed {
-            reason: reasons::FORBIDDEN,
-            message: format!(
-                "kiln may not list and watch {} (RBAC): nothing is applied or deleted for this object until it may",
-                forbidden.join(", ")
-            ),
-        };
-        return Plan::only(
-            unrendered(outcome, generation),
-            Next::After(rule.requeue.waiting),
-        );
-    }
-    if !observed.blind.is_empty() {
-        let missing = observed
-            .blind
-            .iter()
-            .map(|b| match b {
-                Blind::Forbidden(kind) | Blind::Unsynced(kind) => {
-                    format!("the {kind} cache (not synced yet)")
-                }
-            })
-            .collect();
-        return Plan::only(
-            unrendered(Outcome::Waiting { missing }, generation),
-            Next::After(rule.requeue.waiting),
-        );
-    }
-    if !observed.missing.is_empty() {
-        let outcome = Outcome::Waiting {
-            missing: observed.missing.clone(),
-        };
-        return Plan::only(
-            unrendered(outcome, generation),
-            Next::After(rule.requeue.waiting),
-        );
+    if let Some(plan) = unready(rule, observed, generation) {
+        return plan;
     }
     let rendered = match render::render_with(rule, this, &observed.inputs, scope_of) {
         Ok(r) => r,
@@ -185,37 +140,8 @@ pub fn plan(
             return Plan::only(unrendered(outcome, generation), Next::Done);
         }
     };
-    // Own only what you created: a name held by an object kiln did not make
-    // for this primary is neither taken over nor, later, deleted.
-    let taken: Vec<String> = rendered
-        .children
-        .iter()
-        .filter(|c| {
-            let adopts = rule.children.iter().any(|s| s.id == c.id && s.adopt);
-            !adopts
-                && !observed
-                    .children
-                    .iter()
-                    .any(|l| l.gvk == c.gvk && l.key == key_of(c))
-        })
-        .filter_map(|c| {
-            let key = key_of(c);
-            let who = occupant(&c.gvk, &key)?;
-            Some(format!("{} {key} already exists ({who})", c.gvk.kind))
-        })
-        .collect();
-    if !taken.is_empty() {
-        let outcome = Outcome::Failed {
-            reason: reasons::ALREADY_EXISTS,
-            message: format!(
-                "{}: kiln does not take over objects it did not create",
-                taken.join("; ")
-            ),
-        };
-        return Plan::only(
-            unrendered(outcome, generation),
-            Next::After(rule.requeue.waiting),
-        );
+    if let Some(plan) = collisions(rule, observed, &rendered.children, occupant, generation) {
+        return plan;
     }
     let prune = observed
         .children
@@ -264,6 +190,103 @@ pub fn plan(
         },
         next,
     }
+}
+
+/// The plan when the reconcile cannot know enough to render: a blind cache
+/// or a required related object missing.
+fn unready(rule: &Rule, observed: &Observed, generation: Option<i64>) -> Option<Plan> {
+    // Never act on missing information: an object a blind cache lacks is not
+    // absent, so nothing is rendered (a `when` could turn false), applied or
+    // pruned until the cache can be trusted.
+    let forbidden: Vec<&str> = observed
+        .blind
+        .iter()
+        .filter_map(|b| match b {
+            Blind::Forbidden(kind) => Some(kind.as_str()),
+            Blind::Unsynced(_) => None,
+        })
+        .collect();
+    if !forbidden.is_empty() {
+        let outcome = Outcome::Failed {
+            reason: reasons::FORBIDDEN,
+            message: format!(
+                "kiln may not list and watch {} (RBAC): nothing is applied or deleted for this object until it may",
+                forbidden.join(", ")
+            ),
+        };
+        return Some(Plan::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        ));
+    }
+    if !observed.blind.is_empty() {
+        let missing = observed
+            .blind
+            .iter()
+            .map(|b| match b {
+                Blind::Forbidden(kind) | Blind::Unsynced(kind) => {
+                    format!("the {kind} cache (not synced yet)")
+                }
+            })
+            .collect();
+        return Some(Plan::only(
+            unrendered(Outcome::Waiting { missing }, generation),
+            Next::After(rule.requeue.waiting),
+        ));
+    }
+    if !observed.missing.is_empty() {
+        let outcome = Outcome::Waiting {
+            missing: observed.missing.clone(),
+        };
+        return Some(Plan::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        ));
+    }
+    None
+}
+
+/// The plan when a child's name is held by an object kiln did not create
+/// for this primary (and the child does not adopt).
+fn collisions(
+    rule: &Rule,
+    observed: &Observed,
+    children: &[DesiredChild],
+    occupant: Occupant<'_>,
+    generation: Option<i64>,
+) -> Option<Plan> {
+    // Own only what you created: a name held by an object kiln did not make
+    // for this primary is neither taken over nor, later, deleted.
+    let taken: Vec<String> = children
+        .iter()
+        .filter(|c| {
+            let adopts = rule.children.iter().any(|s| s.id == c.id && s.adopt);
+            !adopts
+                && !observed
+                    .children
+                    .iter()
+                    .any(|l| l.gvk == c.gvk && l.key == key_of(c))
+        })
+        .filter_map(|c| {
+            let key = key_of(c);
+            let who = occupant(&c.gvk, &key)?;
+            Some(format!("{} {key} already exists ({who})", c.gvk.kind))
+        })
+        .collect();
+    if !taken.is_empty() {
+        let outcome = Outcome::Failed {
+            reason: reasons::ALREADY_EXISTS,
+            message: format!(
+                "{}: kiln does not take over objects it did not create",
+                taken.join("; ")
+            ),
+        };
+        return Some(Plan::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        ));
+    }
+    None
 }
 
 /// The status part of a reconcile that rendered nothing.
