@@ -317,39 +317,27 @@ fn finish_child(
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .map(str::to_string);
-    match (&owner.namespace, namespaced, rendered_ns) {
-        (Some(own), true, None) => {
-            meta.insert("namespace".into(), Value::String(own.clone()));
-        }
-        (Some(own), true, Some(ns)) if &ns != own => {
-            return Err(RenderFailure::child(
-                id,
-                format!(
-                    "would be created in namespace `{ns}`, but its primary is in `{own}`: a namespaced primary may only own children in its own namespace"
+    use crate::rules::scope::{Misplaced, placement};
+    let placed = placement(owner.namespace.as_deref(), namespaced, rendered_ns.as_deref())
+        .map_err(|m| {
+            let message = match m {
+                Misplaced::OtherNamespace { child, primary } => format!(
+                    "would be created in namespace `{child}`, but its primary is in `{primary}`: a namespaced primary may only own children in its own namespace"
                 ),
-            ));
-        }
-        (Some(_), false, _) => {
-            return Err(RenderFailure::child(
-                id,
-                format!(
+                Misplaced::ClusterScopedChild => format!(
                     "{gvk} is cluster-scoped; a namespaced primary cannot own cluster-scoped children"
                 ),
-            ));
-        }
-        (None, true, None) => {
-            return Err(RenderFailure::child(
-                id,
-                format!("{gvk} is namespaced and the primary is not: set metadata.namespace"),
-            ));
-        }
-        (None, false, Some(_)) => {
-            return Err(RenderFailure::child(
-                id,
-                format!("{gvk} is cluster-scoped: remove metadata.namespace"),
-            ));
-        }
-        _ => {}
+                Misplaced::NamespaceMissing => {
+                    format!("{gvk} is namespaced and the primary is not: set metadata.namespace")
+                }
+                Misplaced::NamespaceOnClusterScoped => {
+                    format!("{gvk} is cluster-scoped: remove metadata.namespace")
+                }
+            };
+            RenderFailure::child(id, message)
+        })?;
+    if let Some(ns) = placed {
+        meta.insert("namespace".into(), Value::String(ns));
     }
     let labels = meta
         .entry("labels")

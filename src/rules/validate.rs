@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::load::Document;
 use super::names::{dns_label, dns_subdomain};
-use super::scope::well_known_scope;
+use super::scope::{Misplaced, placement, well_known_scope};
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
     Backoff, Child, Diagnostic, Gvk, LabelSelector, Operator, Primary, Requeue, Requirement, Rule,
@@ -492,22 +492,27 @@ impl<'a> Checker<'a> {
         if well_known_scope(&primary) != Some(true) {
             return;
         }
-        if well_known_scope(child) == Some(false) {
-            self.error(
+        // The primary's namespace is not known here: any literal namespace
+        // is another one.
+        const PRIMARY: &str = "\u{0}the primary's namespace";
+        let literal = metadata
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .filter(|ns| !ns.contains("{{"));
+        let namespaced = well_known_scope(child).unwrap_or(true);
+        match placement(Some(PRIMARY), namespaced, literal) {
+            Err(Misplaced::ClusterScopedChild) => self.error(
                 &[at, &[key("kind")]].concat(),
                 format!("{child} is cluster-scoped; a namespaced primary ({}) cannot own cluster-scoped children", primary.kind),
-            );
-        }
-        if let Some(Value::String(ns)) = metadata.and_then(|m| m.get("namespace"))
-            && !ns.contains("{{")
-        {
-            self.error(
+            ),
+            Err(Misplaced::OtherNamespace { child: ns, .. }) => self.error(
                 &[at, &[key("metadata"), key("namespace")]].concat(),
                 format!(
                     "a namespaced primary ({}) may only own children in its own namespace; remove the literal namespace `{ns}`",
                     primary.kind
                 ),
-            );
+            ),
+            _ => {}
         }
     }
 
