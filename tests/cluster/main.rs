@@ -18,4 +18,5 @@ mod engine;
 mod examples;
 mod faults;
 mod foundation;
+mod hostile_templates;
 mod reload;
