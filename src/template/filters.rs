@@ -1,22 +1,81 @@
 //! Filters kiln adds to minijinja's built-ins. Each is pure: no files, no
-//! environment, no network.
+//! environment, no network. Every filter, kiln's and minijinja's, is
+//! registered [`guarded`]: its inputs and result are size-checked.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use jsonpath_rust::JsonPath;
+use minijinja::filters as builtin;
 use minijinja::{Environment, Error, ErrorKind, Value};
 use sha2::{Digest, Sha256};
 
-/// Adds kiln's filters to `env`.
+use super::limits::guarded;
+
+/// Adds kiln's filters to `env` and replaces minijinja's built-in filters
+/// with guarded ones.
 pub fn register(env: &mut Environment<'static>) {
-    env.add_filter("b64encode", b64encode);
-    env.add_filter("b64decode", b64decode);
-    env.add_filter("sha256", sha256);
-    env.add_filter("to_json", to_json);
-    env.add_filter("from_json", from_json);
-    env.add_filter("to_yaml", to_yaml);
-    env.add_filter("jsonpath", jsonpath);
-    env.add_filter("dns1123", dns1123);
+    let filters = [
+        ("b64encode", Value::from_function(b64encode)),
+        ("b64decode", Value::from_function(b64decode)),
+        ("sha256", Value::from_function(sha256)),
+        ("to_json", Value::from_function(to_json)),
+        ("from_json", Value::from_function(from_json)),
+        ("to_yaml", Value::from_function(to_yaml)),
+        ("jsonpath", Value::from_function(jsonpath)),
+        ("dns1123", Value::from_function(dns1123)),
+        // minijinja's, as `defaults.rs` registers them.
+        ("safe", Value::from_function(builtin::safe)),
+        ("escape", Value::from_function(builtin::escape)),
+        ("e", Value::from_function(builtin::escape)),
+        ("lower", Value::from_function(builtin::lower)),
+        ("upper", Value::from_function(builtin::upper)),
+        ("title", Value::from_function(builtin::title)),
+        ("capitalize", Value::from_function(builtin::capitalize)),
+        ("replace", Value::from_function(builtin::replace)),
+        ("length", Value::from_function(builtin::length)),
+        ("count", Value::from_function(builtin::length)),
+        ("dictsort", Value::from_function(builtin::dictsort)),
+        ("items", Value::from_function(builtin::items)),
+        ("reverse", Value::from_function(builtin::reverse)),
+        ("trim", Value::from_function(builtin::trim)),
+        ("join", Value::from_function(builtin::join)),
+        ("split", Value::from_function(builtin::split)),
+        ("lines", Value::from_function(builtin::lines)),
+        ("default", Value::from_function(builtin::default)),
+        ("d", Value::from_function(builtin::default)),
+        ("round", Value::from_function(builtin::round)),
+        ("abs", Value::from_function(builtin::abs)),
+        ("int", Value::from_function(builtin::int)),
+        ("float", Value::from_function(builtin::float)),
+        ("attr", Value::from_function(builtin::attr)),
+        ("first", Value::from_function(builtin::first)),
+        ("last", Value::from_function(builtin::last)),
+        ("min", Value::from_function(builtin::min)),
+        ("max", Value::from_function(builtin::max)),
+        ("sort", Value::from_function(builtin::sort)),
+        ("list", Value::from_function(builtin::list)),
+        ("string", Value::from_function(builtin::string)),
+        ("bool", Value::from_function(builtin::bool)),
+        ("batch", Value::from_function(builtin::batch)),
+        ("slice", Value::from_function(builtin::slice)),
+        ("sum", Value::from_function(builtin::sum)),
+        ("indent", Value::from_function(builtin::indent)),
+        ("select", Value::from_function(builtin::select)),
+        ("reject", Value::from_function(builtin::reject)),
+        ("selectattr", Value::from_function(builtin::selectattr)),
+        ("rejectattr", Value::from_function(builtin::rejectattr)),
+        ("map", Value::from_function(builtin::map)),
+        ("groupby", Value::from_function(builtin::groupby)),
+        ("unique", Value::from_function(builtin::unique)),
+        ("chain", Value::from_function(builtin::chain)),
+        ("zip", Value::from_function(builtin::zip)),
+        ("pprint", Value::from_function(builtin::pprint)),
+        ("format", Value::from_function(builtin::format)),
+        ("tojson", Value::from_function(builtin::tojson)),
+    ];
+    for (name, filter) in filters {
+        env.add_filter(name, guarded(name, filter));
+    }
 }
 
 fn invalid(message: impl Into<String>) -> Error {

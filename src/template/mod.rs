@@ -12,10 +12,14 @@
 //! that evaluates to undefined, is an error naming the expression. Lookups
 //! chain, so `children.db.status.ready | default(false)` and
 //! `x.y is defined` work even while `children.db` does not exist yet.
-//! Rendering is bounded by fuel and an output budget. Templates have no loader and no
-//! functions that reach files, the environment or the network.
+//! Rendering is bounded by fuel, an output budget and the [`limits`] on the
+//! values a template builds; each evaluation runs on a big stack of its own,
+//! so a runaway template fails for its object, never for the process. Templates
+//! have no loader and no functions that reach files, the environment or the
+//! network.
 
 mod filters;
+pub mod limits;
 pub mod tree;
 
 use std::collections::BTreeSet;
@@ -30,6 +34,9 @@ pub use tree::{Budget, Piece, Tree};
 pub const FUEL: u64 = 200_000;
 /// Bytes all rendered strings of one primary may add up to.
 pub const OUTPUT_BUDGET: usize = 2 * 1024 * 1024;
+/// Depth of macro calls, includes and recursive loops (minijinja counts a
+/// macro call as 4).
+pub const RECURSION_LIMIT: usize = 64;
 
 /// Where a template sits in its rule, e.g. `spec.children[0].template.spec.replicas`.
 pub type TemplatePath = String;
@@ -105,10 +112,11 @@ impl TemplateSet {
                     "undefined value in output",
                 ));
             }
+            limits::check(value, "a value written out")?;
             minijinja::escape_formatter(out, state, value)
         });
         env.set_fuel(Some(FUEL));
-        env.set_recursion_limit(64);
+        env.set_recursion_limit(RECURSION_LIMIT);
         env.set_debug(true);
         // Templates render YAML values, not HTML.
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
@@ -169,24 +177,25 @@ impl TemplateSet {
         ctx: &JinjaValue,
         budget: &mut Budget,
     ) -> Result<String, RenderError> {
-        let tmpl = self
-            .env
-            .get_template(&id.0)
-            .map_err(|e| to_render_error(&id.0, "", &e))?;
-        let mut out = LimitedWriter {
-            buf: Vec::new(),
-            limit: budget.remaining(),
-        };
-        tmpl.render_captured_to(ctx.clone(), &mut out)
-            .map_err(|e| {
-                if out.buf.len() >= out.limit {
-                    budget.exhausted(&id.0)
-                } else {
-                    to_render_error(&id.0, tmpl.source(), &e)
-                }
-            })?;
-        budget.charge(&id.0, out.buf.len())?;
-        String::from_utf8(out.buf).map_err(|_| RenderError::new(&id.0, "rendered invalid UTF-8"))
+        let limit = budget.remaining();
+        let out = limits::on_render_stack(|| {
+            let tmpl = self
+                .env
+                .get_template(&id.0)
+                .map_err(|e| to_render_error(&id.0, "", &e))?;
+            let mut out = LimitedWriter {
+                buf: Vec::new(),
+                limit,
+            };
+            match tmpl.render_captured_to(ctx.clone(), &mut out) {
+                Ok(_) => Ok(Ok(out.buf)),
+                Err(_) if out.buf.len() >= out.limit => Ok(Err(())),
+                Err(e) => Err(to_render_error(&id.0, tmpl.source(), &e)),
+            }
+        })?
+        .map_err(|()| budget.exhausted(&id.0))?;
+        budget.charge(&id.0, out.len())?;
+        String::from_utf8(out).map_err(|_| RenderError::new(&id.0, "rendered invalid UTF-8"))
     }
 
     /// Evaluates an expression to a JSON value.
@@ -196,9 +205,12 @@ impl TemplateSet {
         ctx: &JinjaValue,
         budget: &mut Budget,
     ) -> Result<Value, RenderError> {
-        let value = self.eval_native(id, ctx)?;
-        let json = serde_json::to_value(&value).map_err(|e| {
-            RenderError::new(&id.0, format!("result is not representable as JSON: {e}"))
+        let json = limits::on_render_stack(|| {
+            let value = self.eval_native(id, ctx)?;
+            limits::check(&value, "the result").map_err(|e| to_render_error(&id.0, "", &e))?;
+            serde_json::to_value(&value).map_err(|e| {
+                RenderError::new(&id.0, format!("result is not representable as JSON: {e}"))
+            })
         })?;
         budget.charge(&id.0, approximate_size(&json))?;
         Ok(json)
@@ -206,7 +218,7 @@ impl TemplateSet {
 
     /// Evaluates an expression for its truth (`when`, `readyWhen`).
     pub fn eval_bool(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<bool, RenderError> {
-        Ok(self.eval_native(id, ctx)?.is_true())
+        limits::on_render_stack(|| Ok(self.eval_native(id, ctx)?.is_true()))
     }
 
     fn eval_native(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<JinjaValue, RenderError> {
@@ -245,6 +257,9 @@ fn to_render_error(path: &str, source: &str, e: &minijinja::Error) -> RenderErro
         (ErrorKind::OutOfFuel, _) => {
             format!("template ran out of fuel ({FUEL} steps): a loop or recursion too large")
         }
+        (ErrorKind::InvalidOperation, Some("recursion limit exceeded")) => format!(
+            "recursion limit exceeded: macro calls, includes and recursive loops nest at most {RECURSION_LIMIT} deep (a macro call counts 4)"
+        ),
         (ErrorKind::UndefinedError, _) => {
             match e.range().and_then(|r| enclosing_expression(source, r)) {
                 Some(expr) => format!("undefined value: `{expr}` is undefined"),
@@ -305,5 +320,141 @@ impl Write for LimitedWriter {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Hostile templates: each must fail with an error naming its limit.
+    use super::*;
+
+    fn text(src: &str) -> Result<String, RenderError> {
+        let mut set = TemplateSet::new();
+        let id = set.add_text("t", src).expect("compiles");
+        set.render_text(
+            &id,
+            &to_jinja(&serde_json::json!({})),
+            &mut Budget::default(),
+        )
+    }
+
+    fn expr(src: &str) -> Result<Value, RenderError> {
+        let mut set = TemplateSet::new();
+        let id = set.add_expr("t", src).expect("compiles");
+        set.eval(
+            &id,
+            &to_jinja(&serde_json::json!({})),
+            &mut Budget::default(),
+        )
+    }
+
+    fn fails_with(result: Result<impl std::fmt::Debug, RenderError>, needle: &str) {
+        let err = result.expect_err("a hostile template must fail");
+        assert!(err.message.contains(needle), "{err}");
+    }
+
+    #[test]
+    fn deep_macro_recursion_hits_the_recursion_limit() {
+        fails_with(
+            text("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+            "recursion limit exceeded",
+        );
+    }
+
+    #[test]
+    fn a_list_nested_by_a_loop_fails_cleanly() {
+        // Nests a list about 140,000 levels deep before fuel runs out: without
+        // its own stack, dropping it overflows a 2 MiB (tokio worker) stack.
+        let nest = format!("{}ns.x{}", "[".repeat(70), "]".repeat(70));
+        let src = format!(
+            "{{% set ns = namespace(x=1) %}}{{% for i in range(2000) %}}{{% set ns.x = {nest} %}}{{% endfor %}}"
+        );
+        fails_with(
+            text(&format!("{src}{{{{ ns.x | to_json }}}}")),
+            "nested too deeply",
+        );
+        fails_with(text(&format!("{src}{{{{ ns.x }}}}")), "nested too deeply");
+        let src = src.replace("range(2000)", "range(100000)");
+        fails_with(text(&src), "out of fuel");
+    }
+
+    #[test]
+    fn a_huge_string_repeated_in_a_list_fails_before_to_json() {
+        fails_with(
+            expr(r#"(["x" * 1000000] * 10000) | to_json"#),
+            "value too large: the input of `to_json`",
+        );
+        fails_with(
+            expr(r#"(["x" * 1000000] * 10000) | tojson"#),
+            "value too large",
+        );
+        fails_with(
+            expr(r#"["x" * 1000000] * 10000"#),
+            "value too large: the result",
+        );
+    }
+
+    #[test]
+    fn a_huge_repeated_list_fails_before_list() {
+        fails_with(expr("([1] * 100000000) | list"), "value too large");
+        fails_with(expr("([1] * 100000000) | join(',')"), "value too large");
+        fails_with(
+            text("{{ [1] * 100000000 }}"),
+            "value too large: a value written out",
+        );
+    }
+
+    #[test]
+    fn huge_ranges_fail() {
+        fails_with(
+            expr("range(1000000000) | list"),
+            "range has too many elements",
+        );
+        // The largest range is allowed, a filter over it is too.
+        assert_eq!(
+            expr("range(100000) | list | length").ok(),
+            Some(serde_json::json!(100000))
+        );
+    }
+
+    #[test]
+    fn nested_to_json_of_big_lists_fails() {
+        fails_with(
+            expr("(range(100000) | list) | to_json | to_json | to_json | list"),
+            "value too large",
+        );
+    }
+
+    #[test]
+    fn string_concatenation_in_a_loop_fails() {
+        // Doubling a string through a namespace, read by a filter each time.
+        fails_with(
+            text(
+                r#"{% set ns = namespace(s="x" * 1000) %}{% for i in range(40) %}{% set ns.s = (ns.s ~ ns.s) | string %}{% endfor %}"#,
+            ),
+            "value too large: the input of `string`",
+        );
+    }
+
+    #[test]
+    fn many_writes_of_a_big_value_hit_the_work_limit() {
+        fails_with(
+            text(
+                r#"{% set s = "x" * 2000000 %}{% set out %}{% for i in range(1000) %}{{ s }}{% endfor %}{% endset %}{{ out | length }}"#,
+            ),
+            "work limit exceeded",
+        );
+    }
+
+    #[test]
+    fn filters_still_take_keyword_arguments() {
+        assert_eq!(
+            expr(r#"{"b": 1, "a": 2} | dictsort(by="value") | map(attribute=0) | join(",")"#),
+            Ok(serde_json::json!("b,a"))
+        );
+        assert_eq!(
+            expr(r#"[{"n": 2}, {"n": 1}] | sort(attribute="n") | map(attribute="n") | list"#),
+            Ok(serde_json::json!([1, 2]))
+        );
     }
 }

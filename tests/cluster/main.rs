@@ -23,6 +23,7 @@ mod foundation;
 mod hostile_fights;
 mod hostile_names;
 mod hostile_status;
+mod hostile_templates;
 mod hostile_tenants;
 mod missing_information;
 mod ownership;

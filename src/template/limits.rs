@@ -1,0 +1,214 @@
+//! Bounds on what one template evaluation may build, so that a runaway
+//! template fails for its object instead of aborting the process.
+//!
+//! Fuel bounds the instructions a template executes, but one instruction can
+//! do a lot: a filter walks a whole list, `[1] * 100000000` makes a list of a
+//! hundred million items, and a loop can nest a list a hundred thousand levels
+//! deep, which the Rust stack then recurses through (to drop it, compare it,
+//! serialize it). So:
+//!
+//! - every filter call and every value written out or returned is checked:
+//!   at most [`VALUE_LIMIT`] bytes and [`DEPTH_LIMIT`] levels of nesting;
+//! - the bytes all filter calls and writes of one evaluation handle add up
+//!   to at most [`WORK_LIMIT`], which bounds its time together with fuel;
+//! - each evaluation runs on a [`RENDER_STACK`] stack of its own, which
+//!   holds the deepest value fuel lets a template build.
+
+use std::cell::Cell;
+
+use minijinja::value::{Kwargs, Rest, ValueKind};
+use minijinja::{Error, ErrorKind, State, Value};
+
+use super::RenderError;
+
+/// Bytes one template value may hold (strings count their bytes, every other
+/// scalar and every list or map entry counts 8).
+pub const VALUE_LIMIT: usize = 2 * 1024 * 1024;
+/// Levels of lists and maps one template value may nest.
+pub const DEPTH_LIMIT: usize = 64;
+/// Bytes all filter calls and writes of one evaluation may handle together.
+pub const WORK_LIMIT: usize = 32 * VALUE_LIMIT;
+/// Stack each evaluation runs on. Fuel lets a loop nest a list
+/// about 140,000 levels deep; dropping that needs between 32 and 64 MiB in a
+/// debug build (measured), so this leaves room.
+pub const RENDER_STACK: usize = 256 * 1024 * 1024;
+
+/// Size of an entry that is not a string.
+const ENTRY: usize = 8;
+
+thread_local! {
+    /// Bytes handled so far by the evaluation running on this thread.
+    static WORK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs one evaluation on a stack of its own, [`RENDER_STACK`] bytes
+/// (reserved, and touched only as far as used), with a fresh work count.
+///
+/// Everything the evaluation builds must be dropped inside `f`, so its
+/// result must be plain data (JSON, text), never a template value.
+pub fn on_render_stack<T>(f: impl FnOnce() -> Result<T, RenderError>) -> Result<T, RenderError> {
+    stacker::grow(RENDER_STACK, || {
+        WORK.with(|w| w.set(0));
+        f()
+    })
+}
+
+/// Checks that `value` is within [`VALUE_LIMIT`] and [`DEPTH_LIMIT`], and
+/// charges its size to the evaluation's [`WORK_LIMIT`]. `what` names the
+/// value in the error, e.g. "the input of `join`".
+pub fn check(value: &Value, what: &str) -> Result<(), Error> {
+    let size = measure(value).map_err(|e| e.into_error(what))?;
+    charge(size)
+}
+
+/// Charges `n` bytes of work to the running evaluation.
+fn charge(n: usize) -> Result<(), Error> {
+    let total = WORK.with(|w| {
+        let total = w.get().saturating_add(n);
+        w.set(total);
+        total
+    });
+    if total > WORK_LIMIT {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "work limit exceeded: filters and output of one template handled more than {WORK_LIMIT} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Why a value is out of bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exceeded {
+    Size,
+    Depth,
+}
+
+impl Exceeded {
+    fn into_error(self, what: &str) -> Error {
+        let message = match self {
+            Self::Size => format!(
+                "value too large: {what} holds more than {VALUE_LIMIT} bytes (the limit on one template value)"
+            ),
+            Self::Depth => format!(
+                "value nested too deeply: {what} nests lists or maps more than {DEPTH_LIMIT} levels deep"
+            ),
+        };
+        Error::new(ErrorKind::InvalidOperation, message)
+    }
+}
+
+/// The size of a value, walked without recursion and given up on as soon as
+/// it exceeds a limit.
+fn measure(value: &Value) -> Result<usize, Exceeded> {
+    let mut size = 0usize;
+    let mut todo = vec![(value.clone(), 0usize)];
+    let add = |size: &mut usize, n: usize| {
+        *size = size.saturating_add(n);
+        if *size > VALUE_LIMIT {
+            Err(Exceeded::Size)
+        } else {
+            Ok(())
+        }
+    };
+    while let Some((v, depth)) = todo.pop() {
+        match v.kind() {
+            ValueKind::String => add(&mut size, v.as_str().map_or(0, str::len))?,
+            ValueKind::Bytes => add(&mut size, v.as_bytes().map_or(0, <[u8]>::len))?,
+            ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
+                if depth >= DEPTH_LIMIT {
+                    return Err(Exceeded::Depth);
+                }
+                // A lazy sequence knows its length before it is walked.
+                let known = v.len();
+                if let Some(n) = known {
+                    add(&mut size, n.saturating_mul(ENTRY))?;
+                }
+                let is_map = v.kind() == ValueKind::Map;
+                let Ok(items) = v.try_iter() else {
+                    continue;
+                };
+                for item in items {
+                    if known.is_none() {
+                        add(&mut size, ENTRY)?;
+                    }
+                    if is_map && let Ok(entry) = v.get_item(&item) {
+                        todo.push((entry, depth + 1));
+                    }
+                    todo.push((item, depth + 1));
+                }
+            }
+            _ => add(&mut size, ENTRY)?,
+        }
+    }
+    Ok(size)
+}
+
+/// Wraps a filter so that its inputs and its result are [`check`]ed.
+pub fn guarded(
+    name: &'static str,
+    filter: Value,
+) -> impl Fn(&mut State, Rest<Value>, Kwargs) -> Result<Value, Error> + Send + Sync + 'static {
+    move |state: &mut State, args: Rest<Value>, kwargs: Kwargs| {
+        let mut args = args.0;
+        // Pass keyword arguments on: the wrapped filter checks them.
+        let passed: Kwargs = kwargs
+            .args()
+            .map(|k| (k.to_string(), kwargs.get::<Value>(k).unwrap_or_default()))
+            .collect();
+        if passed.args().next().is_some() {
+            args.push(Value::from(passed));
+        }
+        for arg in &args {
+            check(arg, &format!("the input of `{name}`"))?;
+        }
+        let out = filter.call(state, &args)?;
+        check(&out, &format!("the result of `{name}`"))?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_strings_lists_and_maps() {
+        assert_eq!(measure(&Value::from("abc")), Ok(3));
+        assert_eq!(measure(&Value::from(vec![1, 2])), Ok(2 * 8 + 2 * 8));
+        let map = Value::from(std::collections::BTreeMap::from([("k", "vv")]));
+        assert_eq!(measure(&map), Ok(8 + 1 + 2));
+    }
+
+    #[test]
+    fn refuses_a_huge_lazy_sequence_without_walking_it() {
+        let big = Value::make_iterable(|| 0..1_000_000_000u64);
+        // An iterable of unknown length is walked, but only up to the limit.
+        assert_eq!(measure(&big), Err(Exceeded::Size));
+    }
+
+    #[test]
+    fn refuses_deep_nesting() {
+        let mut v = Value::from(1);
+        for _ in 0..=DEPTH_LIMIT {
+            v = Value::from(vec![v]);
+        }
+        assert_eq!(measure(&v), Err(Exceeded::Depth));
+    }
+
+    #[test]
+    fn work_adds_up_per_evaluation() {
+        let r = on_render_stack(|| {
+            let s = Value::from("x".repeat(VALUE_LIMIT));
+            let mut last = Ok(());
+            for _ in 0..=WORK_LIMIT / VALUE_LIMIT {
+                last = check(&s, "s");
+            }
+            last.map_err(|e| RenderError::new("t", e.to_string()))
+        });
+        let err = r.unwrap_err();
+        assert!(err.message.contains("work limit exceeded"), "{err}");
+    }
+}
