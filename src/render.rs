@@ -157,6 +157,16 @@ pub fn render_with(
     inputs: &Inputs,
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
+    // One stack switch for the whole render instead of one per template.
+    crate::template::limits::render_stack(|| render_on_stack(rule, this, inputs, scope_of))
+}
+
+fn render_on_stack(
+    rule: &Rule,
+    this: &JinjaValue,
+    inputs: &Inputs,
+    scope_of: ScopeOf<'_>,
+) -> Result<Rendered, RenderFailure> {
     let ctx = context(rule, this, inputs);
     let set = &rule.templates;
     let mut budget = Budget::default();

@@ -354,42 +354,45 @@ impl RuleController {
             .map_err(|e| Failure::new(Category::Transient, e.to_string()))?;
         // Converted for templates once, for the watch references and the render.
         let this = to_jinja(&primary);
-        let plan = match self.observe(key, &obj, primary, &this) {
-            Ok(observed) => {
-                let known = lock(&self.states)
-                    .get(key)
-                    .map(|s| s.known.clone())
-                    .unwrap_or_default();
-                let kinds = &self.shared.kinds;
-                let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
-                let occupant = |gvk: &Gvk, key: &ObjKey| {
-                    let found = self.wiring.children.get(gvk)?.get(key)?;
-                    Some(holder(&found))
-                };
-                plan::plan(&self.rule, &this, &observed, &known, &occupant, &scope_of)
-            }
-            // A watch reference that does not render, or points where it
-            // may not, fails for this object like any template.
-            Err(refusal) => Plan {
-                apply: Vec::new(),
-                prune: Vec::new(),
-                status: Part {
-                    outcome: match refusal {
-                        Refusal::Template(message) => Outcome::Failed {
-                            reason: reasons::TEMPLATE_ERROR,
-                            message,
+        // Reading the watches and rendering run on one big stack (template limits).
+        let plan = crate::template::limits::render_stack(|| {
+            match self.observe(key, &obj, primary, &this) {
+                Ok(observed) => {
+                    let known = lock(&self.states)
+                        .get(key)
+                        .map(|s| s.known.clone())
+                        .unwrap_or_default();
+                    let kinds = &self.shared.kinds;
+                    let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
+                    let occupant = |gvk: &Gvk, key: &ObjKey| {
+                        let found = self.wiring.children.get(gvk)?.get(key)?;
+                        Some(holder(&found))
+                    };
+                    plan::plan(&self.rule, &this, &observed, &known, &occupant, &scope_of)
+                }
+                // A watch reference that does not render, or points where it
+                // may not, fails for this object like any template.
+                Err(refusal) => Plan {
+                    apply: Vec::new(),
+                    prune: Vec::new(),
+                    status: Part {
+                        outcome: match refusal {
+                            Refusal::Template(message) => Outcome::Failed {
+                                reason: reasons::TEMPLATE_ERROR,
+                                message,
+                            },
+                            Refusal::Namespace(message) => Outcome::Failed {
+                                reason: reasons::NAMESPACE_NOT_ALLOWED,
+                                message,
+                            },
                         },
-                        Refusal::Namespace(message) => Outcome::Failed {
-                            reason: reasons::NAMESPACE_NOT_ALLOWED,
-                            message,
-                        },
+                        fields: None,
+                        generation: obj.metadata.generation,
                     },
-                    fields: None,
-                    generation: obj.metadata.generation,
+                    next: Next::Done,
                 },
-                next: Next::Done,
-            },
-        };
+            }
+        });
         self.execute(&obj, &plan).await
     }
 

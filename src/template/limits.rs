@@ -39,17 +39,36 @@ const ENTRY: usize = 8;
 thread_local! {
     /// Bytes handled so far by the evaluation running on this thread.
     static WORK: Cell<usize> = const { Cell::new(0) };
+    /// Whether this thread runs on a render stack already.
+    static ON_RENDER_STACK: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs one evaluation on a stack of its own, [`RENDER_STACK`] bytes
 /// (reserved, and touched only as far as used), with a fresh work count.
+/// Already on such a stack (a whole render runs on one, see [`render_stack`]),
+/// it stays there: switching stacks costs a mapping each time.
 ///
 /// Everything the evaluation builds must be dropped inside `f`, so its
 /// result must be plain data (JSON, text), never a template value.
 pub fn on_render_stack<T>(f: impl FnOnce() -> Result<T, RenderError>) -> Result<T, RenderError> {
-    stacker::grow(RENDER_STACK, || {
+    render_stack(|| {
         WORK.with(|w| w.set(0));
         f()
+    })
+}
+
+/// Runs `f` on a [`RENDER_STACK`] stack, switching once: evaluations inside
+/// it (each with its own work count) use the same stack. Between two
+/// evaluations only plain data stays alive, so one stack serves them all.
+pub fn render_stack<T>(f: impl FnOnce() -> T) -> T {
+    if ON_RENDER_STACK.with(Cell::get) {
+        return f();
+    }
+    stacker::grow(RENDER_STACK, || {
+        ON_RENDER_STACK.with(|on| on.set(true));
+        let out = f();
+        ON_RENDER_STACK.with(|on| on.set(false));
+        out
     })
 }
 
