@@ -79,6 +79,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// `kiln_rules_reload_total{result}` so far (`success` or `error`).
+    pub fn reloads(&self, result: &str) -> u64 {
+        self.reload_total
+            .get_or_create(&label("result", result))
+            .get()
+    }
+
     /// All metrics, registered.
     pub fn new() -> Self {
         let mut registry = Registry::default();

@@ -15,7 +15,6 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -68,26 +67,12 @@ impl Default for ReloadOptions {
     }
 }
 
-/// Reload counters (exposed as metrics once the metrics endpoint exists).
-#[derive(Debug, Default)]
-pub struct ReloadStats {
-    /// `kiln_rules_loaded`: rules in the running set.
-    pub loaded: AtomicU64,
-    /// `kiln_rules_reload_total{result="success"}`.
-    pub ok: AtomicU64,
-    /// `kiln_rules_reload_total{result="error"}`.
-    pub errors: AtomicU64,
-    /// Unix time of the last good load.
-    pub last_good: AtomicU64,
-}
-
 /// Keeps the engine's rules in step with their source.
 pub struct Reloader {
     engine: Arc<Engine>,
     current: RuleSet,
     last_seen: u64,
     options: ReloadOptions,
-    stats: Arc<ReloadStats>,
     events: Option<(Recorder, k8s_openapi::api::core::v1::ObjectReference)>,
 }
 
@@ -146,11 +131,6 @@ impl Reloader {
             };
             (Recorder::new(client.clone(), reporter), reference)
         });
-        let stats = Arc::new(ReloadStats::default());
-        stats
-            .loaded
-            .store(initial.rules.len() as u64, Ordering::Relaxed);
-        stats.last_good.store(now_unix(), Ordering::Relaxed);
         let m = engine.metrics();
         m.rules_loaded.set(initial.rules.len() as i64);
         m.last_good_load.set(now_unix() as f64);
@@ -159,14 +139,8 @@ impl Reloader {
             last_seen: fingerprint(initial_sources, &[]),
             current: initial,
             options,
-            stats,
             events,
         }
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> Arc<ReloadStats> {
-        self.stats.clone()
     }
 
     /// Follows `source` until `shutdown` resolves.
@@ -242,11 +216,6 @@ impl Reloader {
                 self.engine.start(rule.clone());
             }
         }
-        self.stats.ok.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .loaded
-            .store(set.rules.len() as u64, Ordering::Relaxed);
-        self.stats.last_good.store(now_unix(), Ordering::Relaxed);
         let m = self.engine.metrics();
         m.reload_total
             .get_or_create(&crate::metrics::label("result", "success"))
@@ -255,22 +224,15 @@ impl Reloader {
         m.last_good_load.set(now_unix() as f64);
         tracing::info!(
             started = ?plan.start, stopped = ?plan.stop, replaced = ?plan.replace, unchanged = plan.unchanged.len(),
-            kiln_rules_loaded = set.rules.len(), kiln_rules_reload_total_success = self.stats.ok.load(Ordering::Relaxed),
+            kiln_rules_loaded = set.rules.len(), kiln_rules_reload_total_success = m.reloads("success"),
             "rules reloaded"
         );
         self.current = set;
     }
 
     async fn refuse(&self, diagnostics: &[Diagnostic]) {
-        self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        self.engine
-            .metrics()
-            .reload_total
-            .get_or_create(&crate::metrics::label("result", "error"))
-            .inc();
-        self.engine
-            .metrics()
-            .reload_total
+        let m = self.engine.metrics();
+        m.reload_total
             .get_or_create(&crate::metrics::label("result", "error"))
             .inc();
         for d in diagnostics {
@@ -278,7 +240,7 @@ impl Reloader {
         }
         tracing::error!(
             problems = diagnostics.len(),
-            kiln_rules_reload_total_error = self.stats.errors.load(Ordering::Relaxed),
+            kiln_rules_reload_total_error = m.reloads("error"),
             "the new rules are invalid; the last good rules keep running"
         );
         if let Some((recorder, reference)) = &self.events {

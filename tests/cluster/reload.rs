@@ -3,12 +3,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kiln::engine::{Engine, Options, RuleState};
-use kiln::reload::{ReloadOptions, ReloadStats, Reloader, RuleSource};
+use kiln::reload::{ReloadOptions, Reloader, RuleSource};
 use kiln::rules::{self, Gvk};
 use kube::Client;
 use serde_json::{Value, json};
@@ -31,7 +30,6 @@ fn configmap_child(id: &str, suffix: &str) -> String {
 
 struct Harness {
     engine: Arc<Engine>,
-    stats: Arc<ReloadStats>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -62,14 +60,12 @@ impl Harness {
             ..options
         };
         let reloader = Reloader::new(engine.clone(), &client, set, &sources, options);
-        let stats = reloader.stats();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(reloader.run(client, source, async move {
             let _ = rx.await;
         }));
         Self {
             engine,
-            stats,
             stop: Some(tx),
         }
     }
@@ -151,7 +147,7 @@ async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rul
     write(dir.path(), "widgets.yaml", &rule("widgets", "Widget", &two));
     wait_cm(&client, n, "a-two").await;
     wait_cm(&client, n, "b-two").await;
-    assert_eq!(h.stats.ok.load(Ordering::SeqCst), 1);
+    assert_eq!(h.engine.metrics().reloads("success"), 1);
     assert_eq!(
         h.engine.watch_starts(&widget_gvk),
         1,
@@ -165,7 +161,7 @@ async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rul
         "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: widgets}\nspec:\n  for: {apiVersion: test.kiln.dev/v1, kind: widget}\n",
     );
     eventually("the invalid set to be refused", CONVERGE, || async {
-        (h.stats.errors.load(Ordering::SeqCst) == 1).then_some(())
+        (h.engine.metrics().reloads("error") == 1).then_some(())
     })
     .await;
     support::apply(&client, widget("c"), Some(n)).await;
@@ -428,7 +424,7 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
         &sources,
         ReloadOptions::default(),
     );
-    let stats = reloader.stats();
+    let metrics = engine.metrics();
 
     let mut corpus: Vec<_> = std::fs::read_dir(support::repo_root().join("tests/invalid"))
         .unwrap()
@@ -442,7 +438,7 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
         let (sources, read_errors) = rules::load::read_sources(&[good.clone(), bad.clone()]);
         reloader.consider(sources, read_errors).await;
         assert_eq!(
-            stats.errors.load(Ordering::SeqCst),
+            metrics.reloads("error"),
             i as u64 + 1,
             "{} was not refused",
             bad.display()
@@ -453,7 +449,7 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
             bad.display()
         );
     }
-    assert_eq!(stats.ok.load(Ordering::SeqCst), 0);
+    assert_eq!(metrics.reloads("success"), 0);
     // And the untouched rule still works.
     support::apply(&client, widget("after-corpus"), Some(n)).await;
     wait_cm(&client, n, "after-corpus-one").await;
