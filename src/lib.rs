@@ -16,6 +16,7 @@
 //! - [`rbac`]: the least-privilege ClusterRole a rule set needs.
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
 //! - [`render`]: one rule for one primary → children and status (pure).
+//! - [`redact`]: Secret values kept out of messages.
 //! - [`version`]: what this build is.
 
 pub mod controlplane;
@@ -23,6 +24,7 @@ pub mod engine;
 pub mod lease;
 pub mod metrics;
 pub mod rbac;
+pub mod redact;
 pub mod reload;
 pub mod render;
 pub mod rules;

@@ -136,3 +136,53 @@ fn render_says_when_the_rule_does_not_select_the_object() {
         "{err}"
     );
 }
+
+#[test]
+fn render_errors_never_show_a_secret_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(
+        rules.join("leak.yaml"),
+        r#"apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: leak}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  watches:
+    - {name: creds, apiVersion: v1, kind: Secret, ref: {name: creds}}
+  children:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ related.creds.data.password | b64decode }}"}
+"#,
+    )
+    .unwrap();
+    let object = dir.path().join("app.yaml");
+    std::fs::write(&object, "apiVersion: demo.kiln.dev/v1\nkind: App\nmetadata: {name: a, namespace: t, uid: u}\nspec: {}\n").unwrap();
+    let secret = dir.path().join("secret.yaml");
+    // `Hunter2-Secret`: an invalid object name, so the error is about it.
+    std::fs::write(&secret, "apiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: t}\ndata: {password: SHVudGVyMi1TZWNyZXQ=}\n").unwrap();
+    let (ok, out, err) = kiln(&[
+        "render",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--object",
+        object.to_str().unwrap(),
+        "--related",
+        &format!("creds={}", secret.display()),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("metadata.name `[redacted]` is not valid"),
+        "{err}"
+    );
+    for output in [&out, &err] {
+        assert!(
+            !output.contains("Hunter2-Secret") && !output.contains("SHVudGVyMi1TZWNyZXQ="),
+            "{output}"
+        );
+    }
+}

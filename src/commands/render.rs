@@ -96,7 +96,13 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         match render::render(rule, &inputs, &render::well_known_scope) {
             Ok(rendered) => print_rendered(rule, &inputs, &rendered, args.children_only)?,
             Err(e) => {
-                eprintln!("rule `{}`: {e}", rule.name);
+                let secrets = kiln::engine::plan::Observed {
+                    inputs: inputs.clone(),
+                    ..Default::default()
+                }
+                .secrets(rule);
+                let message = kiln::redact::redact(&e.to_string(), &secrets);
+                eprintln!("rule `{}`: {message}", rule.name);
                 failed = true;
             }
         }

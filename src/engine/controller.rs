@@ -355,45 +355,55 @@ impl RuleController {
         // Converted for templates once, for the watch references and the render.
         let this = to_jinja(&primary);
         // Reading the watches and rendering run on one big stack (template limits).
-        let plan = crate::template::limits::render_stack(|| {
-            match self.observe(key, &obj, primary, &this) {
-                Ok(observed) => {
-                    let known = lock(&self.states)
-                        .get(key)
-                        .map(|s| s.known.clone())
-                        .unwrap_or_default();
-                    let kinds = &self.shared.kinds;
-                    let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
-                    let occupant = |gvk: &Gvk, key: &ObjKey| {
-                        let found = self.wiring.children.get(gvk)?.get(key)?;
-                        Some(holder(&found))
-                    };
-                    plan::plan(&self.rule, &this, &observed, &known, &occupant, &scope_of)
-                }
-                // A watch reference that does not render, or points where it
-                // may not, fails for this object like any template.
-                Err(refusal) => Plan {
+        let (plan, secrets) =
+            crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this));
+        self.execute(&obj, &plan, &secrets).await
+    }
+
+    /// Observes and plans; returns the plan and the Secret values it saw
+    /// (kept out of every message).
+    fn decide(
+        &self,
+        key: &ObjKey,
+        obj: &DynamicObject,
+        primary: Value,
+        this: &JinjaValue,
+    ) -> (Plan, Vec<String>) {
+        let observed = match self.observe(key, obj, primary, this) {
+            Ok(observed) => observed,
+            // A watch reference that does not render, or points where it
+            // may not, fails for this object like any template.
+            Err(refusal) => {
+                let (reason, message) = match refusal {
+                    Refusal::Template(m) => (reasons::TEMPLATE_ERROR, m),
+                    Refusal::Namespace(m) => (reasons::NAMESPACE_NOT_ALLOWED, m),
+                };
+                let status = Part {
+                    outcome: Outcome::Failed { reason, message },
+                    fields: None,
+                    generation: obj.metadata.generation,
+                };
+                let plan = Plan {
                     apply: Vec::new(),
                     prune: Vec::new(),
-                    status: Part {
-                        outcome: match refusal {
-                            Refusal::Template(message) => Outcome::Failed {
-                                reason: reasons::TEMPLATE_ERROR,
-                                message,
-                            },
-                            Refusal::Namespace(message) => Outcome::Failed {
-                                reason: reasons::NAMESPACE_NOT_ALLOWED,
-                                message,
-                            },
-                        },
-                        fields: None,
-                        generation: obj.metadata.generation,
-                    },
+                    status,
                     next: Next::Done,
-                },
+                };
+                return (plan, Vec::new());
             }
-        });
-        self.execute(&obj, &plan).await
+        };
+        let known = lock(&self.states)
+            .get(key)
+            .map(|s| s.known.clone())
+            .unwrap_or_default();
+        let kinds = &self.shared.kinds;
+        let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
+        let occupant = |gvk: &Gvk, key: &ObjKey| {
+            let found = self.wiring.children.get(gvk)?.get(key)?;
+            Some(holder(&found))
+        };
+        let plan = plan::plan(&self.rule, this, &observed, &known, &occupant, &scope_of);
+        (plan, observed.secrets(&self.rule))
     }
 
     /// Reads what the plan needs from the caches: related objects (recording
@@ -563,24 +573,30 @@ impl RuleController {
 
     /// Performs a plan: applies, then prunes (only once every apply
     /// succeeded), then the status; Events for what changed.
-    async fn execute(&self, obj: &DynamicObject, plan: &Plan) -> Result<Next, Failure> {
+    /// `secrets` are kept out of every message it writes.
+    async fn execute(
+        &self,
+        obj: &DynamicObject,
+        plan: &Plan,
+        secrets: &[String],
+    ) -> Result<Next, Failure> {
         if let Some(failure) = self.over_budget(obj, plan).await {
-            return self.failed(obj, plan, failure).await;
+            return self.failed(obj, plan, failure, secrets).await;
         }
         for child in &plan.apply {
             if let Err(failure) = self.apply(obj, child).await {
-                return self.failed(obj, plan, failure).await;
+                return self.failed(obj, plan, failure, secrets).await;
             }
         }
         for prune in &plan.prune {
             if let Err(failure) = self.prune(obj, prune).await {
-                return self.failed(obj, plan, failure).await;
+                return self.failed(obj, plan, failure, secrets).await;
             }
         }
         if let Err(failure) = self.write_status(obj, &plan.status).await {
             // A status the server refuses (too large, not in its schema)
             // shows up as a failure, with the smaller status it can take.
-            return self.failed(obj, plan, failure).await;
+            return self.failed(obj, plan, failure, secrets).await;
         }
         match &plan.status.outcome {
             Outcome::Waiting { missing } => {
@@ -682,7 +698,13 @@ impl RuleController {
         obj: &DynamicObject,
         plan: &Plan,
         failure: Failure,
+        secrets: &[String],
     ) -> Result<Next, Failure> {
+        // The API server may quote a value back, and a value may come from a Secret.
+        let failure = Failure::new(
+            failure.category,
+            crate::redact::redact(&failure.message, secrets),
+        );
         let reason = failure.category.reason();
         let part = plan::failed(plan, reason, failure.message.clone());
         let written = self.write_status(obj, &part).await;

@@ -64,6 +64,31 @@ pub struct Observed {
     pub blind: Vec<Blind>,
 }
 
+impl Observed {
+    /// The Secret values this reconcile can see (related objects and live
+    /// children of kind Secret), to keep out of every message.
+    pub fn secrets(&self, rule: &Rule) -> Vec<String> {
+        let inputs = &self.inputs;
+        crate::redact::secret_values(
+            rule.watches
+                .iter()
+                .filter(|w| is_secret(&w.gvk))
+                .filter_map(|w| inputs.related.get(&w.name))
+                .chain(
+                    rule.children
+                        .iter()
+                        .filter(|c| is_secret(&c.gvk))
+                        .filter_map(|c| inputs.observed.get(&c.id)),
+                ),
+        )
+    }
+}
+
+/// Whether a kind is the core Secret.
+pub fn is_secret(gvk: &Gvk) -> bool {
+    gvk.group.is_empty() && gvk.kind == "Secret"
+}
+
 /// What the server is known to store differently, per child.
 pub type Known = HashMap<(Gvk, ObjKey), Normalized>;
 
@@ -134,7 +159,7 @@ pub fn plan(
             };
             let outcome = Outcome::Failed {
                 reason,
-                message: e.to_string(),
+                message: crate::redact::redact(&e.to_string(), &observed.secrets(rule)),
             };
             // Permanent for these inputs: retried when something changes.
             return Plan::only(unrendered(outcome, generation), Next::Done);

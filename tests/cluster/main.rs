@@ -22,6 +22,7 @@ mod faults;
 mod foundation;
 mod hostile_fights;
 mod hostile_names;
+mod hostile_secrets;
 mod hostile_status;
 mod hostile_templates;
 mod hostile_tenants;
