@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// (default: they stay).
     #[arg(long)]
     pub prune_on_rule_removal: bool,
+    /// Accept a rule source with no rules, at start and on reload (every rule
+    /// stops). Without it, an empty or vanished source is refused like an
+    /// invalid one and the last good rules keep running.
+    #[arg(long)]
+    pub allow_empty_rules: bool,
     /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,

@@ -60,6 +60,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Ok(set) => set,
             Err(code) => return Ok(code),
         };
+        if set.rules.is_empty() && !args.allow_empty_rules {
+            eprintln!("{}", reload::empty_set());
+            return Ok(ExitCode::from(1));
+        }
         let options = Options {
             field_manager: args.field_manager.clone(),
             namespaces: args.namespaces.clone(),
@@ -254,6 +258,7 @@ fn identity() -> String {
 fn reload_options(args: &RunArgs) -> ReloadOptions {
     ReloadOptions {
         prune_on_rule_removal: args.prune_on_rule_removal,
+        allow_empty: args.allow_empty_rules,
         configmap: args.rules_configmap.clone(),
         ..ReloadOptions::default()
     }

@@ -54,6 +54,10 @@ pub struct ReloadOptions {
     pub poll: Duration,
     /// The ConfigMap to publish Warning Events on for invalid rule sets.
     pub configmap: Option<(String, String)>,
+    /// Accept a source with no rules (every rule stops). Default: refused like
+    /// an invalid set, so a mistyped key or a vanished directory cannot stop
+    /// every rule (and, with pruning, delete every child).
+    pub allow_empty: bool,
 }
 
 impl Default for ReloadOptions {
@@ -63,6 +67,7 @@ impl Default for ReloadOptions {
             debounce: Duration::from_millis(300),
             poll: Duration::from_secs(10),
             configmap: None,
+            allow_empty: false,
         }
     }
 }
@@ -74,6 +79,17 @@ pub struct Reloader {
     last_seen: u64,
     options: ReloadOptions,
     events: Option<(Recorder, k8s_openapi::api::core::v1::ObjectReference)>,
+}
+
+/// The problem with a source that holds no rules.
+pub fn empty_set() -> Diagnostic {
+    Diagnostic::new(
+        std::path::Path::new("<rules>"),
+        "",
+        None,
+        String::new(),
+        "the rule source holds no rules (no `*.yaml` or `*.yml` file or ConfigMap key): an empty set is refused like an invalid one (start kiln with --allow-empty-rules to allow it)".into(),
+    )
 }
 
 /// Reads the rule files of a ConfigMap's data, in key order.
@@ -194,6 +210,9 @@ impl Reloader {
         self.last_seen = seen;
         let loaded = rules::load_sources_with(sources, read_errors);
         match loaded {
+            Ok(set) if set.rules.is_empty() && !self.options.allow_empty => {
+                self.refuse(&[empty_set()]).await;
+            }
             Ok(set) => self.apply(set).await,
             Err(diagnostics) => self.refuse(&diagnostics).await,
         }

@@ -76,6 +76,14 @@ impl Harness {
         })
         .await;
     }
+
+    /// Stops the reloader and the engine.
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.engine.shutdown().await;
+    }
 }
 
 impl Drop for Harness {
@@ -454,5 +462,90 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
     support::apply(&client, widget("after-corpus"), Some(n)).await;
     wait_cm(&client, n, "after-corpus-one").await;
     engine.shutdown().await;
+    ns.delete().await;
+}
+
+/// Issue 13, item 11: a rules ConfigMap whose only key is mistyped
+/// (`rules.yaml.bak`) would stop every rule and, with pruning on, delete
+/// every child. It is refused like an invalid set, unless allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_rules_configmap_is_refused_and_the_rules_keep_running() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "reload-empty").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let cms: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), n);
+    let pp = kube::api::PatchParams::apply("test").force();
+    let set_data = |data: serde_json::Value| {
+        let cms = cms.clone();
+        let pp = pp.clone();
+        async move {
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": "kiln-rules"}, "data": data}))
+                    .unwrap();
+            cms.patch("kiln-rules", &pp, &kube::api::Patch::Apply(cm))
+                .await
+                .unwrap();
+        }
+    };
+    let good = rule("widgets", "Widget", &configmap_child("one", "one"));
+    set_data(json!({"rules.yaml": good})).await;
+    support::apply(&client, widget("a"), Some(n)).await;
+    let source = RuleSource::ConfigMap {
+        namespace: n.to_string(),
+        name: "kiln-rules".into(),
+    };
+    let options = ReloadOptions {
+        configmap: Some((n.to_string(), "kiln-rules".to_string())),
+        prune_on_rule_removal: true,
+        ..ReloadOptions::default()
+    };
+    let h = Harness::start(n, source.clone(), options.clone()).await;
+    h.running("widgets").await;
+    wait_cm(&client, n, "a-one").await;
+
+    // The key is mistyped: no rule file left.
+    set_data(json!({"rules.yaml.bak": good})).await;
+    eventually("the empty set to be refused", CONVERGE, || async {
+        (h.engine.metrics().reloads("error") == 1).then_some(())
+    })
+    .await;
+    let events = eventually("an InvalidRules Event", CONVERGE, || async {
+        let hits = support::events_about(&client, n, "kiln-rules", "InvalidRules").await;
+        (!hits.is_empty()).then_some(hits)
+    })
+    .await;
+    assert!(
+        events[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("holds no rules"),
+        "{:?}",
+        events[0].note
+    );
+    assert_eq!(h.engine.state("widgets"), Some(RuleState::Running));
+    assert!(
+        configmap(&client, n, "a-one").await.is_some(),
+        "children were pruned"
+    );
+    support::apply(&client, widget("b"), Some(n)).await;
+    wait_cm(&client, n, "b-one").await;
+    h.stop().await;
+
+    // Started with --allow-empty-rules, the same edit is accepted.
+    set_data(json!({"rules.yaml": good})).await;
+    let allowing = ReloadOptions {
+        allow_empty: true,
+        ..options
+    };
+    let h = Harness::start(n, source, allowing).await;
+    h.running("widgets").await;
+    set_data(json!({"rules.yaml.bak": good})).await;
+    eventually("the rule to stop", CONVERGE, || async {
+        h.engine.state("widgets").is_none().then_some(())
+    })
+    .await;
+    h.stop().await;
     ns.delete().await;
 }
