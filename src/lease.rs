@@ -99,6 +99,17 @@ pub struct Elector {
     timing: Timing,
     observed: Option<(Record, Instant)>,
     last_renew: Option<Instant>,
+    /// `last_renew`, shared with the write fence.
+    renewed: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+/// Whether this replica may write now: it renewed the Lease less than
+/// `deadline` ago (the renew deadline, shorter than the lease duration, so
+/// no other replica can hold the Lease yet). Measured on the monotonic
+/// clock, which goes on while the process is paused: a replica that wakes
+/// from a pause longer than that is refused at once.
+pub fn held(last_renew: Option<Instant>, now: Instant, deadline: Duration) -> bool {
+    last_renew.is_some_and(|t| now.saturating_duration_since(t) < deadline)
 }
 
 /// Why holding the Lease ended.
@@ -126,7 +137,29 @@ impl Elector {
             timing,
             observed: None,
             last_renew: None,
+            renewed: std::sync::Arc::default(),
         }
+    }
+
+    /// A check, usable from any thread, that this replica holds the Lease
+    /// right now (see [`held`]); the engine asks it before every write.
+    pub fn fence(&self) -> std::sync::Arc<dyn Fn() -> bool + Send + Sync> {
+        let renewed = self.renewed.clone();
+        let deadline = self.timing.renew_deadline;
+        std::sync::Arc::new(move || {
+            let last = *renewed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            held(last, Instant::now(), deadline)
+        })
+    }
+
+    fn set_renewed(&mut self, at: Option<Instant>) {
+        self.last_renew = at;
+        *self
+            .renewed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
     }
 
     /// Waits until this replica holds the Lease.
@@ -185,7 +218,7 @@ impl Elector {
         self.api
             .replace(&self.name, &PostParams::default(), &lease)
             .await?;
-        self.last_renew = None;
+        self.set_renewed(None);
         Ok(())
     }
 
@@ -259,7 +292,7 @@ impl Elector {
     fn won(&mut self, spec: Option<&LeaseSpec>) -> bool {
         let now = Instant::now();
         self.observed = Some((Record::of(spec), now));
-        self.last_renew = Some(now);
+        self.set_renewed(Some(now));
         true
     }
 }
@@ -267,6 +300,17 @@ impl Elector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_may_write_only_while_its_last_renew_is_fresh() {
+        let t0 = Instant::now();
+        let deadline = Duration::from_secs(10);
+        assert!(!held(None, t0, deadline), "never renewed: not held");
+        assert!(held(Some(t0), t0 + Duration::from_secs(9), deadline));
+        // Paused (SIGSTOP) for 22 s: on waking, not held, before any renew.
+        assert!(!held(Some(t0), t0 + Duration::from_secs(22), deadline));
+        assert!(!held(Some(t0), t0 + deadline, deadline));
+    }
 
     #[test]
     fn a_lease_is_taken_when_free_ours_or_unrenewed_for_its_duration() {

@@ -121,7 +121,7 @@ impl Active {
     /// Runs the engine and the reloader until `stop` resolves, then stops
     /// them gracefully.
     async fn run_until(&self, probe: &RunProbe, stop: impl Future<Output = impl Sized>) {
-        let (engine, reloading, stop_reload) = self.start(probe);
+        let (engine, reloading, stop_reload) = self.start(probe, None);
         stop.await;
         tracing::info!("shutting down: letting in-flight reconciles finish");
         let _ = stop_reload.send(());
@@ -130,15 +130,21 @@ impl Active {
         probe.set_engine(None);
     }
 
+    /// Starts the engine (every write checked by `fence`, when given) and
+    /// the reloader.
     fn start(
         &self,
         probe: &RunProbe,
+        fence: Option<kiln::engine::Fence>,
     ) -> (
         Arc<Engine>,
         tokio::task::JoinHandle<()>,
         oneshot::Sender<()>,
     ) {
         let engine = Arc::new(Engine::new(self.client.clone(), self.options.clone()));
+        if let Some(fence) = fence {
+            engine.set_fence(fence);
+        }
         engine.start_all(&self.set);
         probe.set_engine(Some(engine.clone()));
         let names: Vec<&str> = self.set.rules.iter().map(|r| r.name.as_str()).collect();
@@ -187,7 +193,8 @@ async fn run_with_election(
         }
         tracing::info!(%identity, "leading");
         probe.leader.set(1);
-        let (engine, reloading, stop_reload) = active.start(probe);
+        // No write unless the Lease is known held right now.
+        let (engine, reloading, stop_reload) = active.start(probe, Some(elector.fence()));
         let lost = tokio::select! {
             _ = &mut stop => None,
             lost = elector.hold() => Some(lost),
