@@ -131,10 +131,16 @@ async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rul
     for w in ["a", "b"] {
         support::apply(&client, widget(w), Some(n)).await;
     }
+    // Removing the only rule below leaves an empty set: allowed on purpose
+    // here (`--allow-empty-rules`); refused otherwise (see
+    // `an_empty_rules_configmap_is_refused_and_the_rules_keep_running`).
     let h = Harness::start(
         n,
         RuleSource::Paths(vec![dir.path().to_path_buf()]),
-        ReloadOptions::default(),
+        ReloadOptions {
+            allow_empty: true,
+            ..ReloadOptions::default()
+        },
     )
     .await;
     h.running("widgets").await;
