@@ -66,15 +66,7 @@ async fn a_child_denied_by_an_admission_policy_converges_once_the_policy_is_lift
         .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"v": "blocked"}}))
         .await;
     let scene = scene.running(&[rule_from_yaml(RULE)]).await;
-    let w = scene
-        .until("the denial on the primary", widget_at("w"), |w| {
-            condition(w, "Reconciled")["reason"] == "Denied"
-        })
-        .await;
-    let message = condition(&w, "Reconciled")["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = scene.refused("w", "Denied").await;
     assert!(message.contains("v may not be blocked"), "{message}");
     let events = eventually("a Warning Event", CONVERGE, || async {
         let hits = support::events_about(&scene.client, scene.ns(), "w", "Denied").await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::rule_from_yaml;
-use crate::support::scene::{Scene, condition, configmap, widget_at};
+use crate::support::scene::{Scene, configmap};
 
 const NAMED_BY_SPEC: &str = r#"
 apiVersion: kiln.dev/v1alpha1
@@ -38,15 +38,7 @@ async fn a_rendered_name_that_walks_the_url_path_is_invalid_and_never_sent() {
         .until("the good child", configmap("good-child"), |_| true)
         .await;
     for name in ["escape", "status"] {
-        let w = scene
-            .until("the Invalid condition", widget_at(name), |w| {
-                condition(w, "Reconciled")["reason"] == "Invalid"
-            })
-            .await;
-        let message = condition(&w, "Reconciled")["message"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let message = scene.refused(name, "Invalid").await;
         assert!(message.contains("metadata.name"), "{message}");
     }
     // Not retried: no reconcile of its own for either in a few seconds.

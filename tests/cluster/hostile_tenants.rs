@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use crate::support::rule_from_yaml;
-use crate::support::scene::{Scene, condition, widget_at};
+use crate::support::scene::Scene;
 use crate::support::{TestNamespace, apply};
 
 const COPIER: &str = r#"
@@ -65,15 +65,7 @@ async fn a_tenant_cannot_make_kiln_copy_a_secret_out_of_another_namespace() {
         )
         .await;
     // Pointing into another namespace is refused for that object.
-    let w = scene
-        .until("the refusal", widget_at("steal"), |w| {
-            condition(w, "Reconciled")["reason"] == "NamespaceNotAllowed"
-        })
-        .await;
-    let message = condition(&w, "Reconciled")["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = scene.refused("steal", "NamespaceNotAllowed").await;
     assert!(
         message.contains(victim.name()) && message.contains("related.from"),
         "{message}"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::rule_from_yaml;
-use crate::support::scene::{Scene, condition, configmap, widget_at};
+use crate::support::scene::{Scene, configmap};
 
 const GATED: &str = r#"
 apiVersion: kiln.dev/v1alpha1
@@ -76,15 +76,7 @@ async fn a_cache_kiln_may_not_list_never_prunes_a_child() {
         scene.get("v1", "ConfigMap", "w-opened").await.is_some(),
         "the child was pruned on a Secret cache kiln could not fill"
     );
-    let w = scene
-        .until("the primary to say why it waits", widget_at("w"), |w| {
-            condition(w, "Reconciled")["reason"] == "Forbidden"
-        })
-        .await;
-    let message = condition(&w, "Reconciled")["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = scene.refused("w", "Forbidden").await;
     assert!(
         message.contains("may not list and watch Secret"),
         "{message}"

@@ -85,17 +85,7 @@ async fn a_child_named_like_a_users_object_never_takes_it_over_or_deletes_it() {
         .await;
     scene.apply(named("w", "regcred", true)).await;
     let scene = scene.running(&[rule_from_yaml(NAMED)]).await;
-    let w = scene
-        .until(
-            "the collision on the primary",
-            crate::support::scene::widget_at("w"),
-            |w| crate::support::scene::condition(w, "Reconciled")["reason"] == "AlreadyExists",
-        )
-        .await;
-    let message = crate::support::scene::condition(&w, "Reconciled")["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = scene.refused("w", "AlreadyExists").await;
     assert!(
         message.contains("ConfigMap") && message.contains("regcred"),
         "{message}"
@@ -144,17 +134,7 @@ async fn two_primaries_rendering_one_child_the_first_keeps_it() {
         })
         .await;
     scene.apply(named("b", "shared", true)).await;
-    let b = scene
-        .until(
-            "b told of the conflict",
-            crate::support::scene::widget_at("b"),
-            |w| crate::support::scene::condition(w, "Reconciled")["reason"] == "AlreadyExists",
-        )
-        .await;
-    let message = crate::support::scene::condition(&b, "Reconciled")["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = scene.refused("b", "AlreadyExists").await;
     assert!(message.contains("controlled by Widget a"), "{message}");
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let child = scene.get("v1", "ConfigMap", "shared").await.unwrap();

@@ -103,6 +103,22 @@ impl Scene {
         .await
     }
 
+    /// Waits until Widget `name` is `Reconciled=False` for `reason`;
+    /// returns the condition's message.
+    pub async fn refused(&self, name: &str, reason: &str) -> String {
+        let w = self
+            .until(
+                &format!("{name} to be refused: {reason}"),
+                widget_at(name),
+                |w| condition(w, "Reconciled")["reason"] == reason,
+            )
+            .await;
+        condition(&w, "Reconciled")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// Forces a resync of `rule` and waits until it reconciled `n` more
     /// times, plus a second for the echo; returns the writes it caused.
     pub async fn writes_during_resync(&self, rule: &str, n: u64) -> u64 {
