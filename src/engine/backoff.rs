@@ -1,9 +1,6 @@
 //! Per-object exponential backoff for transient errors, with jitter so that
 //! many objects failing together do not retry in lockstep.
 
-use std::collections::HashMap;
-use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::rules::Backoff;
@@ -15,42 +12,6 @@ pub fn delay(bounds: Backoff, attempt: u32, jitter: f64) -> Duration {
     let capped = base.min(bounds.max.as_secs_f64());
     let factor = 1.0 + 0.2 * (jitter.clamp(0.0, 1.0) - 0.5);
     Duration::from_secs_f64((capped * factor).min(bounds.max.as_secs_f64()).max(0.0))
-}
-
-/// Failure counts per key; reset on success.
-#[derive(Debug)]
-pub struct Failures<K> {
-    counts: Mutex<HashMap<K, u32>>,
-}
-
-impl<K> Default for Failures<K> {
-    fn default() -> Self {
-        Self {
-            counts: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl<K: Eq + Hash + Clone> Failures<K> {
-    /// Records a failure of `key`; returns how many came before it.
-    pub fn record(&self, key: &K) -> u32 {
-        let mut counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = counts.entry(key.clone()).or_insert(0);
-        let before = *n;
-        *n = n.saturating_add(1);
-        before
-    }
-
-    /// Forgets the failures of `key`.
-    pub fn reset(&self, key: &K) {
-        self.counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
-    }
 }
 
 /// A jitter value in [0, 1) that differs between calls without a random
@@ -92,15 +53,5 @@ mod tests {
             let j = jitter();
             assert!((0.0..1.0).contains(&j));
         }
-    }
-
-    #[test]
-    fn failures_count_up_and_reset() {
-        let f = Failures::default();
-        assert_eq!(f.record(&"a"), 0);
-        assert_eq!(f.record(&"a"), 1);
-        assert_eq!(f.record(&"b"), 0);
-        f.reset(&"a");
-        assert_eq!(f.record(&"a"), 0);
     }
 }
