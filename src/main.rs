@@ -39,10 +39,15 @@ fn init_logging(level: Option<&str>, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     // kube's client logs every non-2xx response at ERROR; kiln reports the
     // errors it acts on itself, so that layer stays quiet unless asked for.
+    // kube's client logs a whole response body it cannot decode, and its
+    // watcher every failed list: kiln logs those itself, rate-limited and
+    // without bodies (src/engine/watch_health.rs).
     let filter = level
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| EnvFilter::new("info,kube_client::client::builder=off"));
+        .unwrap_or_else(|| EnvFilter::new(
+            "info,kube_client::client::builder=off,kube_client::client=error,kube_runtime::watcher=error",
+        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -56,6 +56,9 @@ pub struct Metrics {
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
     pub budget_exhausted: Family<Labels, Counter>,
+    /// `kiln_undecodable_objects_total{gvk}`: objects left out of the cache
+    /// because they cannot be decoded (each counted once).
+    pub undecodable: Family<Labels, Counter>,
     /// `kiln_watches`
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
@@ -100,6 +103,7 @@ impl Metrics {
             queue_retries: Family::default(),
             apply_total: Family::default(),
             budget_exhausted: Family::default(),
+            undecodable: Family::default(),
             watches: Gauge::default(),
             cached_objects: Family::default(),
             waiting_for_kinds: Family::default(),
@@ -159,6 +163,11 @@ impl Metrics {
             "kiln_write_budget_exhausted",
             "Times a primary's children were rewritten too often and kiln paused its writes",
             m.budget_exhausted.clone(),
+        );
+        r.register(
+            "kiln_undecodable_objects",
+            "Objects kiln cannot decode (too deeply nested), left out of its cache",
+            m.undecodable.clone(),
         );
         r.register(
             "kiln_watches",

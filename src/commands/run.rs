@@ -307,8 +307,7 @@ impl Probe for RunProbe {
         match self.engine() {
             // A standby is ready: it is doing its job, which is to wait.
             None => Ok(()),
-            Some(e) if e.ready() => Ok(()),
-            Some(_) => Err("rules are starting: caches not synced yet".to_string()),
+            Some(e) => e.readiness(),
         }
     }
 }

@@ -12,6 +12,9 @@ use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
+
+use super::decode::Incoming;
+use super::watch_health::WatchHealth;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
@@ -127,7 +130,28 @@ pub struct Informer {
     gone: AtomicBool,
     /// Set when the API server refuses the watch (403); cleared by the next event.
     forbidden: AtomicBool,
+    /// Per watch stream: its failures, backoff and log rate.
+    health: Mutex<Vec<WatchHealth>>,
+    /// Objects left out because they cannot be decoded (each reported once).
+    undecodable: Mutex<HashSet<ObjKey>>,
+    /// Told about each object that cannot be decoded.
+    sink: Option<UndecodableSink>,
 }
+
+/// An object the API server holds but kiln cannot decode (nested past the
+/// decoder's limit): left out of the cache, reported once.
+#[derive(Debug, Clone)]
+pub struct Undecodable {
+    /// Its type and metadata (nothing else could be read).
+    pub object: DynamicObject,
+    /// Its kind.
+    pub kind: Arc<Kind>,
+    /// The decoder's reason (never the body).
+    pub why: Arc<str>,
+}
+
+/// Told about each object that cannot be decoded; must not block.
+pub type UndecodableSink = Arc<dyn Fn(&Undecodable) + Send + Sync>;
 
 impl fmt::Debug for Informer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -140,7 +164,11 @@ impl fmt::Debug for Informer {
 impl Informer {
     /// An informer that watches nothing yet: `start` adds the watch tasks;
     /// tests feed it events by hand.
-    fn unstarted(kind: Arc<Kind>, scopes: Vec<Option<String>>) -> Arc<Self> {
+    fn unstarted(
+        kind: Arc<Kind>,
+        scopes: Vec<Option<String>>,
+        sink: Option<UndecodableSink>,
+    ) -> Arc<Self> {
         let (synced_tx, _) = watch::channel(false);
         Arc::new(Self {
             kind,
@@ -153,6 +181,9 @@ impl Informer {
             tasks: Mutex::default(),
             gone: AtomicBool::new(false),
             forbidden: AtomicBool::new(false),
+            health: Mutex::default(),
+            undecodable: Mutex::default(),
+            sink,
         })
     }
 
@@ -160,69 +191,173 @@ impl Informer {
     /// namespaced kind when any are given. Managed fields are dropped, but
     /// for the status entries of `status_manager` (kiln's own: they tell which
     /// status fields kiln wrote, so one it stops writing can be removed).
+    /// Objects that cannot be decoded are left out and told to `sink` once.
     pub fn start(
         client: &Client,
         kind: Arc<Kind>,
         namespaces: &[String],
         status_manager: &str,
+        sink: Option<UndecodableSink>,
     ) -> Arc<Self> {
         let scopes: Vec<Option<String>> = if kind.namespaced && !namespaces.is_empty() {
             namespaces.iter().cloned().map(Some).collect()
         } else {
             vec![None]
         };
-        let apis: Vec<Api<DynamicObject>> = scopes
+        let apis: Vec<Api<Incoming>> = scopes
             .iter()
             .map(|scope| match scope {
                 Some(ns) => Api::namespaced_with(client.clone(), ns, &kind.ar),
                 None => Api::all_with(client.clone(), &kind.ar),
             })
             .collect();
-        let this = Self::unstarted(kind, scopes);
-        let tasks = apis
-            .into_iter()
-            .enumerate()
-            .map(|(stream, api)| {
-                let weak = Arc::downgrade(&this);
-                let gvk = this.kind.gvk.to_string();
-                let keep = status_manager.to_string();
-                tokio::spawn(async move {
-                    let events = watcher(api, watcher::Config::default().any_semantic())
-                        .default_backoff()
-                        .modify(move |o: &mut DynamicObject| {
-                            o.managed_fields_mut().retain(|m| {
-                                m.manager.as_deref() == Some(keep.as_str())
-                                    && m.subresource.as_deref() == Some("status")
+        let this = Self::unstarted(kind, scopes, sink);
+        let tasks =
+            apis.into_iter()
+                .enumerate()
+                .map(|(stream, api)| {
+                    let weak = Arc::downgrade(&this);
+                    let keep = status_manager.to_string();
+                    tokio::spawn(async move {
+                        let events = watcher(api, watcher::Config::default().any_semantic())
+                            .modify(move |o: &mut Incoming| {
+                                o.object.managed_fields_mut().retain(|m| {
+                                    m.manager.as_deref() == Some(keep.as_str())
+                                        && m.subresource.as_deref() == Some("status")
+                                });
                             });
-                        });
-                    futures::pin_mut!(events);
-                    while let Some(event) = events.next().await {
-                        let Some(this) = weak.upgrade() else { break };
-                        match event {
-                            Ok(event) => {
-                                this.gone.store(false, Ordering::Relaxed);
-                                this.forbidden.store(false, Ordering::Relaxed);
-                                this.handle(stream, event);
-                            }
-                            Err(error) => {
-                                if status_code(&error) == Some(404) {
-                                    this.gone.store(true, Ordering::Relaxed);
+                        futures::pin_mut!(events);
+                        while let Some(event) = events.next().await {
+                            let Some(this) = weak.upgrade() else { break };
+                            let pause = match event {
+                                Ok(event) => {
+                                    this.gone.store(false, Ordering::Relaxed);
+                                    this.forbidden.store(false, Ordering::Relaxed);
+                                    this.accept(stream, event);
+                                    None
                                 }
-                                if status_code(&error) == Some(403) {
-                                    this.forbidden.store(true, Ordering::Relaxed);
-                                }
-                                tracing::warn!(%gvk, %error, "watch failed; retrying with backoff");
+                                Err(error) => Some(this.failed(stream, &error)),
+                            };
+                            drop(this);
+                            if let Some(pause) = pause {
+                                tokio::time::sleep(pause).await;
                             }
                         }
-                    }
+                    })
                 })
-            })
-            .collect();
+                .collect();
         *this
             .tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
         this
+    }
+
+    /// A list or watch of `stream` failed: note it, log it (rate-limited,
+    /// never a response body) and say how long to wait before the next try.
+    fn failed(&self, stream: usize, error: &watcher::Error) -> std::time::Duration {
+        match status_code(error) {
+            Some(404) => self.gone.store(true, Ordering::Relaxed),
+            Some(403) => self.forbidden.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+        let message = error.to_string();
+        let verdict = self.health(stream, |h| {
+            h.failed(
+                std::time::Instant::now(),
+                &message,
+                super::backoff::jitter(),
+            )
+        });
+        if let Some(quiet) = verdict.log {
+            let gvk = self.kind.gvk.to_string();
+            tracing::warn!(%gvk, error = %message, retry_in = ?verdict.retry_in, unlogged_failures = quiet, "watch failed; retrying with backoff");
+        }
+        verdict.retry_in
+    }
+
+    fn health<T>(&self, stream: usize, f: impl FnOnce(&mut WatchHealth) -> T) -> T {
+        let mut all = self
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if all.len() <= stream {
+            all.resize_with(stream + 1, WatchHealth::default);
+        }
+        f(&mut all[stream])
+    }
+
+    /// Why this kind's watch makes kiln unready, if it does: a list or watch
+    /// that has kept failing (the API server down, RBAC, a body that cannot
+    /// be read).
+    pub fn trouble(&self) -> Option<String> {
+        let now = std::time::Instant::now();
+        self.health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find_map(|h| h.trouble(now))
+            .map(|why| format!("watch of {}: {why}", self.kind.gvk))
+    }
+
+    /// Takes one event: objects that cannot be decoded are set apart (and
+    /// told once), the rest is cached and handed on.
+    fn accept(&self, stream: usize, event: Event<Incoming>) {
+        if matches!(event, Event::InitDone | Event::Apply(_) | Event::Delete(_)) {
+            self.health(stream, WatchHealth::progressed);
+        }
+        let event = match event {
+            Event::Init => Event::Init,
+            Event::InitDone => Event::InitDone,
+            Event::InitApply(o) => match self.decoded(o) {
+                Some(o) => Event::InitApply(o),
+                None => return,
+            },
+            Event::Apply(o) => match self.decoded(o) {
+                Some(o) => Event::Apply(o),
+                None => return,
+            },
+            Event::Delete(o) => {
+                self.forget_undecodable(&o.object);
+                Event::Delete(o.object)
+            }
+        };
+        self.handle(stream, event);
+    }
+
+    /// The object, when it decoded; otherwise it leaves the cache (it can no
+    /// longer be read) and is reported, once per object.
+    fn decoded(&self, incoming: Incoming) -> Option<DynamicObject> {
+        let Some(why) = incoming.undecodable else {
+            self.forget_undecodable(&incoming.object);
+            return Some(incoming.object);
+        };
+        let object = incoming.object;
+        let key = ObjKey::of(&object);
+        let removed = self.write().remove(&key);
+        if let Some(old) = removed {
+            self.emit(&Change::Deleted(&old));
+        }
+        let first = self
+            .undecodable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key);
+        if first && let Some(sink) = &self.sink {
+            sink(&Undecodable {
+                object,
+                kind: self.kind.clone(),
+                why,
+            });
+        }
+        None
+    }
+
+    fn forget_undecodable(&self, object: &DynamicObject) {
+        self.undecodable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&ObjKey::of(object));
     }
 
     /// Whether the API server refuses kiln this watch (RBAC).
@@ -435,6 +570,7 @@ pub struct Registry {
     entries: Mutex<HashMap<crate::rules::Gvk, Entry>>,
     starts: Mutex<HashMap<crate::rules::Gvk, u64>>,
     status_manager: String,
+    sink: Option<UndecodableSink>,
 }
 
 impl Registry {
@@ -444,6 +580,23 @@ impl Registry {
             status_manager: manager.to_string(),
             ..Self::default()
         }
+    }
+
+    /// Objects that cannot be decoded are told to `sink`.
+    #[must_use]
+    pub fn reporting_to(self, sink: UndecodableSink) -> Self {
+        Self {
+            sink: Some(sink),
+            ..self
+        }
+    }
+
+    /// Why some watch makes kiln unready, if one does.
+    pub fn trouble(&self) -> Option<String> {
+        self.lock()
+            .values()
+            .filter(|e| e.users > 0)
+            .find_map(|e| e.informer.trouble())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<crate::rules::Gvk, Entry>> {
@@ -469,7 +622,13 @@ impl Registry {
                 .entry(kind.gvk.clone())
                 .or_insert(0) += 1;
             Entry {
-                informer: Informer::start(client, kind.clone(), namespaces, &self.status_manager),
+                informer: Informer::start(
+                    client,
+                    kind.clone(),
+                    namespaces,
+                    &self.status_manager,
+                    self.sink.clone(),
+                ),
                 users: 0,
                 idle_since: None,
             }
@@ -555,7 +714,7 @@ mod tests {
             namespaced: true,
             has_status: false,
         });
-        Informer::unstarted(kind, vec![None])
+        Informer::unstarted(kind, vec![None], None)
     }
 
     fn cm(name: &str, owner: Option<&str>) -> DynamicObject {

@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod board;
 pub mod controller;
+pub mod decode;
 pub mod diff;
 pub mod failure;
 pub mod informer;
@@ -16,6 +17,8 @@ pub mod plan;
 pub mod queue;
 pub mod reverse;
 pub mod status;
+pub mod undecodable;
+pub mod watch_health;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,14 +146,17 @@ impl Engine {
             controller: "kiln".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let sink = undecodable::sink(recorder.clone(), metrics.clone());
         let shared = Arc::new(Shared {
             kinds: Kinds::new(client.clone()),
-            informers: Registry::keeping_status_of(&options.field_manager),
-            recorder: Recorder::new(client.clone(), reporter),
+            informers: Registry::keeping_status_of(&options.field_manager).reporting_to(sink),
+            recorder,
             client,
             options,
             stats: Stats::default(),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics,
             board: board::Board::default(),
             fence: std::sync::OnceLock::new(),
         });
@@ -325,17 +331,39 @@ impl Engine {
         m.clone()
     }
 
-    /// Whether every rule is past start-up: running, or waiting for a kind
-    /// that is not served (which no restart of kiln would fix).
+    /// Whether kiln does its job: every rule is past start-up (running, or
+    /// waiting for a kind that is not served, which no restart would fix)
+    /// and no watch has kept failing (the API server down, a list refused);
+    /// otherwise why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        let starting: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, r)| {
+                matches!(
+                    *r.state
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    RuleState::Syncing
+                )
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        if !starting.is_empty() {
+            return Err(format!(
+                "rules starting, caches not synced yet: {}",
+                starting.join(", ")
+            ));
+        }
+        match self.shared.informers.trouble() {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether [`readiness`](Self::readiness) is fine.
     pub fn ready(&self) -> bool {
-        self.lock().values().all(|r| {
-            !matches!(
-                *r.state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-                RuleState::Syncing
-            )
-        })
+        self.readiness().is_ok()
     }
 }
 

@@ -149,13 +149,27 @@ async fn fault_during_convergence(component: &str) {
     // Mid-convergence: some children exist, not all.
     tokio::time::sleep(Duration::from_millis(300)).await;
     cp.stop_component(component);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    if component == "kube-apiserver" {
+        // While the API server is down kiln is not ready (issue 13, item
+        // 15), and says which watch fails.
+        let why = eventually("kiln to turn unready", Duration::from_secs(30), || async {
+            engine.readiness().err()
+        })
+        .await;
+        assert!(why.contains("watch of"), "{why}");
+    } else {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     cp.start_component(component).await.unwrap();
     eventually(
         &format!("convergence after restarting {component}"),
         CONVERGE,
         || converged(&client, ns, PRIMARIES),
     )
+    .await;
+    eventually("kiln to be ready again", CONVERGE, || async {
+        engine.readiness().ok()
+    })
     .await;
     assert_no_hot_loop(&engine).await;
     engine.shutdown().await;

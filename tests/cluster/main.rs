@@ -23,6 +23,7 @@ mod foundation;
 mod hostile_fights;
 mod hostile_leases;
 mod hostile_names;
+mod hostile_objects;
 mod hostile_secrets;
 mod hostile_status;
 mod hostile_templates;

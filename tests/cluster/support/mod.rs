@@ -83,11 +83,17 @@ pub async fn token_client(token: &str) -> Client {
 
 /// A bearer-token client for the cluster of `kubeconfig` (another control plane).
 pub async fn token_client_for(kubeconfig: &str, token: &str) -> Client {
+    client_from_kubeconfig(&token_kubeconfig(kubeconfig, token))
+        .await
+        .expect("token client")
+}
+
+/// `kubeconfig` with its user authenticating by `token`.
+pub fn token_kubeconfig(kubeconfig: &str, token: &str) -> String {
     let mut kc = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig");
     let user = kc.auth_infos.first_mut().expect("kubeconfig has a user");
     user.auth_info = Some(serde_json::from_value(serde_json::json!({ "token": token })).unwrap());
-    let yaml = serde_norway::to_string(&kc).unwrap();
-    client_from_kubeconfig(&yaml).await.expect("token client")
+    serde_norway::to_string(&kc).unwrap()
 }
 
 /// A namespace of its own for one test, named after it.
@@ -231,16 +237,24 @@ impl WriteCounter {
 
 /// An admin client whose writes are counted.
 pub async fn counting_client() -> (Client, WriteCounter) {
+    client_counting(kubeconfig_yaml(), |req| req.method() != http::Method::GET).await
+}
+
+/// A client for `kubeconfig` that counts the requests `counts` picks.
+pub async fn client_counting(
+    kubeconfig: &str,
+    counts: impl Fn(&http::Request<kube::client::Body>) -> bool + Clone + Send + Sync + 'static,
+) -> (Client, WriteCounter) {
     use kube::client::ClientBuilder;
     let counter = WriteCounter::default();
-    let kc = Kubeconfig::from_yaml(kubeconfig_yaml()).unwrap();
+    let kc = Kubeconfig::from_yaml(kubeconfig).unwrap();
     let config =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .unwrap();
     let seen = counter.clone();
     let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-        if req.method() != http::Method::GET {
+        if counts(&req) {
             seen.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         req
@@ -472,14 +486,14 @@ pub async fn events_about(
         .collect()
 }
 
-/// A client for a new ServiceAccount `name` in `ns`, bound cluster-wide to a
+/// A token of a new ServiceAccount `name` in `ns`, bound cluster-wide to a
 /// ClusterRole with exactly `rules` (a JSON list of PolicyRules).
-pub async fn service_account_client(
+pub async fn service_account_token(
     client: &Client,
     ns: &str,
     name: &str,
     rules: serde_json::Value,
-) -> Client {
+) -> String {
     use serde_json::json;
     let role = format!("{ns}-{name}");
     apply(
@@ -515,5 +529,5 @@ pub async fn service_account_client(
         .status
         .unwrap()
         .token;
-    token_client(&token.unwrap()).await
+    token.unwrap()
 }
