@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::Shared;
 use super::backoff;
 use super::diff;
-use super::failure::{Category, Failure};
+use super::failure::{Category, Failure, Stage};
 use super::informer::{Change, Handler, Informer, ObjKey};
 use super::kinds::Kind;
 pub use super::plan::Next;
@@ -51,14 +51,40 @@ struct PrimaryState {
     fingerprint: Option<u64>,
     /// The last condition reported as an Event, so Events are not repeated.
     reported: Option<String>,
-    /// Transient failures in a row (the backoff's exponent).
+    /// Transient failures of children's writes in a row (their backoff's exponent).
     failures: u32,
+    /// Transient failures of the status write in a row, counted apart so
+    /// that a refused status never slows the retries of a child.
+    status_failures: u32,
     /// How the server stored children it normalises.
     known: Known,
     /// When child applies were made within the last [`BUDGET_WINDOW`].
     recent_applies: std::collections::VecDeque<std::time::Instant>,
     /// While set and in the future: writes paused, with this explanation.
     paused: Option<(std::time::Instant, String)>,
+}
+
+impl PrimaryState {
+    /// A reconcile succeeded: every retry count starts again.
+    fn succeeded(&mut self) {
+        self.failures = 0;
+        self.status_failures = 0;
+    }
+
+    /// A reconcile failed in `stage`; returns that stage's retry number (from
+    /// 0). A status failure means the children's writes went through.
+    fn failed(&mut self, stage: Stage) -> u32 {
+        let count = match stage {
+            Stage::Children => &mut self.failures,
+            Stage::Status => {
+                self.failures = 0;
+                &mut self.status_failures
+            }
+        };
+        let before = *count;
+        *count = before.saturating_add(1);
+        before
+    }
 }
 
 /// At most this many child applies per primary within [`BUDGET_WINDOW`]:
@@ -229,15 +255,11 @@ impl RuleController {
 
     /// Queues the primary again as `result` says; returns the metric's result label.
     fn schedule(&self, key: &ObjKey, result: Result<Next, Failure>) -> &'static str {
-        let failures = |states: &mut HashMap<ObjKey, PrimaryState>, failed: bool| {
-            let state = states.get_mut(key)?;
-            let before = state.failures;
-            state.failures = if failed { before.saturating_add(1) } else { 0 };
-            Some(before)
-        };
         match result {
             Ok(next) => {
-                failures(&mut lock(&self.states), false);
+                if let Some(state) = lock(&self.states).get_mut(key) {
+                    state.succeeded();
+                }
                 match next {
                     Next::After(delay) => {
                         self.queue.add_after(key.clone(), delay);
@@ -247,7 +269,9 @@ impl RuleController {
                 }
             }
             Err(failure) => {
-                let attempt = failures(&mut lock(&self.states), true).unwrap_or(0);
+                let attempt = lock(&self.states)
+                    .get_mut(key)
+                    .map_or(0, |state| state.failed(failure.stage));
                 let delay = backoff::delay(self.rule.requeue.on_error, attempt, backoff::jitter());
                 tracing::warn!(rule = %self.rule.name, object = %key, error = %failure, retry_in = ?delay, "reconcile failed");
                 self.queue.add_after(key.clone(), delay);
@@ -701,10 +725,10 @@ impl RuleController {
         secrets: &[String],
     ) -> Result<Next, Failure> {
         // The API server may quote a value back, and a value may come from a Secret.
-        let failure = Failure::new(
-            failure.category,
-            crate::redact::redact(&failure.message, secrets),
-        );
+        let failure = Failure {
+            message: crate::redact::redact(&failure.message, secrets),
+            ..failure
+        };
         let reason = failure.category.reason();
         let part = plan::failed(plan, reason, failure.message.clone());
         let written = self.write_status(obj, &part).await;
@@ -880,7 +904,7 @@ impl RuleController {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()), // deleted meanwhile
-            Err(e) => Err(Failure::of(&e, "writing status", true)),
+            Err(e) => Err(Failure::of(&e, "writing status", true).in_status()),
         }
     }
 
@@ -1067,6 +1091,22 @@ fn fingerprint(obj: &DynamicObject) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_that_keeps_failing_never_raises_the_childrens_retry_count() {
+        let mut state = PrimaryState::default();
+        let status: Vec<u32> = (0..6).map(|_| state.failed(Stage::Status)).collect();
+        assert_eq!(status, [0, 1, 2, 3, 4, 5]);
+        // A child fails now: it starts from the first step of its backoff.
+        assert_eq!(state.failed(Stage::Children), 0);
+        assert_eq!(state.failed(Stage::Children), 1);
+        // The status fails again (its children went through): its own count
+        // goes on, the children's starts again.
+        assert_eq!(state.failed(Stage::Status), 6);
+        assert_eq!(state.failed(Stage::Children), 0);
+        state.succeeded();
+        assert_eq!(state.failed(Stage::Status), 0);
+    }
 
     #[test]
     fn event_notes_fit_the_api_limit_in_bytes_even_with_multi_byte_text() {

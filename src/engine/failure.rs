@@ -61,6 +61,18 @@ impl Category {
     }
 }
 
+/// Which writes of a reconcile failed. Each has its own retry count, so a
+/// status the server keeps refusing never slows the retries of a child
+/// (issue 13, item 9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stage {
+    /// Applying or pruning children.
+    #[default]
+    Children,
+    /// Writing the primary's status.
+    Status,
+}
+
 /// A failed write.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -69,6 +81,8 @@ pub struct Failure {
     pub category: Category,
     /// For humans: what was being written, and the API server's words.
     pub message: String,
+    /// Which writes failed.
+    pub stage: Stage,
 }
 
 impl Failure {
@@ -77,12 +91,24 @@ impl Failure {
         Self {
             category,
             message: message.into(),
+            stage: Stage::Children,
+        }
+    }
+
+    /// The same failure, of the status write.
+    #[must_use]
+    pub fn in_status(self) -> Self {
+        Self {
+            stage: Stage::Status,
+            ..self
         }
     }
 
     /// Sorts an API error for a write described by `what` (e.g. `applying
     /// ConfigMap ns/x`). `forced`: the write forced conflicts, so a 409 is a
-    /// race, not a standing disagreement.
+    /// race, not a standing disagreement. The API's `reason` decides first;
+    /// the code and message where the server gives no telling reason (server-side
+    /// apply answers some permanent refusals with a bare 500).
     pub fn of(error: &kube::Error, what: &str, forced: bool) -> Self {
         let category = match error {
             // ValidatingAdmissionPolicy: "… denied request: …"; webhooks:
@@ -93,11 +119,16 @@ impl Failure {
             {
                 Category::Denied
             }
-            kube::Error::Api(s) if s.code == 409 && !forced => Category::Conflict,
-            kube::Error::Api(s) if s.code == 403 => Category::Forbidden,
-            // Server-side apply reports some permanent refusals as a 500.
+            kube::Error::Api(s) if (s.code == 409 || s.reason == "Conflict") && !forced => {
+                Category::Conflict
+            }
+            kube::Error::Api(s) if s.code == 403 || s.reason == "Forbidden" => Category::Forbidden,
             kube::Error::Api(s)
-                if s.code == 422 || s.code == 400 || refused_content(&s.message) =>
+                if s.code == 422
+                    || s.code == 400
+                    || s.code == 413
+                    || PERMANENT_REASONS.contains(&s.reason.as_str())
+                    || refused_content(&s.message) =>
             {
                 Category::Invalid
             }
@@ -113,9 +144,23 @@ impl Failure {
             (kube::Error::Api(s), _) => format!("{what}: {}", s.message),
             (other, _) => format!("{what}: {other}"),
         };
-        Self { category, message }
+        Self {
+            category,
+            message,
+            stage: Stage::Children,
+        }
     }
 }
+
+/// API `reason`s that say the same write can never succeed.
+const PERMANENT_REASONS: &[&str] = &[
+    "Invalid",
+    "BadRequest",
+    "RequestEntityTooLarge",
+    "UnsupportedMediaType",
+    "NotAcceptable",
+    "MethodNotAllowed",
+];
 
 /// Whether an API server's answer (often an HTTP 500) says the content of
 /// the write is what it refuses, so the same write can never succeed: a
@@ -139,6 +184,14 @@ mod tests {
     fn api(code: u16, message: &str) -> kube::Error {
         kube::Error::Api(
             kube::core::Status::failure(message, "")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    fn api_with_reason(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, reason)
                 .with_code(code)
                 .boxed(),
         )
@@ -212,6 +265,24 @@ mod tests {
                 None,
             ),
             (api(429, "slow down"), true, Category::Transient, None),
+            (
+                api_with_reason(500, "Invalid", "the object is not valid"),
+                true,
+                Category::Invalid,
+                Some(Next::Done),
+            ),
+            (
+                api_with_reason(500, "RequestEntityTooLarge", "limit is 3145728"),
+                true,
+                Category::Invalid,
+                Some(Next::Done),
+            ),
+            (
+                api_with_reason(500, "InternalError", "etcd leader changed"),
+                true,
+                Category::Transient,
+                None,
+            ),
         ];
         for (error, forced, category, retry) in cases {
             let f = Failure::of(&error, "applying ConfigMap a/b", forced);

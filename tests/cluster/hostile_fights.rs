@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
-use crate::support::scene::{Scene, condition, configmap, widget_at};
+use crate::support::scene::{Scene, condition, configmap};
 use crate::support::{self, rule_from_yaml};
 
 const RULE: &str = r#"
@@ -93,10 +93,6 @@ async fn another_controller_rewriting_a_field_gets_a_bounded_number_of_answers()
             c["data"]["value"] == "ours"
         })
         .await;
-    scene
-        .until("ready again", widget_at("w"), |w| {
-            condition(w, "Ready")["status"] == "True"
-        })
-        .await;
+    scene.ready("w").await;
     scene.end().await;
 }

@@ -103,6 +103,14 @@ impl Scene {
         .await
     }
 
+    /// Waits until Widget `name` is `Ready=True`.
+    pub async fn ready(&self, name: &str) -> Value {
+        self.until(&format!("{name} to be ready"), widget_at(name), |w| {
+            condition(w, "Ready")["status"] == "True"
+        })
+        .await
+    }
+
     /// Waits until Widget `name` is `Reconciled=False` for `reason`;
     /// returns the condition's message.
     pub async fn refused(&self, name: &str, reason: &str) -> String {
