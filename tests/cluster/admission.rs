@@ -64,9 +64,9 @@ async fn a_child_denied_by_an_admission_policy_converges_once_the_policy_is_lift
     scene.end().await;
 }
 
-/// Denies CREATE and UPDATE of `resource` (e.g. `configmaps`,
-/// `widgets/status`) in the scene's namespace unless `expression` holds;
-/// returns once the API server enforces it.
+/// Denies CREATE and UPDATE of `resource` (`configmaps`, or
+/// `widgets/status` once Widget `w` exists) in the scene's namespace unless
+/// `expression` holds; returns once the API server enforces it.
 async fn deny(scene: &Scene, name: &str, resource: &str, expression: &str, message: &str) {
     let group = if resource.starts_with("widgets") {
         "test.kiln.dev"
@@ -96,6 +96,28 @@ async fn deny(scene: &Scene, name: &str, resource: &str, expression: &str, messa
     }), None).await;
     // The policy takes effect once the API server has loaded it: a dry run
     // of what it forbids is refused.
+    if resource == "widgets/status" {
+        let widgets = support::dynamic_api(
+            &scene.client,
+            &json!("test.kiln.dev/v1"),
+            &json!("Widget"),
+            Some(scene.ns()),
+        )
+        .await;
+        eventually("the status policy to deny", CONVERGE, || async {
+            let pp = kube::api::PatchParams {
+                dry_run: true,
+                ..kube::api::PatchParams::default()
+            };
+            let patch = kube::api::Patch::Merge(json!({"status": {"probe": "x"}}));
+            widgets
+                .patch_status("w", &pp, &patch)
+                .await
+                .is_err()
+                .then_some(())
+        })
+        .await;
+    }
     if resource == "configmaps" {
         let probe: Api<k8s_openapi::api::core::v1::ConfigMap> =
             Api::namespaced(scene.client.clone(), scene.ns());
@@ -156,6 +178,9 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_the_server_keeps_refusing_never_slows_a_childs_retries() {
     let scene = Scene::new("frozen").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"v": "a"}}))
+        .await;
     let frozen = format!("frozen-status-{}", scene.ns());
     deny(
         &scene,
@@ -165,9 +190,6 @@ async fn a_status_the_server_keeps_refusing_never_slows_a_childs_retries() {
         "status is frozen",
     )
     .await;
-    scene
-        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"v": "a"}}))
-        .await;
     let scene = scene.running(&[rule_from_yaml(STATUS_RULE)]).await;
     scene
         .until("the child", configmap("w"), |c| c["data"]["v"] == "a")
