@@ -2,14 +2,13 @@
 //! environment, no network. Every filter, kiln's and minijinja's, is
 //! registered [`guarded`]: its inputs and result are size-checked.
 
+use super::collections;
+use super::limits::guarded;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use jsonpath_rust::JsonPath;
 use minijinja::filters as builtin;
 use minijinja::{Environment, Error, ErrorKind, Value};
-use sha2::{Digest, Sha256};
-
-use super::limits::guarded;
 
 /// Adds kiln's filters to `env` and replaces minijinja's built-in filters
 /// with guarded ones.
@@ -23,6 +22,10 @@ pub fn register(env: &mut Environment<'static>) {
         ("to_yaml", Value::from_function(to_yaml)),
         ("jsonpath", Value::from_function(jsonpath)),
         ("dns1123", Value::from_function(dns1123)),
+        ("each", Value::from_function(collections::each)),
+        ("product", Value::from_function(collections::product)),
+        ("fnv1a64", Value::from_function(fnv1a64)),
+        ("quantity", Value::from_function(collections::quantity)),
         // minijinja's, as `defaults.rs` registers them.
         ("safe", Value::from_function(builtin::safe)),
         ("escape", Value::from_function(builtin::escape)),
@@ -114,10 +117,15 @@ fn b64decode(value: &str) -> Result<String, Error> {
     String::from_utf8(bytes).map_err(|_| invalid("b64decode: the decoded bytes are not UTF-8 text"))
 }
 
-/// Hex SHA-256 of a string, or of the compact JSON of any other value.
-fn sha256(value: &Value) -> Result<String, Error> {
-    let digest = Sha256::digest(bytes_of(value)?);
-    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+/// SHA-256 of a string, or of the compact JSON of any other value: hex, or
+/// `sha256("base64")` for base64 of the raw digest.
+fn sha256(value: &Value, encoding: Option<&str>) -> Result<String, Error> {
+    collections::digest(&bytes_of(value)?, encoding)
+}
+
+/// 64-bit FNV-1a of a string (or the compact JSON of any other value), hex.
+fn fnv1a64(value: &Value) -> Result<String, Error> {
+    Ok(collections::fnv1a64(&bytes_of(value)?))
 }
 
 /// Compact JSON text of a value.

@@ -18,6 +18,7 @@
 //! have no loader and no functions that reach files, the environment or the
 //! network.
 
+mod collections;
 mod filters;
 pub mod limits;
 pub mod tree;
@@ -121,6 +122,7 @@ impl TemplateSet {
         // Templates render YAML values, not HTML.
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         filters::register(&mut env);
+        env.set_unknown_method_callback(collections::method);
         Self { env }
     }
 
@@ -351,6 +353,84 @@ mod tests {
     fn fails_with(result: Result<impl std::fmt::Debug, RenderError>, needle: &str) {
         let err = result.expect_err("a hostile template must fail");
         assert!(err.message.contains(needle), "{err}");
+    }
+
+    fn eval_with(src: &str, ctx: serde_json::Value) -> Result<Value, RenderError> {
+        let mut set = TemplateSet::new();
+        let id = set.add_expr("t", src).expect("compiles");
+        set.eval(&id, &to_jinja(&ctx), &mut Budget::default())
+    }
+
+    #[test]
+    fn each_builds_a_list_from_a_list_with_an_expression() {
+        let ctx = serde_json::json!({"self": {"metadata": {"name": "web"}, "spec": {"ports": [80, 443]}}});
+        let got = eval_with(
+            "self.spec.ports | each(\"{'name': self.metadata.name ~ '-' ~ index, 'port': item}\")",
+            ctx,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!([{"name": "web-0", "port": 80}, {"name": "web-1", "port": 443}])
+        );
+        fails_with(expr("[1] | each('item +')"), "is not an expression");
+        fails_with(
+            expr("range(20000) | list | each('item')"),
+            "more than 10000 items",
+        );
+    }
+
+    #[test]
+    fn product_gives_every_combination_in_order() {
+        assert_eq!(
+            expr("[1, 2] | product(['x', 'y'])").unwrap(),
+            serde_json::json!([[1, "x"], [1, "y"], [2, "x"], [2, "y"]])
+        );
+        assert_eq!(
+            expr("['a'] | product([1, 2], [true])").unwrap(),
+            serde_json::json!([["a", 1, true], ["a", 2, true]])
+        );
+        fails_with(
+            expr("range(1000) | list | product(range(1000) | list)"),
+            "more than 10000 combinations",
+        );
+    }
+
+    #[test]
+    fn hashes_and_quantities() {
+        assert_eq!(
+            expr("'abc' | sha256('base64')").unwrap(),
+            serde_json::json!("ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0=")
+        );
+        assert_eq!(
+            expr("'foobar' | fnv1a64").unwrap(),
+            serde_json::json!("85944171f73967e8")
+        );
+        assert_eq!(
+            expr("('1Gi' | quantity) > ('512Mi' | quantity)").unwrap(),
+            serde_json::json!(true)
+        );
+        assert_eq!(expr("'250m' | quantity").unwrap(), serde_json::json!(0.25));
+        assert_eq!(expr("'2Ki' | quantity").unwrap(), serde_json::json!(2048));
+        fails_with(expr("'1Gb' | quantity"), "unknown suffix");
+    }
+
+    #[test]
+    fn python_style_methods_work_and_stay_bounded() {
+        assert_eq!(
+            expr("'a.b.c'.split('.')").unwrap(),
+            serde_json::json!(["a", "b", "c"])
+        );
+        assert_eq!(expr("'Web'.upper()").unwrap(), serde_json::json!("WEB"));
+        assert_eq!(
+            eval_with("m.items() | list", serde_json::json!({"m": {"k": "v"}})).unwrap(),
+            serde_json::json!([["k", "v"]])
+        );
+        fails_with(
+            expr("('x' * 1000000).replace('x', 'yyyyy')"),
+            "value too large",
+        );
+        fails_with(expr("'{0}{0}'.format('a')"), "not available");
     }
 
     #[test]
