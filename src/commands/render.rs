@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
+use kiln::template::generate::Draw;
 use kiln::yaml::{self, Limits};
 use serde_json::Value;
 
@@ -59,6 +60,9 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
 
     let mut inputs = Inputs {
         primary,
+        // No cluster keeps a drawn value here, and the output must not
+        // change from run to run: `random_secret(n)` prints a placeholder.
+        draw: Draw::Placeholder,
         ..Inputs::default()
     };
     for (name, file) in &args.related {
@@ -128,6 +132,11 @@ fn print_rendered(
             println!(
                 "# child: {} (not observed: pass --observed {}=FILE for readiness)",
                 child.id, child.id
+            );
+        }
+        if !child.generated.is_empty() {
+            println!(
+                "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"
             );
         }
         print!("{}", serde_norway::to_string(&child.object)?);

@@ -403,7 +403,9 @@ impl RuleController {
             Some(holder(&found))
         };
         let plan = plan::plan(&self.rule, this, &observed, &known, &occupant, &scope_of);
-        (plan, observed.secrets(&self.rule))
+        let drawn = plan.apply.iter().flat_map(|c| &c.generated);
+        let secrets = crate::redact::with_drawn(observed.secrets(&self.rule), drawn);
+        (plan, secrets)
     }
 
     /// Reads what the plan needs from the caches: related objects (recording
@@ -748,6 +750,9 @@ impl RuleController {
         };
         let ckey = plan::key_of(child);
         let api = self.api(informer.kind(), ckey.namespace.as_deref());
+        if !child.generated.is_empty() {
+            self.absent(&api, child, &ckey).await?;
+        }
         self.shared
             .stats
             .applies
@@ -774,6 +779,33 @@ impl RuleController {
             None => known.remove(&key),
         };
         Ok(())
+    }
+
+    /// Checks with the API server, not the cache, that a child holding
+    /// freshly drawn values does not exist: a cache that has not seen the
+    /// child yet (its create is still on its way back through the watch)
+    /// must not make kiln overwrite the value the child keeps.
+    async fn absent(
+        &self,
+        api: &Api<DynamicObject>,
+        child: &DesiredChild,
+        ckey: &ObjKey,
+    ) -> Result<(), Failure> {
+        let what = format!("reading {} {ckey}", child.gvk.kind);
+        let found = api
+            .get_metadata_opt(&ckey.name)
+            .await
+            .map_err(|e| Failure::of(&e, &what, self.rule.force_conflicts))?;
+        match found {
+            None => Ok(()),
+            Some(_) => Err(Failure::new(
+                Category::Transient,
+                format!(
+                    "{} {ckey} exists but the cache has not shown it yet: its generated values are kept, not drawn again; retrying",
+                    child.gvk.kind
+                ),
+            )),
+        }
     }
 
     /// Deletes a child the rule no longer renders (that very object: its uid).
