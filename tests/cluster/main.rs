@@ -21,6 +21,7 @@ mod examples;
 mod faults;
 mod foundation;
 mod hostile_fights;
+mod hostile_generated;
 mod hostile_leases;
 mod hostile_names;
 mod hostile_secrets;
