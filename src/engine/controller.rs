@@ -783,8 +783,9 @@ impl RuleController {
 
     /// Checks with the API server, not the cache, that a child holding
     /// freshly drawn values does not exist: a cache that has not seen the
-    /// child yet (its create is still on its way back through the watch)
-    /// must not make kiln overwrite the value the child keeps.
+    /// child yet (its create is still on its way back through the watch),
+    /// or an object an `adopt` child would take over, must not make kiln
+    /// overwrite the value it keeps.
     async fn absent(
         &self,
         api: &Api<DynamicObject>,
@@ -801,7 +802,7 @@ impl RuleController {
             Some(_) => Err(Failure::new(
                 Category::Transient,
                 format!(
-                    "{} {ckey} exists but the cache has not shown it yet: its generated values are kept, not drawn again; retrying",
+                    "{} {ckey} exists, but not as this primary's child in kiln's cache (not seen yet, or not kiln's): a value drawn now would replace the one it keeps, so nothing is written; retrying",
                     child.gvk.kind
                 ),
             )),

@@ -196,3 +196,43 @@ async fn a_viewer_cannot_test_password_guesses_against_the_restart_annotation() 
     unwritten(&scene, &key).await;
     scene.end().await;
 }
+
+/// A child that adopts an existing Secret and would draw its password.
+const ADOPTER: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: adopter}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  children:
+    - id: creds
+      adopt: true
+      template:
+        apiVersion: v1
+        kind: Secret
+        metadata: {name: "{{ self.metadata.name }}-creds"}
+        data:
+          password: >-
+            {{ children.creds.data.password if children.creds.data.password is defined
+               else random_secret(32) | b64encode }}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_draw_never_overwrites_an_existing_password() {
+    let scene = Scene::new("gen-keep").await.with_widgets().await;
+    // kiln's cache does not show this Secret as the Widget's child (it is
+    // not kiln's yet), so the render draws a new password for it; the
+    // API server, asked before the write, says it exists.
+    let kept = scene
+        .apply(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "w-creds"}, "data": {"password": STANDARD.encode("kept-password-0123")}}))
+        .await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[support::rule_from_yaml(ADOPTER)]).await;
+    let message = scene.refused("w", "ApplyFailed").await;
+    assert!(message.contains("nothing is written"), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    unwritten(&scene, &kept).await;
+    scene.end().await;
+}
