@@ -12,20 +12,22 @@ use serde_json::Value;
 
 use crate::cli::RenderArgs;
 
+/// Loads the rules, or prints every diagnostic and fails.
+pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet> {
+    rules::load(paths).or_else(|diagnostics| {
+        for d in &diagnostics {
+            eprintln!("{d}");
+        }
+        bail!(
+            "the rules are invalid ({} problems); run `kiln validate` for details",
+            diagnostics.len()
+        )
+    })
+}
+
 /// Renders every matching rule and prints children (and status patches) as YAML.
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
-    let set = match rules::load(&args.rules) {
-        Ok(set) => set,
-        Err(diagnostics) => {
-            for d in &diagnostics {
-                eprintln!("{d}");
-            }
-            bail!(
-                "the rules are invalid ({} problems); run `kiln validate` for details",
-                diagnostics.len()
-            );
-        }
-    };
+    let set = load_rules(&args.rules)?;
     let primary = read_one(&args.object)?;
     let api_version = primary["apiVersion"].as_str().unwrap_or_default();
     let kind = primary["kind"].as_str().unwrap_or_default();

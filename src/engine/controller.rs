@@ -998,8 +998,8 @@ fn matching(informer: &Informer, namespace: Option<&str>, selector: &LabelSelect
 
 /// The namespace a watch looks in: none for a cluster-scoped kind, the
 /// rendered one (within the tenant boundary, see [`may_read`]), or the
-/// primary's.
-fn namespace_of(
+/// primary's. (`kiln explain` reads related objects the same way.)
+pub fn namespace_of(
     watch: &crate::rules::Watch,
     namespaced: bool,
     template: &Option<crate::template::Piece>,
@@ -1034,7 +1034,8 @@ fn may_read(
 }
 
 /// Why a primary's watches cannot be read.
-enum Refusal {
+#[derive(Debug)]
+pub enum Refusal {
     /// A reference did not render.
     Template(String),
     /// A reference points where the rule does not allow the primary to point.

@@ -18,6 +18,7 @@ mod declarative;
 mod deploy;
 mod engine;
 mod examples;
+mod explain;
 mod faults;
 mod foundation;
 mod hostile_fights;
