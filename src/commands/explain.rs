@@ -90,12 +90,13 @@ async fn explain(
     out.push_str("\nConditions:\n");
     let conditions = primary["status"]["conditions"].as_array();
     for c in conditions.into_iter().flatten() {
+        let message = c["message"].as_str().unwrap_or_default();
         out.push_str(&format!(
-            "  {} {} {}: {}\n",
+            "  {} {} {}{}{message}\n",
             c["type"].as_str().unwrap_or_default(),
             c["status"].as_str().unwrap_or_default(),
             c["reason"].as_str().unwrap_or_default(),
-            c["message"].as_str().unwrap_or_default()
+            if message.is_empty() { "" } else { ": " },
         ));
     }
     if conditions.is_none_or(Vec::is_empty) {
