@@ -207,8 +207,9 @@ fn render_on_stack(
     let live_ctx = context(rule, this, inputs);
     // Children as later children see them: the live ones, plus each child
     // created with values drawn now (so a template can key a hash with a
-    // generated key on the first render too).
-    let mut seen = inputs.observed.clone();
+    // generated key on the first render too). Copied only once a value is
+    // drawn: at steady state nothing is copied.
+    let mut seen: Option<Map<String, Value>> = None;
     let mut ctx = live_ctx.clone();
     let set = &rule.templates;
     let mut budget = Budget::default();
@@ -269,7 +270,8 @@ fn render_on_stack(
                 // Rendered again as if it existed, it must read its values
                 // back, or the next reconcile would fail (or draw again).
                 let listed = child.for_each.is_some();
-                let as_live = with_child(&seen, &child.id, listed, &object);
+                let before = seen.as_ref().unwrap_or(&inputs.observed);
+                let as_live = with_child(before, &child.id, listed, &object);
                 let base = context_with(rule, this, inputs, &as_live);
                 let again_ctx = match &item {
                     None => base,
@@ -285,7 +287,7 @@ fn render_on_stack(
                 if !more.is_empty() {
                     return Err(draws_again(&child.id, &name, "will exist"));
                 }
-                seen = as_live;
+                seen = Some(as_live);
                 drew = true;
             }
             let ready = match (live, &child.ready_when) {
@@ -318,8 +320,8 @@ fn render_on_stack(
                 generated,
             });
         }
-        if drew {
-            ctx = context_with(rule, this, inputs, &seen);
+        if drew && let Some(seen) = &seen {
+            ctx = context_with(rule, this, inputs, seen);
         }
     }
 
