@@ -43,6 +43,10 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Show what rules render for an object, exactly as the engine would apply it; no cluster needed.
     Render(RenderArgs),
+    /// Explain one object from the cluster: the rules that select it (and why
+    /// others do not), each child applied / would change / missing, its
+    /// conditions and kiln's recent Events. Reads only.
+    Explain(ExplainArgs),
     /// Print the least-privilege ClusterRole the given rules need.
     Rbac(RbacArgs),
     /// Print a ConfigMap holding the given rule files (to mount or to read with --rules-configmap).
@@ -170,6 +174,26 @@ pub struct ValidateArgs {
     /// Rule files or directories of them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+}
+
+/// `kiln explain`
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The object's apiVersion, e.g. `demo.kiln.dev/v1`.
+    pub api_version: String,
+    /// Its kind, e.g. `WebApp`.
+    pub kind: String,
+    /// `NAMESPACE/NAME`, or `NAME` for a cluster-scoped object.
+    pub object: String,
+    /// Rule files or directories (repeatable): the rules kiln runs.
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
 }
 
 /// `kiln render`

@@ -44,6 +44,22 @@ pub fn secret_values<'a>(secrets: impl IntoIterator<Item = &'a Value>) -> Vec<St
     out
 }
 
+/// `secrets` and the values `random_secret` drew (as drawn and base64
+/// encoded), longest first.
+pub fn with_drawn<'a>(
+    mut secrets: Vec<String>,
+    drawn: impl IntoIterator<Item = &'a String>,
+) -> Vec<String> {
+    for value in drawn {
+        secrets.push(base64::engine::general_purpose::STANDARD.encode(value));
+        secrets.push(value.clone());
+    }
+    secrets.retain(|s| s.len() >= SHORTEST);
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
+}
+
 /// `message` with every one of `secrets` replaced by [`REDACTED`].
 pub fn redact(message: &str, secrets: &[String]) -> String {
     secrets
@@ -64,6 +80,18 @@ mod tests {
         assert_eq!(
             redact(message, &secrets),
             "name `[redacted]` is not valid; [redacted] and [redacted]; not-a-secret; 1"
+        );
+    }
+
+    #[test]
+    fn drawn_values_are_redacted_as_drawn_and_encoded() {
+        let drawn = ["Zq3vN8pLw2Xk7TbRcY1mA5sD9fGhJ4eU".to_string()];
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&drawn[0]);
+        let secrets = with_drawn(Vec::new(), &drawn);
+        let message = format!("data.password: Invalid value: {encoded} ({})", drawn[0]);
+        assert_eq!(
+            redact(&message, &secrets),
+            "data.password: Invalid value: [redacted] ([redacted])"
         );
     }
 }

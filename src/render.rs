@@ -7,6 +7,7 @@ use minijinja::Value as JinjaValue;
 use serde_json::{Map, Value, json};
 
 use crate::rules::{Gvk, Rule};
+use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
 /// Label every child carries.
@@ -34,6 +35,8 @@ pub struct Inputs {
     pub related: Map<String, Value>,
     /// Child id → the live child (or list of live children, for `forEach`). Absent when not found.
     pub observed: Map<String, Value>,
+    /// What `random_secret(n)` gives for a child that does not exist yet.
+    pub draw: Draw,
 }
 
 /// Whether a kind is namespaced. The engine answers from discovery; without a
@@ -54,6 +57,10 @@ pub struct DesiredChild {
     /// The object, with namespace, labels, owner reference and the
     /// [`APPLIED_ANNOTATION`] set.
     pub object: Value,
+    /// The values `random_secret` drew for it (only when it does not exist
+    /// yet): kept out of every message, and the engine creates such a child
+    /// only after checking that it really does not exist.
+    pub generated: Vec<String>,
 }
 
 /// Readiness of one rendered child.
@@ -133,12 +140,42 @@ pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
 /// converted for templates ([`to_jinja`]), so a reconcile converts it once for
 /// both its watch references and its render.
 pub fn context(rule: &Rule, this: &JinjaValue, inputs: &Inputs) -> JinjaValue {
+    context_with(rule, this, inputs, &inputs.observed)
+}
+
+/// [`context`], with `children` as given.
+fn context_with(
+    rule: &Rule,
+    this: &JinjaValue,
+    inputs: &Inputs,
+    children: &Map<String, Value>,
+) -> JinjaValue {
     minijinja::context! {
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
-        children => JinjaValue::from(minijinja::value::Serde(&inputs.observed)),
+        children => JinjaValue::from(minijinja::value::Serde(children)),
         rule => minijinja::context! { name => rule.name.clone() },
     }
+}
+
+/// `children` with `object` added as the child `id` (appended to the list of
+/// a `forEach` child).
+fn with_child(
+    children: &Map<String, Value>,
+    id: &str,
+    listed: bool,
+    object: &Value,
+) -> Map<String, Value> {
+    let mut out = children.clone();
+    if listed {
+        let list = out.entry(id).or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(items) = list {
+            items.push(object.clone());
+        }
+    } else {
+        out.insert(id.to_string(), object.clone());
+    }
+    out
 }
 
 /// Renders every child and the status of one primary.
@@ -167,7 +204,13 @@ fn render_on_stack(
     inputs: &Inputs,
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
-    let ctx = context(rule, this, inputs);
+    let live_ctx = context(rule, this, inputs);
+    // Children as later children see them: the live ones, plus each child
+    // created with values drawn now (so a template can key a hash with a
+    // generated key on the first render too). Copied only once a value is
+    // drawn: at steady state nothing is copied.
+    let mut seen: Option<Map<String, Value>> = None;
+    let mut ctx = live_ctx.clone();
     let set = &rule.templates;
     let mut budget = Budget::default();
     let owner = Owner::of(&inputs.primary, &rule.primary.gvk);
@@ -212,11 +255,41 @@ fn render_on_stack(
                     .collect()
             }
         };
-        for (item_ctx, _item) in items {
-            let object = child.template.render(set, &item_ctx, &mut budget)?;
+        let mut drew = false;
+        for (item_ctx, item) in items {
+            let (object, generated) = generate::drawing(inputs.draw, || {
+                child.template.render(set, &item_ctx, &mut budget)
+            });
             let (object, namespace, name) =
-                finish_child(rule, &child.id, &child.gvk, object, &owner, scope_of)?;
+                finish_child(rule, &child.id, &child.gvk, object?, &owner, scope_of)?;
             let live = observed_named(inputs.observed.get(&child.id), &name);
+            if !generated.is_empty() {
+                if live.is_some() {
+                    return Err(draws_again(&child.id, &name, "exists"));
+                }
+                // Rendered again as if it existed, it must read its values
+                // back, or the next reconcile would fail (or draw again).
+                let listed = child.for_each.is_some();
+                let before = seen.as_ref().unwrap_or(&inputs.observed);
+                let as_live = with_child(before, &child.id, listed, &object);
+                let base = context_with(rule, this, inputs, &as_live);
+                let again_ctx = match &item {
+                    None => base,
+                    Some(item) => {
+                        let index = item_ctx.get_attr("index").unwrap_or_default();
+                        minijinja::context! { item => to_jinja(item), index => index, ..base }
+                    }
+                };
+                let (again, more) = generate::drawing(inputs.draw, || {
+                    child.template.render(set, &again_ctx, &mut budget)
+                });
+                again?;
+                if !more.is_empty() {
+                    return Err(draws_again(&child.id, &name, "will exist"));
+                }
+                seen = Some(as_live);
+                drew = true;
+            }
             let ready = match (live, &child.ready_when) {
                 (None, _) => false,
                 (Some(_), None) => true,
@@ -244,19 +317,36 @@ fn render_on_stack(
                 namespace,
                 name,
                 object,
+                generated,
             });
+        }
+        if drew && let Some(seen) = &seen {
+            ctx = context_with(rule, this, inputs, seen);
         }
     }
 
     let mut status = Map::new();
     for (name, tree) in &rule.status_fields {
-        status.insert(name.clone(), tree.render(set, &ctx, &mut budget)?);
+        status.insert(name.clone(), tree.render(set, &live_ctx, &mut budget)?);
     }
     Ok(Rendered {
         children,
         readiness,
         status,
     })
+}
+
+/// A child whose template draws a value while the child exists (or, checked
+/// on its first render, would draw again once it exists).
+fn draws_again(id: &str, name: &str, when: &str) -> RenderFailure {
+    RenderFailure::child(
+        id,
+        format!(
+            "random_secret() draws a new value for `{name}`, which {when}: a generated value is drawn once, \
+             when the child does not exist yet, and then read back from it, e.g. \
+             `{{{{ children.{id}.data.password if children.{id} is defined else random_secret(32) | b64encode }}}}`"
+        ),
+    )
 }
 
 /// The live child with this name: the object itself, or the match in a list.
@@ -469,6 +559,107 @@ mod tests {
             primary: json!({"apiVersion": "demo.kiln.dev/v1", "kind": "App", "metadata": meta, "spec": spec}),
             ..Inputs::default()
         }
+    }
+
+    /// A Secret holding a key drawn once, and a ConfigMap keying a hash with it.
+    const KEPT: &str = r#"    - id: key
+      template:
+        apiVersion: v1
+        kind: Secret
+        metadata: {name: a-key}
+        data:
+          key: "{{ children.key.data.key if children.key is defined else random_secret(32) | b64encode }}"
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: a-hash}
+        data:
+          hash: "{{ self.spec | hmac_sha256(children.key.data.key) }}"
+"#;
+
+    #[test]
+    fn a_value_is_drawn_only_for_a_missing_child_and_later_children_see_it() {
+        let r = rule(KEPT);
+        let inputs = primary(Some("team"), json!({"a": 1}));
+        let first = render(&r, &inputs, &well_known_scope).unwrap();
+        let key = first.children[0].object["data"]["key"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let drawn = &first.children[0].generated;
+        assert_eq!(drawn.len(), 1);
+        assert_eq!(drawn[0].len(), 32);
+        assert_eq!(
+            key,
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &drawn[0])
+        );
+        assert!(first.children[1].generated.is_empty());
+        // The ConfigMap was keyed with the key just drawn, not left undefined.
+        let hash = first.children[1].object["data"]["hash"].clone();
+        assert_eq!(hash.as_str().map(str::len), Some(64));
+        assert!(
+            !first.readiness[0].ready,
+            "a drawn child does not exist yet"
+        );
+
+        // Once the Secret exists, its value is read back: nothing is drawn,
+        // and the render is what was applied.
+        let mut inputs = inputs;
+        inputs
+            .observed
+            .insert("key".into(), first.children[0].object.clone());
+        let again = render(&r, &inputs, &well_known_scope).unwrap();
+        assert!(again.children.iter().all(|c| c.generated.is_empty()));
+        assert_eq!(again.children[0].object, first.children[0].object);
+        assert_eq!(again.children[1].object["data"]["hash"], hash);
+        // A second draw for another primary differs.
+        let other = render(
+            &r,
+            &primary(Some("team"), json!({"a": 1})),
+            &well_known_scope,
+        )
+        .unwrap();
+        assert_ne!(other.children[0].object["data"]["key"], json!(key));
+    }
+
+    #[test]
+    fn a_template_that_would_draw_again_fails_on_its_first_render() {
+        let r = rule(
+            "    - id: key\n      template: {apiVersion: v1, kind: Secret, metadata: {name: k}, data: {key: \"{{ random_secret(32) | b64encode }}\"}}\n",
+        );
+        let inputs = primary(Some("team"), json!({}));
+        let err = render(&r, &inputs, &well_known_scope)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("draws a new value for `k`, which will exist"),
+            "{err}"
+        );
+        let mut live = inputs;
+        live.observed.insert(
+            "key".into(),
+            json!({"metadata": {"name": "k"}, "data": {"key": "eA=="}}),
+        );
+        let err = render(&r, &live, &well_known_scope)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("draws a new value for `k`, which exists"),
+            "{err}"
+        );
+        assert!(!err.contains("eA=="), "{err}");
+    }
+
+    #[test]
+    fn kiln_render_prints_a_placeholder() {
+        let r = rule(KEPT);
+        let mut inputs = primary(Some("team"), json!({}));
+        inputs.draw = Draw::Placeholder;
+        let out = render(&r, &inputs, &well_known_scope).unwrap();
+        let again = render(&r, &inputs, &well_known_scope).unwrap();
+        assert_eq!(out, again, "the same output every time");
+        assert_eq!(out.children[0].generated, ["<random_secret(32)>"]);
     }
 
     const CM: &str = "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: \"{{ self.spec.ns }}\"}}\n";

@@ -120,6 +120,8 @@ fn template_text() -> impl Strategy<Value = String> {
         Just("[0]".to_string()),
         Just(" | default(1)".to_string()),
         Just(" | sha256".to_string()),
+        Just(" | hmac_sha256('0123456789abcdef')".to_string()),
+        Just("random_secret(16)".to_string()),
         Just(" | b64decode".to_string()),
         Just(" | from_json".to_string()),
         Just(" | to_yaml".to_string()),

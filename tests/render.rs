@@ -63,6 +63,44 @@ fn database_keeps_an_existing_password() {
 }
 
 #[test]
+fn database_draws_its_password_once_offline_as_a_placeholder() {
+    let out = render(&["--object", "examples/database/database.yaml"]);
+    // base64 of `<random_secret(32)>`: nothing random, nothing derived
+    // from the object's uid and creation time.
+    assert!(
+        out.contains("password: PHJhbmRvbV9zZWNyZXQoMzIpPg=="),
+        "{out}"
+    );
+}
+
+#[test]
+fn webapp_keeps_its_hash_key_and_keys_the_credentials_hash_with_it() {
+    let out = render(&[
+        "--object",
+        "examples/webapp/webapp.yaml",
+        "--related",
+        "credentials=examples/webapp/secret.yaml",
+        "--observed",
+        "hashkey=tests/fixtures/observed/shop-hash-key.yaml",
+    ]);
+    assert!(
+        out.contains("key: a2VwdC1oYXNoLWtleS0wMTIzNDU2Nzg5YWJjZGVm"),
+        "{out}"
+    );
+    assert!(!out.contains("random_secret"), "nothing drawn: {out}");
+    // HMAC-SHA-256 of the Secret's data (compact JSON), keyed with the kept
+    // key (Python's hmac module agrees); the plain sha256 of the data,
+    // ba3b27ff…, which anyone can recompute for a guessed password, is gone.
+    assert!(
+        out.contains(
+            "kiln.dev/credentials-hash: cbb9132e8909138df693e75d42dde72752eb6df953be2d0c6cc2a3d09f9fd8e1"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("ba3b27ff42274af9"), "{out}");
+}
+
+#[test]
 fn tenant_namespace() {
     insta::assert_snapshot!(render(&["--object", "examples/tenant/namespace.yaml"]));
 }

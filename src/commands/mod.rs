@@ -2,6 +2,7 @@
 
 pub mod controlplane;
 pub mod demo;
+pub mod explain;
 pub mod package;
 pub mod render;
 pub mod run;

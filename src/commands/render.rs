@@ -6,25 +6,28 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
+use kiln::template::generate::Draw;
 use kiln::yaml::{self, Limits};
 use serde_json::Value;
 
 use crate::cli::RenderArgs;
 
+/// Loads the rules, or prints every diagnostic and fails.
+pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet> {
+    rules::load(paths).or_else(|diagnostics| {
+        for d in &diagnostics {
+            eprintln!("{d}");
+        }
+        bail!(
+            "the rules are invalid ({} problems); run `kiln validate` for details",
+            diagnostics.len()
+        )
+    })
+}
+
 /// Renders every matching rule and prints children (and status patches) as YAML.
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
-    let set = match rules::load(&args.rules) {
-        Ok(set) => set,
-        Err(diagnostics) => {
-            for d in &diagnostics {
-                eprintln!("{d}");
-            }
-            bail!(
-                "the rules are invalid ({} problems); run `kiln validate` for details",
-                diagnostics.len()
-            );
-        }
-    };
+    let set = load_rules(&args.rules)?;
     let primary = read_one(&args.object)?;
     let api_version = primary["apiVersion"].as_str().unwrap_or_default();
     let kind = primary["kind"].as_str().unwrap_or_default();
@@ -59,6 +62,9 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
 
     let mut inputs = Inputs {
         primary,
+        // No cluster keeps a drawn value here, and the output must not
+        // change from run to run: `random_secret(n)` prints a placeholder.
+        draw: Draw::Placeholder,
         ..Inputs::default()
     };
     for (name, file) in &args.related {
@@ -128,6 +134,11 @@ fn print_rendered(
             println!(
                 "# child: {} (not observed: pass --observed {}=FILE for readiness)",
                 child.id, child.id
+            );
+        }
+        if !child.generated.is_empty() {
+            println!(
+                "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"
             );
         }
         print!("{}", serde_norway::to_string(&child.object)?);

@@ -36,7 +36,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client = client(args).await?;
+        let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let (source, sources, read_errors) = match (&args.rules[..], &args.rules_configmap) {
             ([], Some((ns, name))) => {
                 let sources = reload::read_configmap(&client, ns, name)
@@ -335,12 +335,17 @@ fn first_load(
     Err(ExitCode::from(1))
 }
 
-async fn client(args: &RunArgs) -> anyhow::Result<Client> {
+/// A client for the cluster in `kubeconfig` (or in-cluster, `$KUBECONFIG`,
+/// `~/.kube/config`), at `context` (or the current one).
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<Client> {
     let options = KubeConfigOptions {
-        context: args.context.clone(),
+        context: context.map(str::to_string),
         ..KubeConfigOptions::default()
     };
-    let config = match (&args.kubeconfig, &args.context) {
+    let config = match (kubeconfig, context) {
         (Some(path), _) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading {}", path.display()))?;

@@ -427,7 +427,9 @@ impl RuleController {
             Some(holder(&found))
         };
         let plan = plan::plan(&self.rule, this, &observed, &known, &occupant, &scope_of);
-        (plan, observed.secrets(&self.rule))
+        let drawn = plan.apply.iter().flat_map(|c| &c.generated);
+        let secrets = crate::redact::with_drawn(observed.secrets(&self.rule), drawn);
+        (plan, secrets)
     }
 
     /// Reads what the plan needs from the caches: related objects (recording
@@ -772,6 +774,9 @@ impl RuleController {
         };
         let ckey = plan::key_of(child);
         let api = self.api(informer.kind(), ckey.namespace.as_deref());
+        if !child.generated.is_empty() {
+            self.absent(&api, child, &ckey).await?;
+        }
         self.shared
             .stats
             .applies
@@ -798,6 +803,34 @@ impl RuleController {
             None => known.remove(&key),
         };
         Ok(())
+    }
+
+    /// Checks with the API server, not the cache, that a child holding
+    /// freshly drawn values does not exist: a cache that has not seen the
+    /// child yet (its create is still on its way back through the watch),
+    /// or an object an `adopt` child would take over, must not make kiln
+    /// overwrite the value it keeps.
+    async fn absent(
+        &self,
+        api: &Api<DynamicObject>,
+        child: &DesiredChild,
+        ckey: &ObjKey,
+    ) -> Result<(), Failure> {
+        let what = format!("reading {} {ckey}", child.gvk.kind);
+        let found = api
+            .get_metadata_opt(&ckey.name)
+            .await
+            .map_err(|e| Failure::of(&e, &what, self.rule.force_conflicts))?;
+        match found {
+            None => Ok(()),
+            Some(_) => Err(Failure::new(
+                Category::Transient,
+                format!(
+                    "{} {ckey} exists, but not as this primary's child in kiln's cache (not seen yet, or not kiln's): a value drawn now would replace the one it keeps, so nothing is written; retrying",
+                    child.gvk.kind
+                ),
+            )),
+        }
     }
 
     /// Deletes a child the rule no longer renders (that very object: its uid).
@@ -989,8 +1022,8 @@ fn matching(informer: &Informer, namespace: Option<&str>, selector: &LabelSelect
 
 /// The namespace a watch looks in: none for a cluster-scoped kind, the
 /// rendered one (within the tenant boundary, see [`may_read`]), or the
-/// primary's.
-fn namespace_of(
+/// primary's. (`kiln explain` reads related objects the same way.)
+pub fn namespace_of(
     watch: &crate::rules::Watch,
     namespaced: bool,
     template: &Option<crate::template::Piece>,
@@ -1025,7 +1058,8 @@ fn may_read(
 }
 
 /// Why a primary's watches cannot be read.
-enum Refusal {
+#[derive(Debug)]
+pub enum Refusal {
     /// A reference did not render.
     Template(String),
     /// A reference points where the rule does not allow the primary to point.

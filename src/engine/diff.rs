@@ -122,14 +122,29 @@ pub fn applied_hash(object: &Value) -> Option<&str> {
 /// stores them.
 pub fn converged(live: &Value, desired: &Value, known: Option<&Normalized>) -> bool {
     match known.filter(|n| applied_hash(desired) == Some(n.hash.as_str())) {
-        None => satisfied(live, desired),
+        None => satisfied_object(live, desired),
         Some(n) => {
             let mut expected = desired.clone();
             for (path, stored) in &n.leaves {
                 set(&mut expected, path, stored.clone());
             }
-            satisfied(live, &expected)
+            satisfied_object(live, &expected)
         }
+    }
+}
+
+/// [`satisfied`] for a whole object from a cache of its kind: the items of a
+/// LIST carry no `apiVersion` and `kind`, so an object the cache got from
+/// its first list (after a restart of kiln, or a relist) lacks them; the
+/// cache holds one kind, so their absence is no difference (a different
+/// value still is).
+fn satisfied_object(live: &Value, desired: &Value) -> bool {
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
+            Some(lv) => satisfied(lv, dv),
+            None => dv.is_null() || k == "apiVersion" || k == "kind",
+        }),
+        _ => satisfied(live, desired),
     }
 }
 
@@ -185,6 +200,21 @@ mod tests {
             &live,
             &json!({"spec": {"ports": [{"port": 81}]}})
         ));
+    }
+
+    #[test]
+    fn a_listed_object_without_api_version_and_kind_is_converged() {
+        let desired = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}, "data": {"k": "dg=="}});
+        let listed =
+            json!({"metadata": {"name": "x", "uid": "u"}, "data": {"k": "dg=="}, "type": "Opaque"});
+        assert!(converged(&listed, &desired, None));
+        let other = json!({"apiVersion": "v2", "kind": "Secret", "metadata": {"name": "x"}, "data": {"k": "dg=="}});
+        assert!(
+            !converged(&other, &desired, None),
+            "a different value still differs"
+        );
+        let drifted = json!({"metadata": {"name": "x"}, "data": {"k": "eA=="}});
+        assert!(!converged(&drifted, &desired, None));
     }
 
     fn stamped(mut v: Value, hash: &str) -> Value {

@@ -21,6 +21,9 @@ use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Step, path_string};
 
 /// Functions minijinja provides; they show up as variables when analysing templates.
+/// The one template function that is not pure (`crate::template::generate`).
+const DRAW: &str = "random_secret";
+
 const GLOBALS: &[&str] = &[
     "range",
     "dict",
@@ -354,7 +357,9 @@ impl<'a> Checker<'a> {
             let base: &[&str] = &["self", "related", "children", "rule"];
             let item: &[&str] = &["self", "related", "children", "rule", "item", "index"];
             let roots = if c.for_each.is_some() { item } else { base };
-            let scope = Scope { roots };
+            // Only a child's template may draw a value (kept in the child).
+            let drawing: Vec<&str> = roots.iter().copied().chain([DRAW]).collect();
+            let scope = Scope { roots: &drawing };
             let plain = Scope { roots: base };
             let when = c
                 .when
@@ -707,8 +712,26 @@ impl<'a> Checker<'a> {
             if GLOBALS.contains(&root) {
                 continue;
             }
+            if root == DRAW {
+                let path = id.path();
+                let message = if !scope.roots.contains(&root) {
+                    "random_secret() draws a value only in a child's `template`, where the child keeps it (read it back from `children.<id>`); not here"
+                } else if path.ends_with(".metadata.name") || path.ends_with(".metadata.namespace")
+                {
+                    "random_secret() cannot make a child's name or namespace: a child's name must be the same on every render"
+                } else {
+                    continue;
+                };
+                self.error(at, message);
+                continue;
+            }
             if !scope.roots.contains(&root) {
-                let allowed: Vec<String> = scope.roots.iter().map(|r| format!("`{r}`")).collect();
+                let allowed: Vec<String> = scope
+                    .roots
+                    .iter()
+                    .filter(|r| **r != DRAW)
+                    .map(|r| format!("`{r}`"))
+                    .collect();
                 self.error(
                     at,
                     format!(

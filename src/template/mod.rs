@@ -16,10 +16,13 @@
 //! values a template builds; each evaluation runs on a big stack of its own,
 //! so a runaway template fails for its object, never for the process. Templates
 //! have no loader and no functions that reach files, the environment or the
-//! network.
+//! network. The one function that is not pure, `random_secret(n)`, works
+//! only in a child's template rendered for a child that does not exist yet
+//! ([`generate`]).
 
 mod collections;
 mod filters;
+pub mod generate;
 pub mod limits;
 pub mod tree;
 
@@ -123,6 +126,7 @@ impl TemplateSet {
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         filters::register(&mut env);
         env.set_unknown_method_callback(collections::method);
+        env.add_function("random_secret", generate::random_secret);
         Self { env }
     }
 

@@ -465,9 +465,10 @@ fn spawn(
     Ok(cmd.spawn()?)
 }
 
-/// `rules/webapp.yaml` with the benchmark's resync period.
+/// The benchmark's webapp rule (`tests/bench/webapp.yaml`, the job the
+/// hand-written controllers do too) with its resync period.
 fn bench_rule(resync_seconds: u64) -> anyhow::Result<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/webapp.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bench/webapp.yaml");
     let text = std::fs::read_to_string(&path)?;
     let shipped = "    resync: 10m\n";
     if !text.contains(shipped) {

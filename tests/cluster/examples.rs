@@ -118,13 +118,13 @@ async fn webapp_children_are_accepted_by_the_api_server() {
         .iter()
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["ConfigMap", "Deployment", "Service"]);
+    assert_eq!(kinds, ["ConfigMap", "Secret", "Deployment", "Service"]);
     assert_eq!(
-        accepted[1]["spec"]["replicas"], 2,
+        accepted[2]["spec"]["replicas"], 2,
         "replicas stayed an integer"
     );
     assert_eq!(
-        accepted[1]["metadata"]["ownerReferences"][0]["kind"],
+        accepted[2]["metadata"]["ownerReferences"][0]["kind"],
         "WebApp"
     );
     ns.delete().await;

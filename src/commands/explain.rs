@@ -1,0 +1,401 @@
+//! `kiln explain`: what kiln makes of one object, read from the cluster the
+//! way `kubectl describe` reads it: which rules select it (and why not),
+//! per child whether the live child holds what the rule renders now, the
+//! object's conditions and kiln's recent Events about it. It reads, never
+//! writes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Event;
+use kiln::engine::controller::{Refusal, namespace_of};
+use kiln::engine::diff::converged;
+use kiln::engine::informer::ObjKey;
+use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
+use kiln::rules::{Gvk, Rule, WatchTarget};
+use kiln::template::generate::Draw;
+use kiln::template::{Budget, Piece, to_jinja};
+use kube::api::{DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{self, Scope};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::cli::ExplainArgs;
+
+/// How many of the latest Events are shown.
+const EVENTS: usize = 10;
+
+/// Explains the object; exit code 1 when it does not exist.
+pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+    let set = super::render::load_rules(&args.rules)?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let client =
+                super::run::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+            let out = explain(&client, args, &set.rules).await?;
+            print!("{out}");
+            Ok(ExitCode::SUCCESS)
+        })
+}
+
+/// The explanation, as text.
+async fn explain(
+    client: &Client,
+    args: &ExplainArgs,
+    rules: &[std::sync::Arc<Rule>],
+) -> anyhow::Result<String> {
+    let gvk = parse_gvk(&args.api_version, &args.kind)?;
+    let (namespace, name) = match args.object.split_once('/') {
+        Some((ns, name)) => (Some(ns.to_string()), name.to_string()),
+        None => (None, args.object.clone()),
+    };
+    let (ar, scope) = resolve(client, &gvk).await?;
+    let key = ObjKey {
+        namespace: namespace.filter(|_| scope == Scope::Namespaced),
+        name,
+    };
+    let primary = api(client, &ar, &scope, key.namespace.as_deref())
+        .get_opt(&key.name)
+        .await?
+        .with_context(|| format!("{} {key} not found", gvk.kind))?;
+    let primary = serde_json::to_value(&primary)?;
+    let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut out = format!("{} {key} (uid {uid})\n", gvk.kind);
+
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(primary["metadata"]["labels"].clone()).unwrap_or_default();
+    let taking: Vec<&Rule> = rules
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|r| r.primary.gvk == gvk)
+        .collect();
+    out.push_str("\nRules:\n");
+    if taking.is_empty() {
+        out.push_str(&format!("  no rule takes {}\n", gvk));
+    }
+    for rule in taking {
+        match rule.primary.refusal(key.namespace.as_deref(), &labels) {
+            Some(why) => out.push_str(&format!("  {}: does not select it: {why}\n", rule.name)),
+            None => {
+                out.push_str(&format!("  {}: selects it\n", rule.name));
+                out.push_str(&children(client, rule, &primary, &key).await?);
+            }
+        }
+    }
+
+    out.push_str("\nConditions:\n");
+    let conditions = primary["status"]["conditions"].as_array();
+    for c in conditions.into_iter().flatten() {
+        let message = c["message"].as_str().unwrap_or_default();
+        out.push_str(&format!(
+            "  {} {} {}{}{message}\n",
+            c["type"].as_str().unwrap_or_default(),
+            c["status"].as_str().unwrap_or_default(),
+            c["reason"].as_str().unwrap_or_default(),
+            if message.is_empty() { "" } else { ": " },
+        ));
+    }
+    if conditions.is_none_or(Vec::is_empty) {
+        out.push_str("  none\n");
+    }
+
+    out.push_str("\nEvents (kiln's, latest last):\n");
+    let events = events(client, key.namespace.as_deref(), uid).await?;
+    for e in &events {
+        out.push_str(&format!(
+            "  {} {} x{}: {}\n",
+            e.type_.as_deref().unwrap_or_default(),
+            e.reason.as_deref().unwrap_or_default(),
+            e.count.unwrap_or(1),
+            e.message.as_deref().unwrap_or_default()
+        ));
+    }
+    if events.is_empty() {
+        out.push_str("  none\n");
+    }
+    Ok(out)
+}
+
+/// One rule's children of the primary: rendered now and compared with the
+/// live ones.
+async fn children(
+    client: &Client,
+    rule: &Rule,
+    primary: &Value,
+    key: &ObjKey,
+) -> anyhow::Result<String> {
+    let this = to_jinja(primary);
+    let mut inputs = Inputs {
+        primary: primary.clone(),
+        // A child that does not exist yet shows as missing; nothing is drawn.
+        draw: Draw::Placeholder,
+        ..Inputs::default()
+    };
+    let mut missing = Vec::new();
+    if let Err(refusal) = related(client, rule, &this, key, &mut inputs, &mut missing).await {
+        let (Refusal::Template(m) | Refusal::Namespace(m)) = refusal;
+        return Ok(format!("    its watches cannot be read: {m}\n"));
+    }
+    let (live, scopes) = live_children(client, rule, primary, key).await?;
+    for (id, value) in &live {
+        inputs.observed.insert(id.clone(), value.clone());
+    }
+    let secrets = kiln::redact::secret_values(
+        inputs
+            .related
+            .values()
+            .chain(inputs.observed.values())
+            .filter(|o| is_secret_like(o)),
+    );
+    if !missing.is_empty() {
+        return Ok(format!(
+            "    waiting: nothing is rendered until these exist: {}\n",
+            missing.join(", ")
+        ));
+    }
+    let scope_of = |gvk: &Gvk| scopes.get(gvk).copied();
+    let rendered = match render::render(rule, &inputs, &scope_of) {
+        Ok(r) => r,
+        Err(e) => {
+            let message = kiln::redact::redact(&e.to_string(), &secrets);
+            return Ok(format!("    failed: the render fails: {message}\n"));
+        }
+    };
+    let mut out = String::new();
+    for (child, ready) in rendered.children.iter().zip(&rendered.readiness) {
+        let here = render::observed_named(inputs.observed.get(&child.id), &child.name);
+        let state = match here {
+            None => "missing: kiln would create it".to_string(),
+            Some(l) if converged(l, &child.object, None) => format!(
+                "applied{}",
+                if ready.ready {
+                    ", ready"
+                } else {
+                    ", not ready"
+                }
+            ),
+            Some(_) => "would change: the live object lacks or differs in a field the rule sets"
+                .to_string(),
+        };
+        out.push_str(&format!(
+            "    {} {} {}: {state}\n",
+            child.id, child.gvk.kind, child.name
+        ));
+    }
+    for (id, value) in &live {
+        let items = match value {
+            Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        for obj in items {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            if !rendered
+                .children
+                .iter()
+                .any(|c| &c.id == id && c.name == name)
+            {
+                out.push_str(&format!(
+                    "    {id} {name}: no longer rendered: kiln would delete it\n"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether an object looks like a Secret (one read from the API carries its kind).
+fn is_secret_like(obj: &Value) -> bool {
+    match obj {
+        Value::Array(items) => items.iter().any(is_secret_like),
+        o => o["kind"] == "Secret" || o["type"].is_string() && o["data"].is_object(),
+    }
+}
+
+/// The rule's related objects for the primary, read as the engine reads
+/// them; `missing` gets the required ones not found.
+async fn related(
+    client: &Client,
+    rule: &Rule,
+    this: &minijinja::Value,
+    key: &ObjKey,
+    inputs: &mut Inputs,
+    missing: &mut Vec<String>,
+) -> Result<(), Refusal> {
+    let ctx = render::context(rule, this, inputs);
+    let mut budget = Budget::default();
+    let mut found = serde_json::Map::new();
+    for watch in &rule.watches {
+        let (ar, scope) = resolve(client, &watch.gvk)
+            .await
+            .map_err(|e| Refusal::Template(e.to_string()))?;
+        let mut text = |piece: &Piece| {
+            piece
+                .render_string(&rule.templates, &ctx, &mut budget)
+                .map_err(|e| Refusal::Template(e.to_string()))
+        };
+        let namespaced = scope == Scope::Namespaced;
+        let value = match &watch.target {
+            WatchTarget::Ref { name, namespace } => {
+                let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
+                let name = text(name)?;
+                let got = api(client, &ar, &scope, ns.as_deref())
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| Refusal::Template(e.to_string()))?;
+                got.map(|o| serde_json::to_value(o).unwrap_or_default())
+            }
+            WatchTarget::Selector {
+                match_labels,
+                namespace,
+            } => {
+                let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
+                let mut selector = Vec::new();
+                for (k, piece) in match_labels {
+                    selector.push(format!("{k}={}", text(piece)?));
+                }
+                let list = api(client, &ar, &scope, ns.as_deref())
+                    .list(&ListParams::default().labels(&selector.join(",")))
+                    .await
+                    .map_err(|e| Refusal::Template(e.to_string()))?;
+                let mut items: Vec<Value> = list
+                    .items
+                    .into_iter()
+                    .map(|o| serde_json::to_value(o).unwrap_or_default())
+                    .collect();
+                by_name(&mut items);
+                (!items.is_empty()).then_some(Value::Array(items))
+            }
+        };
+        match value {
+            Some(v) => {
+                found.insert(watch.name.clone(), v);
+            }
+            None if watch.required => {
+                missing.push(format!("{} (related.{})", watch.gvk.kind, watch.name));
+            }
+            None => {}
+        }
+    }
+    inputs.related = found;
+    Ok(())
+}
+
+/// The rule's live children of the primary, by child id (a list for
+/// `forEach` children), as the engine sees them: its labels and a
+/// controller reference to the primary; and whether each child kind is
+/// namespaced.
+async fn live_children(
+    client: &Client,
+    rule: &Rule,
+    primary: &Value,
+    key: &ObjKey,
+) -> anyhow::Result<(BTreeMap<String, Value>, HashMap<Gvk, bool>)> {
+    let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    let mut scopes = HashMap::new();
+    for child in &rule.children {
+        let (ar, scope) = resolve(client, &child.gvk).await?;
+        scopes.insert(child.gvk.clone(), scope == Scope::Namespaced);
+        let params = ListParams::default().labels(&format!(
+            "{RULE_LABEL}={},{CHILD_LABEL}={}",
+            rule.name, child.id
+        ));
+        let mut items: Vec<Value> = api(client, &ar, &scope, key.namespace.as_deref())
+            .list(&params)
+            .await?
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .filter(|o| {
+                o["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| {
+                        refs.iter()
+                            .any(|r| r["uid"] == uid && r["controller"] == true)
+                    })
+            })
+            .collect();
+        by_name(&mut items);
+        let value = match child.for_each {
+            Some(_) => Value::Array(items),
+            None if items.is_empty() => continue,
+            None => items.swap_remove(0),
+        };
+        out.insert(child.id.clone(), value);
+    }
+    Ok((out, scopes))
+}
+
+/// kiln's latest Events about the object with this uid.
+async fn events(client: &Client, namespace: Option<&str>, uid: &str) -> anyhow::Result<Vec<Event>> {
+    let api: Api<Event> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::namespaced(client.clone(), "default"),
+    };
+    let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
+    let mut events: Vec<Event> = api
+        .list(&params)
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_component.as_deref() == Some("kiln"))
+        .collect();
+    events.sort_by_key(|e| {
+        e.event_time
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
+    });
+    let skip = events.len().saturating_sub(EVENTS);
+    Ok(events.split_off(skip))
+}
+
+/// Sorts objects by name, as the engine orders `forEach` children.
+fn by_name(items: &mut [Value]) {
+    items.sort_by(|a, b| {
+        a["metadata"]["name"]
+            .as_str()
+            .cmp(&b["metadata"]["name"].as_str())
+    });
+}
+
+fn parse_gvk(api_version: &str, kind: &str) -> anyhow::Result<Gvk> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    if version.is_empty() || kind.is_empty() {
+        bail!(
+            "give the object as APIVERSION KIND [NAMESPACE/]NAME, e.g. demo.kiln.dev/v1 WebApp default/shop"
+        );
+    }
+    Ok(Gvk {
+        group: group.to_string(),
+        version: version.to_string(),
+        kind: kind.to_string(),
+    })
+}
+
+async fn resolve(client: &Client, gvk: &Gvk) -> anyhow::Result<(ApiResource, Scope)> {
+    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+    let (ar, caps) = discovery::pinned_kind(client, &wanted)
+        .await
+        .with_context(|| format!("the cluster does not serve {gvk}"))?;
+    Ok((ar, caps.scope))
+}
+
+fn api(
+    client: &Client,
+    ar: &ApiResource,
+    scope: &Scope,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match (scope, namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
+        _ => Api::all_with(client.clone(), ar),
+    }
+}

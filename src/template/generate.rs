@@ -1,0 +1,154 @@
+//! `random_secret(n)`: the one template function that is not pure. It draws
+//! `n` characters from the operating system's CSPRNG, and only while a
+//! child's template is rendered for a child that does not exist yet
+//! (`crate::render` checks that after the render and refuses a draw for a
+//! live child). Everywhere else it is an error, so a value drawn is kept by
+//! reading it back from the live child, never drawn again.
+
+use std::cell::RefCell;
+
+use minijinja::{Error, ErrorKind};
+
+/// Fewest characters `random_secret` draws: a shorter value is not a secret.
+pub const MIN_LENGTH: u32 = 16;
+/// Most characters `random_secret` draws.
+pub const MAX_LENGTH: u32 = 1024;
+
+const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/// How `random_secret` answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Draw {
+    /// From the OS CSPRNG (the engine).
+    #[default]
+    Random,
+    /// The fixed text [`placeholder`] (`kiln render`, which has no cluster
+    /// to keep a value in and must print the same thing every time).
+    Placeholder,
+}
+
+/// What `random_secret(n)` gives under [`Draw::Placeholder`].
+pub fn placeholder(n: u32) -> String {
+    format!("<random_secret({n})>")
+}
+
+struct Drawing {
+    how: Draw,
+    drawn: Vec<String>,
+}
+
+thread_local! {
+    static DRAWING: RefCell<Option<Drawing>> = const { RefCell::new(None) };
+}
+
+/// Clears the drawing state even when the render unwinds.
+struct Reset;
+
+impl Drop for Reset {
+    fn drop(&mut self) {
+        DRAWING.with(|d| d.borrow_mut().take());
+    }
+}
+
+/// Runs `f` (a child's render) with `random_secret` enabled; returns its
+/// result and every value it drew.
+pub fn drawing<T>(how: Draw, f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    DRAWING.with(|d| {
+        *d.borrow_mut() = Some(Drawing {
+            how,
+            drawn: Vec::new(),
+        });
+    });
+    let reset = Reset;
+    let out = f();
+    let drawn = DRAWING.with(|d| d.borrow_mut().take().map(|d| d.drawn).unwrap_or_default());
+    drop(reset);
+    (out, drawn)
+}
+
+/// The `random_secret(n)` function: `n` letters and digits (about 5.95 bits
+/// each: 32 give 190 bits).
+pub fn random_secret(n: u32) -> Result<String, Error> {
+    if !(MIN_LENGTH..=MAX_LENGTH).contains(&n) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("random_secret({n}): the length must be {MIN_LENGTH} to {MAX_LENGTH}"),
+        ));
+    }
+    let how = DRAWING.with(|d| d.borrow().as_ref().map(|d| d.how));
+    let Some(how) = how else {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "random_secret() draws a value only in a child's template",
+        ));
+    };
+    let value = match how {
+        Draw::Placeholder => placeholder(n),
+        Draw::Random => draw(n as usize)?,
+    };
+    DRAWING.with(|d| {
+        if let Some(d) = d.borrow_mut().as_mut() {
+            d.drawn.push(value.clone());
+        }
+    });
+    Ok(value)
+}
+
+/// `n` characters of [`ALPHABET`], uniformly: bytes of 248 and above
+/// (62 × 4) are dropped, so `byte % 62` has no bias.
+fn draw(n: usize) -> Result<String, Error> {
+    let mut out = String::with_capacity(n);
+    let mut buf = [0u8; 64];
+    while out.len() < n {
+        getrandom::fill(&mut buf).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidOperation,
+                format!("random_secret: the OS random source failed: {e}"),
+            )
+        })?;
+        for b in buf.iter().filter(|b| **b < 248) {
+            if out.len() == n {
+                break;
+            }
+            out.push(char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_differ_and_use_the_alphabet() {
+        let ((a, b), drawn) = drawing(Draw::Random, || {
+            (random_secret(32).unwrap(), random_secret(32).unwrap())
+        });
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()), "{a}");
+        assert_eq!(drawn, [a, b]);
+    }
+
+    #[test]
+    fn only_while_drawing_and_within_bounds() {
+        let err = random_secret(32).unwrap_err();
+        assert!(
+            err.to_string().contains("only in a child's template"),
+            "{err}"
+        );
+        let (err, drawn) = drawing(Draw::Random, || random_secret(8).unwrap_err());
+        assert!(err.to_string().contains("16 to 1024"), "{err}");
+        assert!(drawn.is_empty());
+        // The state does not leak out of `drawing`.
+        assert!(random_secret(32).is_err());
+    }
+
+    #[test]
+    fn placeholder_is_fixed() {
+        let (v, drawn) = drawing(Draw::Placeholder, || random_secret(24).unwrap());
+        assert_eq!(v, "<random_secret(24)>");
+        assert_eq!(drawn, [v]);
+    }
+}

@@ -1,0 +1,117 @@
+//! `kiln explain` against the real control plane: the rules that select an
+//! object and why the others do not, each child as the cluster holds it
+//! against what the rule renders now, the conditions and kiln's Events.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::scene::{Scene, condition};
+use crate::support::{self, rule_from_yaml};
+
+/// A rule on WebApps that only takes those labelled `tier: gold`.
+const PICKY: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: picky}
+spec:
+  for:
+    apiVersion: demo.kiln.dev/v1
+    kind: WebApp
+    selector: {matchLabels: {tier: gold}}
+  children:
+    - id: note
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-note"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_explain_shows_selection_children_conditions_and_events() {
+    let scene = Scene::new("explain").await;
+    support::install_crds(&scene.client, "examples/webapp").await;
+    scene
+        .apply(support::example("examples/webapp/webapp.yaml"))
+        .await;
+    let webapp = support::shipped_rule("webapp", |t| t);
+    let scene = scene.running(&[webapp, rule_from_yaml(PICKY)]).await;
+    // Waiting for its Secret first: a DependencyMissing Event.
+    scene
+        .until("Waiting", ("demo.kiln.dev/v1", "WebApp", "shop"), |w| {
+            condition(w, "Waiting")["status"] == "True"
+        })
+        .await;
+    scene
+        .apply(support::example("examples/webapp/secret.yaml"))
+        .await;
+    scene
+        .until("Reconciled", ("demo.kiln.dev/v1", "WebApp", "shop"), |w| {
+            condition(w, "Reconciled")["status"] == "True"
+        })
+        .await;
+    scene
+        .until("the Service", ("v1", "Service", "shop"), |_| true)
+        .await;
+    let key = scene.get("v1", "Secret", "shop-hash-key").await.unwrap();
+    let key = key["data"]["key"].as_str().unwrap().to_string();
+
+    // kiln stops; the WebApp changes and the Service goes.
+    scene.engine().shutdown().await;
+    let mut changed = support::example("examples/webapp/webapp.yaml");
+    changed["spec"]["image"] = json!("nginx:1.28");
+    scene.apply(changed).await;
+    let services = support::dynamic_api(
+        &scene.client,
+        &json!("v1"),
+        &json!("Service"),
+        Some(scene.ns()),
+    )
+    .await;
+    services.delete("shop", &Default::default()).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, support::kubeconfig_yaml()).unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::copy(
+        support::repo_root().join("rules/webapp.yaml"),
+        rules.join("webapp.yaml"),
+    )
+    .unwrap();
+    std::fs::write(rules.join("picky.yaml"), PICKY).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("explain")
+        .args([
+            "demo.kiln.dev/v1",
+            "WebApp",
+            &format!("{}/shop", scene.ns()),
+        ])
+        .arg("--rules")
+        .arg(&rules)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for line in [
+        format!("WebApp {}/shop (uid", scene.ns()),
+        "  webapp: selects it".to_string(),
+        "  picky: does not select it: its labels {} do not match spec.for.selector".to_string(),
+        "    config ConfigMap shop-config: applied".to_string(),
+        "    hashkey Secret shop-hash-key: applied".to_string(),
+        "    deployment Deployment shop: would change".to_string(),
+        "    service Service shop: missing".to_string(),
+        "  Reconciled True ".to_string(),
+        "DependencyMissing".to_string(),
+    ] {
+        assert!(stdout.contains(&line), "no `{line}` in:\n{stdout}");
+    }
+    for secret in ["aHVudGVyMg==", "hunter2", key.as_str()] {
+        assert!(!stdout.contains(secret), "{secret} in:\n{stdout}");
+    }
+    scene.end().await;
+}
