@@ -325,9 +325,18 @@ fn render_on_stack(
         }
     }
 
+    // Status sees the live children of a `forEach` in the order it renders
+    // them (KRO keeps list order); templates before it see them by name.
+    let status_ctx = match in_rendered_order(rule, &inputs.observed, &children) {
+        Some(observed) => minijinja::context! {
+            children => JinjaValue::from(minijinja::value::Serde(&observed)),
+            ..live_ctx.clone()
+        },
+        None => live_ctx,
+    };
     let mut status = Map::new();
     for (name, tree) in &rule.status_fields {
-        status.insert(name.clone(), tree.render(set, &live_ctx, &mut budget)?);
+        status.insert(name.clone(), tree.render(set, &status_ctx, &mut budget)?);
     }
     Ok(Rendered {
         children,
@@ -347,6 +356,35 @@ fn draws_again(id: &str, name: &str, when: &str) -> RenderFailure {
              `{{{{ children.{id}.data.password if children.{id} is defined else random_secret(32) | b64encode }}}}`"
         ),
     )
+}
+
+/// The live children of each `forEach` in the order rendered (those no
+/// longer rendered last, by name), when that differs from the order given.
+fn in_rendered_order(
+    rule: &Rule,
+    observed: &Map<String, Value>,
+    rendered: &[DesiredChild],
+) -> Option<Map<String, Value>> {
+    let mut out: Option<Map<String, Value>> = None;
+    for child in rule.children.iter().filter(|c| c.for_each.is_some()) {
+        let Some(Value::Array(live)) = observed.get(&child.id) else {
+            continue;
+        };
+        let position = |o: &Value| {
+            rendered
+                .iter()
+                .filter(|d| d.id == child.id)
+                .position(|d| o["metadata"]["name"] == d.name.as_str())
+                .unwrap_or(usize::MAX)
+        };
+        let mut sorted = live.clone();
+        sorted.sort_by_key(|o| position(o));
+        if &sorted != live {
+            out.get_or_insert_with(|| observed.clone())
+                .insert(child.id.clone(), Value::Array(sorted));
+        }
+    }
+    out
 }
 
 /// The live child with this name: the object itself, or the match in a list.
@@ -548,6 +586,22 @@ mod tests {
         std::fs::write(&file, text).unwrap();
         let mut set = rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
         std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
+    }
+
+    #[test]
+    fn status_sees_for_each_children_in_the_order_rendered() {
+        let r = rule(
+            "    - id: cm\n      forEach: self.spec.items\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"a-{{ item }}\"}\n  status:\n    fields:\n      names: \"{{ children.cm | map(attribute='metadata') | map(attribute='name') | list }}\"\n",
+        );
+        let mut inputs = primary(Some("ns"), json!({"items": ["z", "b", "m"]}));
+        // As the engine hands them over: by name, one no longer rendered.
+        let live: Vec<Value> = ["a-b", "a-m", "a-old", "a-z"]
+            .iter()
+            .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "ns"}}))
+            .collect();
+        inputs.observed.insert("cm".into(), Value::Array(live));
+        let out = render(&r, &inputs, &well_known_scope).unwrap();
+        assert_eq!(out.status["names"], json!(["a-z", "a-b", "a-m", "a-old"]));
     }
 
     fn primary(namespace: Option<&str>, spec: Value) -> Inputs {

@@ -80,6 +80,41 @@ pub fn product(first: &Value, rest: Rest<Value>) -> Result<Value, Error> {
     Ok(Value::from(out))
 }
 
+/// The string literals passed to `each(…)` in a template's source, so that
+/// `kiln validate` compiles them with the rule (a broken one is a located
+/// diagnostic, not a render-time surprise).
+pub fn each_literals(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("each(") {
+        rest = rest[at + "each(".len()..].trim_start();
+        let Some(quote) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+            continue;
+        };
+        let mut literal = String::new();
+        let mut chars = rest[1..].char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, next)) = chars.next() {
+                        literal.push(next);
+                    }
+                }
+                c if c == quote => {
+                    end = Some(i + 2);
+                    break;
+                }
+                c => literal.push(c),
+            }
+        }
+        let Some(end) = end else { break };
+        out.push(literal);
+        rest = &rest[end..];
+    }
+    out
+}
+
 fn items_of(value: &Value, filter: &str) -> Result<Vec<Value>, Error> {
     if !matches!(value.kind(), ValueKind::Seq | ValueKind::Iterable) {
         return Err(invalid(format!(
@@ -236,6 +271,13 @@ pub fn method(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_literals_are_found_for_validation() {
+        let source =
+            r#"{{ a | each("{'p': item}") }} {{ b | each('item ~ "x"') }} {{ c | each(v) }}"#;
+        assert_eq!(each_literals(source), ["{'p': item}", r#"item ~ "x""#]);
+    }
 
     #[test]
     fn quantities_parse_the_kubernetes_way() {

@@ -152,7 +152,7 @@ impl TemplateSet {
         len: usize,
     ) -> Result<TemplateId, CompileError> {
         self.env
-            .add_template_owned(path.to_string(), source)
+            .add_template_owned(path.to_string(), source.clone())
             .map_err(|e| {
                 let kind = e.kind();
                 let detail = e.detail().unwrap_or_default();
@@ -164,6 +164,14 @@ impl TemplateSet {
                 };
                 CompileError { message }
             })?;
+        let user = source.get(offset..offset + len).unwrap_or_default();
+        for expr in collections::each_literals(user) {
+            if let Err(e) = self.env.compile_expression(&expr) {
+                let detail = e.detail().unwrap_or_default();
+                let message = format!("each: `{expr}` is not an expression: {detail}");
+                return Err(CompileError { message });
+            }
+        }
         Ok(TemplateId(path.to_string()))
     }
 
@@ -377,7 +385,14 @@ mod tests {
             got,
             serde_json::json!([{"name": "web-0", "port": 80}, {"name": "web-1", "port": 443}])
         );
-        fails_with(expr("[1] | each('item +')"), "is not an expression");
+        // A broken expression is refused when the rule loads.
+        let err = TemplateSet::new()
+            .add_expr("t", "[1] | each('item +')")
+            .unwrap_err();
+        assert!(
+            err.message.contains("each: `item +` is not an expression"),
+            "{err:?}"
+        );
         fails_with(
             expr("range(20000) | list | each('item')"),
             "more than 10000 items",
