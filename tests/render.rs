@@ -6,9 +6,13 @@
 use std::process::Command;
 
 fn render(args: &[&str]) -> String {
+    render_rules("rules/", args)
+}
+
+fn render_rules(rules: &str, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["render", "--rules", "rules/"])
+        .args(["render", "--rules", rules])
         .args(args)
         .output()
         .unwrap();
@@ -129,4 +133,14 @@ fn webapp_without_its_required_secret_waits() {
         stderr.contains("required related object(s) not given (credentials)"),
         "{stderr}"
     );
+}
+
+/// forEach over a product, each(), quantity, Python-style split, hashes
+/// (issue 15, item 7).
+#[test]
+fn fleet_renders_every_region_and_tier_in_list_order() {
+    insta::assert_snapshot!(render_rules(
+        "tests/fixtures/rules/fleet.yaml",
+        &["--object", "tests/fixtures/objects/fleet-widget.yaml"],
+    ));
 }

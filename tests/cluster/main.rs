@@ -14,6 +14,7 @@
 mod support;
 
 mod admission;
+mod collections;
 mod declarative;
 mod deploy;
 mod engine;
