@@ -62,6 +62,8 @@ pub struct Metrics {
     pub cached_objects: Family<Labels, Gauge>,
     /// `kiln_rule_waiting_for_kinds{rule}`: 1 while a rule waits for a CRD.
     pub waiting_for_kinds: Family<Labels, Gauge>,
+    /// `kiln_rule_refused{rule}`: 1 while a rule is refused (its status does not fit the primary's schema).
+    pub rule_refused: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
     /// `kiln_rules_reload_total{result}`
@@ -103,6 +105,7 @@ impl Metrics {
             watches: Gauge::default(),
             cached_objects: Family::default(),
             waiting_for_kinds: Family::default(),
+            rule_refused: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
             last_good_load: Gauge::default(),
@@ -174,6 +177,11 @@ impl Metrics {
             "kiln_rule_waiting_for_kinds",
             "1 while a rule waits for kinds the API server does not serve",
             m.waiting_for_kinds.clone(),
+        );
+        r.register(
+            "kiln_rule_refused",
+            "1 while a rule is refused because the primary's status schema does not declare what it writes",
+            m.rule_refused.clone(),
         );
         r.register(
             "kiln_rules_loaded",

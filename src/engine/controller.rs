@@ -27,6 +27,7 @@ pub use super::plan::Next;
 use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
 use super::reverse::{Reverse, SelectorRef};
+use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
 use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
@@ -41,6 +42,8 @@ pub struct Wiring {
     pub children: HashMap<Gvk, Arc<Informer>>,
     /// Watch name → informer of the watched kind.
     pub related: HashMap<String, Arc<Informer>>,
+    /// What the primary's status schema lets kiln write.
+    pub status: Arc<StatusSchema>,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -855,7 +858,12 @@ impl RuleController {
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let desired = status::compose(contributors, &live, &now, obj.metadata.generation);
+        let desired = self.wiring.status.writable(status::compose(
+            contributors,
+            &live,
+            &now,
+            obj.metadata.generation,
+        ));
         let owned = owned_status_fields(obj, &self.shared.options.field_manager);
         if status::converged(&live, &desired, &owned) {
             return Ok(());
@@ -1044,9 +1052,8 @@ fn owned_status_fields(obj: &DynamicObject, manager: &str) -> Vec<String> {
 
 /// Whether kiln writes conditions to this kind's status: custom resources
 /// with a status subresource. Built-in kinds have typed statuses of their own.
-fn writes_status(kind: &Kind) -> bool {
-    let g = &kind.gvk.group;
-    kind.has_status && g.contains('.') && !g.ends_with(".k8s.io")
+pub(super) fn writes_status(kind: &Kind) -> bool {
+    kind.has_status && kind.gvk.is_custom()
 }
 
 /// A hash of everything but status and bookkeeping metadata.

@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod plan;
 pub mod queue;
 pub mod reverse;
+pub mod schema;
 pub mod status;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use crate::rules::{Gvk, Rule, RuleSet};
 use controller::{RuleController, Wiring};
 use informer::Registry;
 use kinds::{KindError, Kinds};
+use schema::{SchemaError, StatusSchema};
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
@@ -121,6 +123,10 @@ pub enum RuleState {
     WaitingForKinds(Vec<String>),
     /// Running.
     Running,
+    /// Refused: the rule cannot run against the kinds as served (a status
+    /// field the primary's schema does not declare). Checked again every
+    /// `kind_retry`, so fixing the CRD starts the rule.
+    Refused(String),
 }
 
 struct Running {
@@ -367,15 +373,21 @@ async fn run_rule(
         .waiting_for_kinds
         .get_or_create(&crate::metrics::label("rule", &rule.name))
         .clone();
+    let refused = shared
+        .metrics
+        .rule_refused
+        .get_or_create(&crate::metrics::label("rule", &rule.name))
+        .clone();
     let set_state = |s: RuleState| {
         waiting.set(i64::from(matches!(s, RuleState::WaitingForKinds(_))));
+        refused.set(i64::from(matches!(s, RuleState::Refused(_))));
         *state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = s
     };
     loop {
         // Resolve every kind; wait (and say so) while any is not served.
-        let kinds = loop {
+        let (kinds, schema) = loop {
             let mut resolved = Vec::new();
             let mut missing = Vec::new();
             for gvk in kinds_of(&rule) {
@@ -389,8 +401,24 @@ async fn run_rule(
                 }
             }
             if missing.is_empty() {
-                set_state(RuleState::Syncing);
-                break resolved;
+                match status_schema(&rule, &shared, &resolved[0]).await {
+                    Ok(schema) => {
+                        set_state(RuleState::Syncing);
+                        break (resolved, schema);
+                    }
+                    Err(SchemaRead::Refused(why)) => {
+                        tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema");
+                        set_state(RuleState::Refused(why.to_string()));
+                    }
+                    Err(SchemaRead::Failed(error)) => {
+                        tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed");
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(shared.options.kind_retry) => {}
+                    _ = stop.changed() => return,
+                }
+                continue;
             }
             tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
             set_state(RuleState::WaitingForKinds(missing));
@@ -399,7 +427,8 @@ async fn run_rule(
                 _ = stop.changed() => return,
             }
         };
-        match run_resolved(&rule, &shared, &kinds, &mut stop, &set_state, &slot).await {
+        let schema = Arc::new(schema);
+        match run_resolved(&rule, &shared, &kinds, schema, &mut stop, &set_state, &slot).await {
             Ended::Stopped => return,
             Ended::KindGone(gvk) => {
                 tracing::warn!(rule = %rule.name, kind = %gvk, "a kind stopped being served; the rule waits for it again");
@@ -412,6 +441,46 @@ async fn run_rule(
     }
 }
 
+/// Why the primary's status schema did not let the rule start.
+enum SchemaRead {
+    /// The rule writes status the schema does not declare.
+    Refused(SchemaError),
+    /// The CRD could not be read (transient); tried again.
+    Failed(kube::Error),
+}
+
+/// The status schema of the rule's primary kind, checked against the rule's
+/// status fields and conditions. Only custom resources whose status kiln
+/// writes have one to read (their CRD, read on every (re)discovery of the
+/// kind); for anything else, and for a kind that is not a CRD (an
+/// aggregated API) or a CRD kiln may not read, anything goes.
+async fn status_schema(
+    rule: &Rule,
+    shared: &Shared,
+    primary: &kinds::Kind,
+) -> Result<StatusSchema, SchemaRead> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    if !controller::writes_status(primary) {
+        return Ok(StatusSchema::open());
+    }
+    let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
+    let api = kube::Api::<CustomResourceDefinition>::all(shared.client.clone());
+    let crd = match api.get(&name).await {
+        Ok(crd) => serde_json::to_value(&crd).unwrap_or_default(),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {
+            tracing::warn!(rule = %rule.name, crd = %name, code = s.code, "the primary's CustomResourceDefinition cannot be read; its status schema is not checked");
+            return Ok(StatusSchema::open());
+        }
+        Err(e) => return Err(SchemaRead::Failed(e)),
+    };
+    let version = &primary.gvk.version;
+    let schema = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
+    schema
+        .check(&name, version, &rule.status_fields, false)
+        .map_err(SchemaRead::Refused)?;
+    Ok(schema)
+}
+
 enum Ended {
     Stopped,
     KindGone(Gvk),
@@ -421,6 +490,7 @@ async fn run_resolved(
     rule: &Arc<Rule>,
     shared: &Arc<Shared>,
     kinds: &[Arc<kinds::Kind>],
+    schema: Arc<StatusSchema>,
     stop: &mut watch::Receiver<bool>,
     set_state: &(dyn Fn(RuleState) + Sync),
     slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
@@ -461,6 +531,7 @@ async fn run_resolved(
         primary: primary.clone(),
         children,
         related,
+        status: schema,
     };
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     let gone = |acquired: &[Arc<informer::Informer>]| {

@@ -44,6 +44,14 @@ impl Gvk {
             format!("{}/{}", self.group, self.version)
         }
     }
+
+    /// Whether the kind is a custom resource (a CRD's or an aggregated
+    /// API's), not a built-in: its group has a dot and is not `*.k8s.io`.
+    /// kiln writes status (conditions) only to custom resources; built-in
+    /// kinds have typed statuses of their own.
+    pub fn is_custom(&self) -> bool {
+        self.group.contains('.') && !self.group.ends_with(".k8s.io")
+    }
 }
 
 impl std::fmt::Display for Gvk {

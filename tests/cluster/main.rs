@@ -30,3 +30,4 @@ mod hostile_tenants;
 mod missing_information;
 mod ownership;
 mod reload;
+mod status_schema;

@@ -1,0 +1,154 @@
+//! Status written per the primary's schema (issue 14): CRDs as kubebuilder
+//! and Metacontroller publish them declare only their own status fields, and
+//! server-side apply refuses a whole status holding one undeclared field.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln::engine::{Engine, Options, RuleState};
+use serde_json::json;
+
+use crate::support::scene::{CONVERGE, Scene};
+use crate::support::{self, eventually, rule_from_yaml};
+
+const PORTED: &str = "tests/fixtures/crds-ported";
+
+fn nodepool(name: &str) -> (&'static str, &'static str, &str) {
+    ("infra.ported.kiln.dev/v1", "NodePool", name)
+}
+
+const NODES: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: nodes}
+spec:
+  for: {apiVersion: infra.ported.kiln.dev/v1, kind: NodePool}
+  children:
+    - id: main
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}"}
+        data: {count: "{{ self.spec.nodes | length | string }}"}
+  status:
+    fields:
+      nodes: "{{ self.spec.nodes | sort }}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubebuilder_crd_whose_status_has_only_its_own_fields_gets_them_written() {
+    let scene = Scene::new("ported-kb").await.with_crds(PORTED).await;
+    scene
+        .apply(
+            json!({"apiVersion": "infra.ported.kiln.dev/v1", "kind": "NodePool",
+            "metadata": {"name": "pool"}, "spec": {"nodes": ["b", "a"]}}),
+        )
+        .await;
+    let scene = scene.running(&[rule_from_yaml(NODES)]).await;
+    let pool = scene
+        .until("the rule's status field", nodepool("pool"), |p| {
+            p["status"]["nodes"] == json!(["a", "b"])
+        })
+        .await;
+    assert!(pool["status"].get("conditions").is_none(), "{pool}");
+    assert!(pool["status"].get("observedGeneration").is_none(), "{pool}");
+    assert_eq!(
+        scene.writes_during_resync("nodes", 1).await,
+        0,
+        "steady state writes nothing"
+    );
+    scene.end().await;
+}
+
+const BLUE_GREEN: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: bluegreen}
+spec:
+  for: {apiVersion: ctl.ported.kiln.dev/v1, kind: BlueGreenDeployment}
+  children:
+    - id: active
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-{{ self.spec.color }}"}
+        data: {replicas: "{{ self.spec.replicas | string }}"}
+  status:
+    fields:
+      activeColor: "{{ self.spec.color }}"
+      activeReplicas: "{{ self.spec.replicas }}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metacontroller_crd_whose_status_has_only_its_own_fields_gets_them_written() {
+    let scene = Scene::new("ported-mc").await.with_crds(PORTED).await;
+    scene
+        .apply(
+            json!({"apiVersion": "ctl.ported.kiln.dev/v1", "kind": "BlueGreenDeployment",
+            "metadata": {"name": "web"}, "spec": {"color": "blue", "replicas": 2}}),
+        )
+        .await;
+    let scene = scene.running(&[rule_from_yaml(BLUE_GREEN)]).await;
+    let at = ("ctl.ported.kiln.dev/v1", "BlueGreenDeployment", "web");
+    scene
+        .until("the rule's status fields", at, |b| {
+            b["status"] == json!({"activeColor": "blue", "activeReplicas": 2})
+        })
+        .await;
+    scene
+        .apply(
+            json!({"apiVersion": "ctl.ported.kiln.dev/v1", "kind": "BlueGreenDeployment",
+            "metadata": {"name": "web"}, "spec": {"color": "green", "replicas": 3}}),
+        )
+        .await;
+    scene
+        .until("the status to follow the spec", at, |b| {
+            b["status"] == json!({"activeColor": "green", "activeReplicas": 3})
+        })
+        .await;
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_status_field_the_schema_lacks_refuses_the_rule_by_name() {
+    let scene = Scene::new("ported-refused").await.with_crds(PORTED).await;
+    scene
+        .apply(
+            json!({"apiVersion": "infra.ported.kiln.dev/v1", "kind": "NodePool",
+            "metadata": {"name": "pool"}, "spec": {"nodes": ["a"]}}),
+        )
+        .await;
+    let rule = rule_from_yaml(&NODES.replace(
+        "      nodes:",
+        "      url: \"http://{{ self.metadata.name }}\"\n      summary: {count: 1}\n      nodes:",
+    ));
+    let (client, writes) = support::counting_client().await;
+    let engine = Arc::new(Engine::new(
+        client,
+        Options {
+            namespaces: vec![scene.ns().to_string()],
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        },
+    ));
+    engine.start(rule);
+    let why = eventually("the rule to be refused", CONVERGE, || async {
+        match engine.state("nodes") {
+            Some(RuleState::Refused(why)) => Some(why),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        why.contains("`status.url`")
+            && why.contains("`status.summary`")
+            && !why.contains("`status.nodes`")
+            && why.contains("nodepools.infra.ported.kiln.dev"),
+        "{why}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(writes.get(), 0, "a refused rule writes nothing");
+    assert!(scene.get("v1", "ConfigMap", "pool").await.is_none());
+    engine.shutdown().await;
+    scene.end().await;
+}
