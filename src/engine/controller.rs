@@ -384,6 +384,7 @@ impl RuleController {
                 let status = Part {
                     outcome: Outcome::Failed { reason, message },
                     fields: None,
+                    conditions: Vec::new(),
                     generation: obj.metadata.generation,
                 };
                 let plan = Plan {
@@ -821,10 +822,11 @@ impl RuleController {
         let gvk = &self.rule.primary.gvk;
         let rules = self.shared.board.selecting(gvk, obj);
         if rules.len() <= 1 {
-            let fields = field_names(&self.rule);
+            let (fields, conditions) = status_names(&self.rule);
             let me = Contributor {
                 rule: &self.rule.name,
                 fields: &fields,
+                conditions: &conditions,
                 part: Some(part),
             };
             return self.patch_status(obj, &[me]).await;
@@ -835,13 +837,14 @@ impl RuleController {
         let writer = self.shared.board.writer(gvk, &key);
         let _turn = writer.lock().await;
         let parts = self.shared.board.put(gvk, &key, &self.rule.name, part);
-        let names: Vec<Vec<&str>> = rules.iter().map(|r| field_names(r)).collect();
+        let names: Vec<_> = rules.iter().map(|r| status_names(r)).collect();
         let contributors: Vec<Contributor<'_>> = rules
             .iter()
             .zip(&names)
-            .map(|(r, fields)| Contributor {
+            .map(|(r, (fields, conditions))| Contributor {
                 rule: &r.name,
                 fields,
+                conditions,
                 part: parts.get(&r.name),
             })
             .collect();
@@ -951,8 +954,12 @@ fn holder(obj: &DynamicObject) -> String {
     }
 }
 
-fn field_names(rule: &Rule) -> Vec<&str> {
-    rule.status_fields.iter().map(|(n, _)| n.as_str()).collect()
+/// The rule's status field names and condition types.
+fn status_names(rule: &Rule) -> (Vec<&str>, Vec<&str>) {
+    (
+        rule.status_fields.iter().map(|(n, _)| n.as_str()).collect(),
+        rule.conditions.iter().map(|c| c.type_.as_str()).collect(),
+    )
 }
 
 /// The cached objects in `namespace` that `selector` matches, by name.

@@ -476,7 +476,12 @@ async fn status_schema(
     let version = &primary.gvk.version;
     let schema = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
     schema
-        .check(&name, version, &rule.status_fields, false)
+        .check(
+            &name,
+            version,
+            &rule.status_fields,
+            !rule.conditions.is_empty(),
+        )
         .map_err(SchemaRead::Refused)?;
     Ok(schema)
 }

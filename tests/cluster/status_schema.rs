@@ -8,7 +8,7 @@ use std::time::Duration;
 use kiln::engine::{Engine, Options, RuleState};
 use serde_json::json;
 
-use crate::support::scene::{CONVERGE, Scene};
+use crate::support::scene::{CONVERGE, Scene, condition};
 use crate::support::{self, eventually, rule_from_yaml};
 
 const PORTED: &str = "tests/fixtures/crds-ported";
@@ -118,9 +118,12 @@ async fn a_rule_status_field_the_schema_lacks_refuses_the_rule_by_name() {
             "metadata": {"name": "pool"}, "spec": {"nodes": ["a"]}}),
         )
         .await;
-    let rule = rule_from_yaml(&NODES.replace(
-        "      nodes:",
-        "      url: \"http://{{ self.metadata.name }}\"\n      summary: {count: 1}\n      nodes:",
+    let rule = rule_from_yaml(&format!(
+        "{}    conditions:\n      - {{type: Available, status: \"true\", reason: Up}}\n",
+        NODES.replace(
+            "      nodes:",
+            "      url: \"http://{{ self.metadata.name }}\"\n      summary: {count: 1}\n      nodes:",
+        )
     ));
     let (client, writes) = support::counting_client().await;
     let engine = Arc::new(Engine::new(
@@ -142,6 +145,7 @@ async fn a_rule_status_field_the_schema_lacks_refuses_the_rule_by_name() {
     assert!(
         why.contains("`status.url`")
             && why.contains("`status.summary`")
+            && why.contains("`status.conditions`")
             && !why.contains("`status.nodes`")
             && why.contains("nodepools.infra.ported.kiln.dev"),
         "{why}"
@@ -150,5 +154,107 @@ async fn a_rule_status_field_the_schema_lacks_refuses_the_rule_by_name() {
     assert_eq!(writes.get(), 0, "a refused rule writes nothing");
     assert!(scene.get("v1", "ConfigMap", "pool").await.is_none());
     engine.shutdown().await;
+    scene.end().await;
+}
+
+fn memcached(name: &str) -> (&'static str, &'static str, &str) {
+    ("cache.ported.kiln.dev/v1alpha1", "Memcached", name)
+}
+
+const MEMCACHED: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: memcached}
+spec:
+  for: {apiVersion: cache.ported.kiln.dev/v1alpha1, kind: Memcached}
+  children:
+    - id: config
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}"}
+        data: {size: "{{ self.spec.size | string }}"}
+"#;
+
+const MEMCACHED_CONDITIONS: &str = r#"
+  status:
+    conditions:
+      - type: Available
+        status: children.config is defined
+        reason: "{{ 'ConfigPresent' if children.config is defined else 'ConfigMissing' }}"
+        message: "{{ self.spec.size }} instance(s) configured"
+      - type: Degraded
+        status: self.spec.size > 2
+        reason: "{{ 'TooLarge' if self.spec.size > 2 else 'AsExpected' }}"
+"#;
+
+fn memcached_object(size: i64) -> serde_json::Value {
+    json!({"apiVersion": "cache.ported.kiln.dev/v1alpha1", "kind": "Memcached",
+        "metadata": {"name": "cache"}, "spec": {"size": size}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_declaring_only_conditions_gets_the_engines_conditions() {
+    let scene = Scene::new("ported-conds").await.with_crds(PORTED).await;
+    scene.apply(memcached_object(1)).await;
+    let scene = scene.running(&[rule_from_yaml(MEMCACHED)]).await;
+    let m = scene
+        .until("the engine's conditions", memcached("cache"), |m| {
+            condition(m, "Ready")["status"] == "True"
+                && condition(m, "Reconciled")["status"] == "True"
+        })
+        .await;
+    assert_eq!(condition(&m, "Waiting")["status"], "False", "{m}");
+    assert!(m["status"].get("observedGeneration").is_none(), "{m}");
+    assert_eq!(scene.writes_during_resync("memcached", 1).await, 0);
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_conditions_are_written_with_the_engines_and_move_only_on_a_change() {
+    let scene = Scene::new("rule-conds").await.with_crds(PORTED).await;
+    scene.apply(memcached_object(1)).await;
+    let rule = rule_from_yaml(&format!("{MEMCACHED}{MEMCACHED_CONDITIONS}"));
+    let scene = scene.running(&[rule]).await;
+    let m = scene
+        .until(
+            "the rule's and the engine's conditions",
+            memcached("cache"),
+            |m| {
+                condition(m, "Available")["status"] == "True"
+                    && condition(m, "Ready")["status"] == "True"
+            },
+        )
+        .await;
+    let available = condition(&m, "Available").clone();
+    assert_eq!(available["reason"], "ConfigPresent", "{m}");
+    assert_eq!(available["message"], "1 instance(s) configured", "{m}");
+    let degraded = condition(&m, "Degraded");
+    assert_eq!(
+        (&degraded["status"], &degraded["reason"]),
+        (&json!("False"), &json!("AsExpected")),
+        "{m}"
+    );
+    assert_eq!(scene.writes_during_resync("memcached", 1).await, 0);
+
+    tokio::time::sleep(Duration::from_millis(1100)).await; // a new second for the new transition
+    scene.apply(memcached_object(3)).await;
+    let m = scene
+        .until("Degraded to turn True", memcached("cache"), |m| {
+            condition(m, "Degraded")["status"] == "True"
+                && condition(m, "Available")["message"] == "3 instance(s) configured"
+        })
+        .await;
+    assert_eq!(condition(&m, "Degraded")["reason"], "TooLarge");
+    assert_eq!(
+        condition(&m, "Available")["lastTransitionTime"],
+        available["lastTransitionTime"],
+        "Available stayed True: its transition time stays"
+    );
+    assert_ne!(
+        condition(&m, "Degraded")["lastTransitionTime"],
+        available["lastTransitionTime"],
+        "Degraded flipped: its transition time moved"
+    );
     scene.end().await;
 }
