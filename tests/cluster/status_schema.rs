@@ -258,3 +258,55 @@ async fn rule_conditions_are_written_with_the_engines_and_move_only_on_a_change(
     );
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_the_rule_stops_declaring_leaves_the_object() {
+    let scene = Scene::new("rule-conds-gone").await.with_crds(PORTED).await;
+    scene.apply(memcached_object(1)).await;
+    let rule = rule_from_yaml(&format!("{MEMCACHED}{MEMCACHED_CONDITIONS}"));
+    let scene = scene.running(&[rule]).await;
+    scene
+        .until("both rule conditions", memcached("cache"), |m| {
+            condition(m, "Available")["status"] == "True" && !condition(m, "Degraded").is_null()
+        })
+        .await;
+    let without_degraded = MEMCACHED_CONDITIONS
+        .split("      - type: Degraded")
+        .next()
+        .unwrap();
+    scene
+        .engine()
+        .replace(rule_from_yaml(&format!("{MEMCACHED}{without_degraded}")))
+        .await;
+    let m = scene
+        .until("Degraded to leave", memcached("cache"), |m| {
+            condition(m, "Degraded").is_null()
+        })
+        .await;
+    assert_eq!(condition(&m, "Available")["status"], "True", "{m}");
+    assert_eq!(condition(&m, "Ready")["status"], "True", "{m}");
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_on_a_crd_without_conditions_is_still_a_warning_event() {
+    let scene = Scene::new("ported-event").await.with_crds(PORTED).await;
+    scene
+        .apply(
+            json!({"apiVersion": "infra.ported.kiln.dev/v1", "kind": "NodePool",
+            "metadata": {"name": "pool"}, "spec": {}}),
+        )
+        .await;
+    let scene = scene.running(&[rule_from_yaml(NODES)]).await;
+    eventually("a TemplateError Event", CONVERGE, || async {
+        let hits = support::events_about(&scene.client, scene.ns(), "pool", "TemplateError").await;
+        (!hits.is_empty()).then_some(())
+    })
+    .await;
+    let pool = scene
+        .get("infra.ported.kiln.dev/v1", "NodePool", "pool")
+        .await
+        .unwrap();
+    assert!(pool["status"].get("conditions").is_none(), "{pool}");
+    scene.end().await;
+}
