@@ -30,8 +30,8 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
     for rule in &set.rules {
         let p = &rule.primary.gvk;
         grant(p, plural(p), READ);
-        // kiln writes status only to custom resources, and reads their CRD
-        // for the status schema.
+        // kiln writes status only to custom resources, and reads (and
+        // watches) their CRD for the status schema.
         if p.is_custom() {
             grant(p, format!("{}/status", plural(p)), &["patch"]);
             named
@@ -41,7 +41,7 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
                     format!("{}.{}", plural(p), p.group),
                 ))
                 .or_default()
-                .insert("get");
+                .extend(READ);
         }
         // blockOwnerDeletion on children's owner references.
         grant(p, format!("{}/finalizers", plural(p)), &["update"]);
@@ -202,7 +202,7 @@ mod tests {
                 .iter()
                 .any(|r| r["resources"][0] == "customresourcedefinitions"
                     && r["resourceNames"][0] == "webapps.demo.kiln.dev"
-                    && r["verbs"] == json!(["get"]))
+                    && r["verbs"] == json!(["get", "list", "watch"]))
         );
         assert!(
             verbs("", "namespaces/status").is_empty(),

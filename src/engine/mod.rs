@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use crate::rules::{Gvk, Rule, RuleSet};
 use controller::{RuleController, Wiring};
 use informer::Registry;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kinds::{KindError, Kinds};
 use schema::{SchemaError, StatusSchema};
 
@@ -427,9 +428,11 @@ async fn run_rule(
                 _ = stop.changed() => return,
             }
         };
-        let schema = Arc::new(schema);
         match run_resolved(&rule, &shared, &kinds, schema, &mut stop, &set_state, &slot).await {
             Ended::Stopped => return,
+            Ended::SchemaChanged => {
+                tracing::info!(rule = %rule.name, "the primary's CustomResourceDefinition changed its status schema; the rule checks it again");
+            }
             Ended::KindGone(gvk) => {
                 tracing::warn!(rule = %rule.name, kind = %gvk, "a kind stopped being served; the rule waits for it again");
                 for kind in &kinds {
@@ -458,24 +461,22 @@ async fn status_schema(
     rule: &Rule,
     shared: &Shared,
     primary: &kinds::Kind,
-) -> Result<StatusSchema, SchemaRead> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+) -> Result<Schema, SchemaRead> {
     if !controller::writes_status(primary) {
-        return Ok(StatusSchema::open());
+        return Ok(Schema::open());
     }
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
-    let api = kube::Api::<CustomResourceDefinition>::all(shared.client.clone());
-    let crd = match api.get(&name).await {
+    let crd = match crds(&shared.client).get(&name).await {
         Ok(crd) => serde_json::to_value(&crd).unwrap_or_default(),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {
             tracing::warn!(rule = %rule.name, crd = %name, code = s.code, "the primary's CustomResourceDefinition cannot be read; its status schema is not checked");
-            return Ok(StatusSchema::open());
+            return Ok(Schema::open());
         }
         Err(e) => return Err(SchemaRead::Failed(e)),
     };
     let version = &primary.gvk.version;
-    let schema = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
-    schema
+    let status = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
+    status
         .check(
             &name,
             version,
@@ -483,19 +484,72 @@ async fn status_schema(
             !rule.conditions.is_empty(),
         )
         .map_err(SchemaRead::Refused)?;
-    Ok(schema)
+    Ok(Schema {
+        status,
+        crd: Some((name, version.clone())),
+    })
+}
+
+fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
+    kube::Api::all(client.clone())
+}
+
+/// The primary's status schema, and the CRD (name, version) it was read from.
+struct Schema {
+    status: StatusSchema,
+    crd: Option<(String, String)>,
+}
+
+impl Schema {
+    fn open() -> Self {
+        Self {
+            status: StatusSchema::open(),
+            crd: None,
+        }
+    }
+}
+
+/// Returns once the status schema of the CRD differs from `current` (the
+/// CRD was edited in place), watching that one CRD; never without a CRD.
+async fn schema_change(client: Client, crd: Option<(String, String)>, current: StatusSchema) {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event, watcher};
+    let Some((name, version)) = crd else {
+        return std::future::pending().await;
+    };
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(crds(&client), config).default_backoff();
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let crd = match event {
+            Ok(Event::Apply(crd) | Event::InitApply(crd)) => crd,
+            Ok(_) => continue,
+            Err(error) => {
+                tracing::warn!(crd = %name, %error, "watching the primary's CustomResourceDefinition failed; retrying with backoff");
+                continue;
+            }
+        };
+        let json = serde_json::to_value(&crd).unwrap_or_default();
+        if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current) {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 enum Ended {
     Stopped,
     KindGone(Gvk),
+    /// The primary's CRD was edited: its status schema is read and checked again.
+    SchemaChanged,
 }
 
 async fn run_resolved(
     rule: &Arc<Rule>,
     shared: &Arc<Shared>,
     kinds: &[Arc<kinds::Kind>],
-    schema: Arc<StatusSchema>,
+    schema: Schema,
     stop: &mut watch::Receiver<bool>,
     set_state: &(dyn Fn(RuleState) + Sync),
     slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
@@ -536,8 +590,10 @@ async fn run_resolved(
         primary: primary.clone(),
         children,
         related,
-        status: schema,
+        status: Arc::new(schema.status.clone()),
     };
+    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
+    tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     let gone = |acquired: &[Arc<informer::Informer>]| {
         acquired
@@ -587,6 +643,7 @@ async fn run_resolved(
     let ended = loop {
         tokio::select! {
             _ = stop.changed() => break Ended::Stopped,
+            () = &mut changed => break Ended::SchemaChanged,
             () = tokio::time::sleep(shared.options.kind_retry) => {
                 if let Some(gvk) = gone(&acquired) {
                     break Ended::KindGone(gvk);

@@ -9,12 +9,26 @@ use kiln::engine::{Engine, Options, RuleState};
 use serde_json::json;
 
 use crate::support::scene::{CONVERGE, Scene, condition};
-use crate::support::{self, eventually, rule_from_yaml};
+use crate::support::{self, WriteCounter, eventually, rule_from_yaml};
 
 const PORTED: &str = "tests/fixtures/crds-ported";
 
 fn nodepool(name: &str) -> (&'static str, &'static str, &str) {
     ("infra.ported.kiln.dev/v1", "NodePool", name)
+}
+
+/// An engine on the scene's namespace that starts `rule` without waiting
+/// for it to run (it may be refused), with its writes counted.
+async fn starting(scene: &Scene, rule: Arc<kiln::rules::Rule>) -> (Arc<Engine>, WriteCounter) {
+    let (client, writes) = support::counting_client().await;
+    let options = Options {
+        namespaces: vec![scene.ns().to_string()],
+        kind_retry: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let engine = Arc::new(Engine::new(client, options));
+    engine.start(rule);
+    (engine, writes)
 }
 
 const NODES: &str = r#"
@@ -125,16 +139,7 @@ async fn a_rule_status_field_the_schema_lacks_refuses_the_rule_by_name() {
             "      url: \"http://{{ self.metadata.name }}\"\n      summary: {count: 1}\n      nodes:",
         )
     ));
-    let (client, writes) = support::counting_client().await;
-    let engine = Arc::new(Engine::new(
-        client,
-        Options {
-            namespaces: vec![scene.ns().to_string()],
-            kind_retry: Duration::from_millis(200),
-            ..Options::default()
-        },
-    ));
-    engine.start(rule);
+    let (engine, writes) = starting(&scene, rule).await;
     let why = eventually("the rule to be refused", CONVERGE, || async {
         match engine.state("nodes") {
             Some(RuleState::Refused(why)) => Some(why),
@@ -308,5 +313,86 @@ async fn a_failure_on_a_crd_without_conditions_is_still_a_warning_event() {
         .await
         .unwrap();
     assert!(pool["status"].get("conditions").is_none(), "{pool}");
+    scene.end().await;
+}
+
+/// A CRD of this test's own (it is edited), whose status declares `fields`.
+fn gadget_crd(fields: &[&str]) -> serde_json::Value {
+    let properties: serde_json::Map<String, serde_json::Value> = fields
+        .iter()
+        .map(|f| ((*f).to_string(), json!({"type": "string"})))
+        .collect();
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.changing.kiln.dev"},
+        "spec": {
+            "group": "changing.kiln.dev", "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "properties": properties},
+                }}}}],
+        },
+    })
+}
+
+const GADGETS: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: gadgets}
+spec:
+  for: {apiVersion: changing.kiln.dev/v1, kind: Gadget}
+  status:
+    fields:
+      color: "{{ self.spec.color }}"
+      size: "{{ self.spec.size }}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_edited_in_place_is_checked_again() {
+    let scene = Scene::new("crd-edit").await;
+    support::apply(&scene.client, gadget_crd(&["color"]), None).await;
+    support::wait_for_kind(
+        &scene.client,
+        &kube::core::GroupVersionKind::gvk("changing.kiln.dev", "v1", "Gadget"),
+        CONVERGE,
+    )
+    .await;
+    scene
+        .apply(
+            json!({"apiVersion": "changing.kiln.dev/v1", "kind": "Gadget",
+            "metadata": {"name": "g"}, "spec": {"color": "red", "size": "L"}}),
+        )
+        .await;
+    let (engine, _writes) = starting(&scene, rule_from_yaml(GADGETS)).await;
+    let state = |want: fn(&RuleState) -> bool| {
+        let engine = engine.clone();
+        async move {
+            eventually("the rule's state", CONVERGE, || async {
+                engine.state("gadgets").filter(want)
+            })
+            .await
+        }
+    };
+    let refused = state(|s| matches!(s, RuleState::Refused(_))).await;
+    assert!(
+        format!("{refused:?}").contains("`status.size`"),
+        "{refused:?}"
+    );
+
+    // The CRD gains the field: the rule starts and writes it.
+    support::apply(&scene.client, gadget_crd(&["color", "size"]), None).await;
+    scene
+        .until("the status", ("changing.kiln.dev/v1", "Gadget", "g"), |g| {
+            g["status"] == json!({"color": "red", "size": "L"})
+        })
+        .await;
+
+    // The CRD loses it again while the rule runs: the rule is refused again.
+    support::apply(&scene.client, gadget_crd(&["color"]), None).await;
+    state(|s| matches!(s, RuleState::Refused(_))).await;
+    engine.shutdown().await;
     scene.end().await;
 }
