@@ -155,6 +155,11 @@ async fn a_rule_status_field_the_schema_lacks_refuses_the_rule_by_name() {
             && why.contains("nodepools.infra.ported.kiln.dev"),
         "{why}"
     );
+    let metrics = engine.metrics().encode();
+    assert!(
+        metrics.contains("kiln_rule_refused{rule=\"nodes\"} 1"),
+        "{metrics}"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(writes.get(), 0, "a refused rule writes nothing");
     assert!(scene.get("v1", "ConfigMap", "pool").await.is_none());
