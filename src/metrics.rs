@@ -56,6 +56,10 @@ pub struct Metrics {
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
     pub budget_exhausted: Family<Labels, Counter>,
+    /// `kiln_reconcile_failures_total{rule,reason}`: reconciles that ended
+    /// failed, by condition reason (visible even where the primary's schema
+    /// has no conditions).
+    pub reconcile_failures: Family<Labels, Counter>,
     /// `kiln_watches`
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
@@ -106,6 +110,7 @@ impl Metrics {
             cached_objects: Family::default(),
             waiting_for_kinds: Family::default(),
             rule_refused: Family::default(),
+            reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
             last_good_load: Gauge::default(),
@@ -177,6 +182,11 @@ impl Metrics {
             "kiln_rule_waiting_for_kinds",
             "1 while a rule waits for kinds the API server does not serve",
             m.waiting_for_kinds.clone(),
+        );
+        r.register(
+            "kiln_reconcile_failures",
+            "Reconciles that ended failed, by condition reason",
+            m.reconcile_failures.clone(),
         );
         r.register(
             "kiln_rule_refused",

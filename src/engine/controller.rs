@@ -614,6 +614,7 @@ impl RuleController {
                 .await;
             }
             Outcome::Failed { reason, message } => {
+                self.count_failure(reason);
                 tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, %message, "reconcile failed");
                 self.report(obj, EventType::Warning, reason, message).await;
             }
@@ -710,6 +711,7 @@ impl RuleController {
             crate::redact::redact(&failure.message, secrets),
         );
         let reason = failure.category.reason();
+        self.count_failure(reason);
         let part = plan::failed(plan, reason, failure.message.clone());
         let written = self.write_status(obj, &part).await;
         let slow = self.rule.requeue.on_error.max;
@@ -726,6 +728,16 @@ impl RuleController {
             (Some(_), Err(e)) => Err(e),
             (None, _) => Err(failure),
         }
+    }
+
+    /// Counts a reconcile that ended failed, by its reason.
+    fn count_failure(&self, reason: &str) {
+        let labels = metrics::labels2(("rule", &self.rule.name), ("reason", reason));
+        self.shared
+            .metrics
+            .reconcile_failures
+            .get_or_create(&labels)
+            .inc();
     }
 
     /// Refuses every write once this replica may no longer make one (its

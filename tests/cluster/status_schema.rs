@@ -313,6 +313,11 @@ async fn a_failure_on_a_crd_without_conditions_is_still_a_warning_event() {
         (!hits.is_empty()).then_some(())
     })
     .await;
+    let metrics = scene.engine().metrics().encode();
+    assert!(
+        metrics.contains("kiln_reconcile_failures_total{rule=\"nodes\",reason=\"TemplateError\"}"),
+        "{metrics}"
+    );
     let pool = scene
         .get("infra.ported.kiln.dev/v1", "NodePool", "pool")
         .await
