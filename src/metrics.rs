@@ -59,12 +59,18 @@ pub struct Metrics {
     /// `kiln_undecodable_objects_total{gvk}`: objects left out of the cache
     /// because they cannot be decoded (each counted once).
     pub undecodable: Family<Labels, Counter>,
+    /// `kiln_reconcile_failures_total{rule,reason}`: reconciles that ended
+    /// failed, by condition reason (visible even where the primary's schema
+    /// has no conditions).
+    pub reconcile_failures: Family<Labels, Counter>,
     /// `kiln_watches`
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
     pub cached_objects: Family<Labels, Gauge>,
     /// `kiln_rule_waiting_for_kinds{rule}`: 1 while a rule waits for a CRD.
     pub waiting_for_kinds: Family<Labels, Gauge>,
+    /// `kiln_rule_refused{rule}`: 1 while a rule is refused (its status does not fit the primary's schema).
+    pub rule_refused: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
     /// `kiln_rules_reload_total{result}`
@@ -107,6 +113,8 @@ impl Metrics {
             watches: Gauge::default(),
             cached_objects: Family::default(),
             waiting_for_kinds: Family::default(),
+            rule_refused: Family::default(),
+            reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
             last_good_load: Gauge::default(),
@@ -183,6 +191,16 @@ impl Metrics {
             "kiln_rule_waiting_for_kinds",
             "1 while a rule waits for kinds the API server does not serve",
             m.waiting_for_kinds.clone(),
+        );
+        r.register(
+            "kiln_reconcile_failures",
+            "Reconciles that ended failed, by condition reason",
+            m.reconcile_failures.clone(),
+        );
+        r.register(
+            "kiln_rule_refused",
+            "1 while a rule is refused because the primary's status schema does not declare what it writes",
+            m.rule_refused.clone(),
         );
         r.register(
             "kiln_rules_loaded",

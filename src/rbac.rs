@@ -1,5 +1,6 @@
 //! The least privilege a rule set needs, as a ClusterRole: read every kind a
-//! rule touches, write children, patch primaries' status, publish Events,
+//! rule touches, write children, patch the status of custom-resource
+//! primaries and read their CRD (for its status schema), publish Events,
 //! hold the leader Lease, read the rules ConfigMap. Pure: the plural of
 //! each kind comes from the caller (discovery, or a guess without a cluster).
 
@@ -29,7 +30,19 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
     for rule in &set.rules {
         let p = &rule.primary.gvk;
         grant(p, plural(p), READ);
-        grant(p, format!("{}/status", plural(p)), &["patch"]);
+        // kiln writes status only to custom resources, and reads (and
+        // watches) their CRD for the status schema.
+        if p.is_custom() {
+            grant(p, format!("{}/status", plural(p)), &["patch"]);
+            named
+                .entry((
+                    "apiextensions.k8s.io".into(),
+                    "customresourcedefinitions".into(),
+                    format!("{}.{}", plural(p), p.group),
+                ))
+                .or_default()
+                .extend(READ);
+        }
         // blockOwnerDeletion on children's owner references.
         grant(p, format!("{}/finalizers", plural(p)), &["update"]);
         for w in &rule.watches {
@@ -184,6 +197,17 @@ mod tests {
         };
         assert_eq!(verbs("demo.kiln.dev", "webapps"), ["get", "list", "watch"]);
         assert_eq!(verbs("demo.kiln.dev", "webapps/status"), ["patch"]);
+        assert!(
+            rules
+                .iter()
+                .any(|r| r["resources"][0] == "customresourcedefinitions"
+                    && r["resourceNames"][0] == "webapps.demo.kiln.dev"
+                    && r["verbs"] == json!(["get", "list", "watch"]))
+        );
+        assert!(
+            verbs("", "namespaces/status").is_empty(),
+            "kiln never writes the status of a built-in primary"
+        );
         assert_eq!(
             verbs("apps", "deployments"),
             ["create", "delete", "get", "list", "patch", "watch"]

@@ -83,6 +83,22 @@ pub struct Rendered {
     pub readiness: Vec<ChildReadiness>,
     /// The rule's status fields.
     pub status: Map<String, Value>,
+    /// The rule's own conditions.
+    pub conditions: Vec<RuleCondition>,
+}
+
+/// One of the rule's own conditions, rendered (its transition time is the
+/// engine's to keep).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleCondition {
+    /// Its type.
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    /// CamelCase.
+    pub reason: String,
+    /// For humans.
+    pub message: String,
 }
 
 impl Rendered {
@@ -338,10 +354,72 @@ fn render_on_stack(
     for (name, tree) in &rule.status_fields {
         status.insert(name.clone(), tree.render(set, &status_ctx, &mut budget)?);
     }
+    let mut conditions = Vec::new();
+    for c in &rule.conditions {
+        conditions.push(render_condition(c, set, &ctx, &mut budget)?);
+    }
     Ok(Rendered {
         children,
         readiness,
         status,
+        conditions,
+    })
+}
+
+/// Renders one of the rule's conditions: its status from a boolean or the
+/// text `True`/`False`/`Unknown`, a CamelCase reason, a message.
+fn render_condition(
+    c: &crate::rules::Condition,
+    set: &crate::template::TemplateSet,
+    ctx: &JinjaValue,
+    budget: &mut Budget,
+) -> Result<RuleCondition, RenderError> {
+    let path = c.status.path();
+    let status = match set.eval(&c.status, ctx, budget)? {
+        Value::Bool(true) => "True",
+        Value::Bool(false) => "False",
+        Value::String(s) if s == "True" => "True",
+        Value::String(s) if s == "False" => "False",
+        Value::String(s) if s == "Unknown" => "Unknown",
+        other => {
+            return Err(RenderError::new(
+                path,
+                format!(
+                    "a condition's status must be true, false, `True`, `False` or `Unknown`, got {other}"
+                ),
+            ));
+        }
+    };
+    let text = |tree: &crate::template::Tree, budget: &mut Budget| -> Result<String, RenderError> {
+        match tree.render(set, ctx, budget)? {
+            Value::String(s) => Ok(s),
+            v @ (Value::Number(_) | Value::Bool(_)) => Ok(v.to_string()),
+            other => Err(RenderError::new(
+                path,
+                format!("expected text, got {other}"),
+            )),
+        }
+    };
+    let reason = text(&c.reason, budget)?;
+    if !crate::rules::is_condition_reason(&reason) {
+        return Err(RenderError::new(
+            path,
+            format!(
+                "condition `{}`: reason `{}` is not CamelCase (a letter, then letters, digits, `_`, `,` or `:`)",
+                c.type_,
+                reason.escape_debug()
+            ),
+        ));
+    }
+    let message = match &c.message {
+        Some(m) => text(m, budget)?,
+        None => String::new(),
+    };
+    Ok(RuleCondition {
+        type_: c.type_.clone(),
+        status,
+        reason,
+        message,
     })
 }
 
@@ -556,9 +634,18 @@ fn stamp(object: &mut Value) -> Result<(), &'static str> {
 
 pub use crate::rules::scope::well_known_scope;
 
-/// The status patch the engine applies for these fields (before it adds
-/// `observedGeneration` and conditions).
-pub fn status_patch(rule: &Rule, primary: &Value, status: &Map<String, Value>) -> Value {
+/// The status patch the engine applies for what was rendered (before it
+/// adds `observedGeneration`, its own conditions and transition times).
+pub fn status_patch(rule: &Rule, primary: &Value, rendered: &Rendered) -> Value {
+    let mut status = rendered.status.clone();
+    if !rendered.conditions.is_empty() {
+        let conditions = rendered
+            .conditions
+            .iter()
+            .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message}))
+            .collect();
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
     let mut meta = Map::new();
     meta.insert("name".into(), primary["metadata"]["name"].clone());
     if let Some(ns) = primary["metadata"]["namespace"].as_str() {
@@ -856,6 +943,71 @@ mod tests {
             json!({"metadata": {"name": "x"}, "data": {"ok": "yes"}}),
         );
         assert!(render(&r, &inputs, &well_known_scope).unwrap().all_ready());
+    }
+
+    #[test]
+    fn rule_conditions_render_status_reason_and_message() {
+        let r = rule(concat!(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+            "  status:\n    conditions:\n",
+            "      - {type: Available, status: self.spec.up, reason: \"{{ 'Up' if self.spec.up else 'Down' }}\", message: \"{{ self.spec.why }}\"}\n",
+            "      - {type: Degraded, status: self.spec.degraded, reason: Checked}\n",
+        ));
+        let cases = [
+            (
+                json!({"up": true, "why": "ok", "degraded": "Unknown"}),
+                Ok(("True", "Up", "Unknown")),
+            ),
+            (
+                json!({"up": false, "why": "no", "degraded": "False"}),
+                Ok(("False", "Down", "False")),
+            ),
+            (
+                json!({"up": true, "why": "ok", "degraded": "maybe"}),
+                Err("got \"maybe\""),
+            ),
+            (
+                json!({"up": true, "why": "ok"}),
+                Err("`self.spec.degraded` is undefined"),
+            ),
+        ];
+        for (spec, expected) in cases {
+            let got = render(&r, &primary(Some("t"), spec.clone()), &well_known_scope);
+            match (got, expected) {
+                (Ok(rendered), Ok((available, reason, degraded))) => {
+                    let c = &rendered.conditions;
+                    assert_eq!(
+                        (c[0].status, c[0].reason.as_str()),
+                        (available, reason),
+                        "{spec}"
+                    );
+                    assert_eq!(c[0].message, spec["why"].as_str().unwrap());
+                    assert_eq!(
+                        (c[1].status, c[1].message.as_str()),
+                        (degraded, ""),
+                        "{spec}"
+                    );
+                }
+                (Err(e), Err(text)) => assert!(e.to_string().contains(text), "{spec}: {e}"),
+                (got, expected) => panic!("{spec}: {got:?}, expected {expected:?}"),
+            }
+        }
+        let bad = rule(concat!(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+            "  status:\n    conditions:\n",
+            "      - {type: Available, status: \"true\", reason: \"{{ self.spec.reason }}\"}\n",
+        ));
+        let e = render(
+            &bad,
+            &primary(Some("t"), json!({"reason": "not camel"})),
+            &well_known_scope,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("reason `not camel` is not CamelCase"),
+            "{e}"
+        );
     }
 
     #[test]

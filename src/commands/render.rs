@@ -143,18 +143,15 @@ fn print_rendered(
         }
         print!("{}", serde_norway::to_string(&child.object)?);
     }
-    if !children_only && !rule.status_fields.is_empty() {
+    let has_status = !rule.status_fields.is_empty() || !rule.conditions.is_empty();
+    if !children_only && has_status {
         println!("---");
         println!(
             "# status: server-side apply to the status subresource (the engine adds observedGeneration and conditions)"
         );
         print!(
             "{}",
-            serde_norway::to_string(&render::status_patch(
-                rule,
-                &inputs.primary,
-                &rendered.status
-            ))?
+            serde_norway::to_string(&render::status_patch(rule, &inputs.primary, rendered))?
         );
     }
     Ok(())

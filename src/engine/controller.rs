@@ -27,6 +27,7 @@ pub use super::plan::Next;
 use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
 use super::reverse::{Reverse, SelectorRef};
+use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
 use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
@@ -41,6 +42,8 @@ pub struct Wiring {
     pub children: HashMap<Gvk, Arc<Informer>>,
     /// Watch name → informer of the watched kind.
     pub related: HashMap<String, Arc<Informer>>,
+    /// What the primary's status schema lets kiln write.
+    pub status: Arc<StatusSchema>,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -405,6 +408,7 @@ impl RuleController {
                 let status = Part {
                     outcome: Outcome::Failed { reason, message },
                     fields: None,
+                    conditions: Vec::new(),
                     generation: obj.metadata.generation,
                 };
                 let plan = Plan {
@@ -636,6 +640,7 @@ impl RuleController {
                 .await;
             }
             Outcome::Failed { reason, message } => {
+                self.count_failure(reason);
                 tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, %message, "reconcile failed");
                 self.report(obj, EventType::Warning, reason, message).await;
             }
@@ -732,6 +737,7 @@ impl RuleController {
             ..failure
         };
         let reason = failure.category.reason();
+        self.count_failure(reason);
         let part = plan::failed(plan, reason, failure.message.clone());
         let written = self.write_status(obj, &part).await;
         let slow = self.rule.requeue.on_error.max;
@@ -748,6 +754,16 @@ impl RuleController {
             (Some(_), Err(e)) => Err(e),
             (None, _) => Err(failure),
         }
+    }
+
+    /// Counts a reconcile that ended failed, by its reason.
+    fn count_failure(&self, reason: &str) {
+        let labels = metrics::labels2(("rule", &self.rule.name), ("reason", reason));
+        self.shared
+            .metrics
+            .reconcile_failures
+            .get_or_create(&labels)
+            .inc();
     }
 
     /// Refuses every write once this replica may no longer make one (its
@@ -875,10 +891,11 @@ impl RuleController {
         let gvk = &self.rule.primary.gvk;
         let rules = self.shared.board.selecting(gvk, obj);
         if rules.len() <= 1 {
-            let fields = field_names(&self.rule);
+            let (fields, conditions) = status_names(&self.rule);
             let me = Contributor {
                 rule: &self.rule.name,
                 fields: &fields,
+                conditions: &conditions,
                 part: Some(part),
             };
             return self.patch_status(obj, &[me]).await;
@@ -889,13 +906,14 @@ impl RuleController {
         let writer = self.shared.board.writer(gvk, &key);
         let _turn = writer.lock().await;
         let parts = self.shared.board.put(gvk, &key, &self.rule.name, part);
-        let names: Vec<Vec<&str>> = rules.iter().map(|r| field_names(r)).collect();
+        let names: Vec<_> = rules.iter().map(|r| status_names(r)).collect();
         let contributors: Vec<Contributor<'_>> = rules
             .iter()
             .zip(&names)
-            .map(|(r, fields)| Contributor {
+            .map(|(r, (fields, conditions))| Contributor {
                 rule: &r.name,
                 fields,
+                conditions,
                 part: parts.get(&r.name),
             })
             .collect();
@@ -912,7 +930,12 @@ impl RuleController {
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let desired = status::compose(contributors, &live, &now, obj.metadata.generation);
+        let desired = self.wiring.status.writable(status::compose(
+            contributors,
+            &live,
+            &now,
+            obj.metadata.generation,
+        ));
         let owned = owned_status_fields(obj, &self.shared.options.field_manager);
         if status::converged(&live, &desired, &owned) {
             return Ok(());
@@ -1000,8 +1023,12 @@ fn holder(obj: &DynamicObject) -> String {
     }
 }
 
-fn field_names(rule: &Rule) -> Vec<&str> {
-    rule.status_fields.iter().map(|(n, _)| n.as_str()).collect()
+/// The rule's status field names and condition types.
+fn status_names(rule: &Rule) -> (Vec<&str>, Vec<&str>) {
+    (
+        rule.status_fields.iter().map(|(n, _)| n.as_str()).collect(),
+        rule.conditions.iter().map(|c| c.type_.as_str()).collect(),
+    )
 }
 
 /// The cached objects in `namespace` that `selector` matches, by name.
@@ -1102,9 +1129,8 @@ fn owned_status_fields(obj: &DynamicObject, manager: &str) -> Vec<String> {
 
 /// Whether kiln writes conditions to this kind's status: custom resources
 /// with a status subresource. Built-in kinds have typed statuses of their own.
-fn writes_status(kind: &Kind) -> bool {
-    let g = &kind.gvk.group;
-    kind.has_status && g.contains('.') && !g.ends_with(".k8s.io")
+pub(super) fn writes_status(kind: &Kind) -> bool {
+    kind.has_status && kind.gvk.is_custom()
 }
 
 /// A hash of everything but status and bookkeeping metadata.

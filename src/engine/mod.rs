@@ -16,6 +16,7 @@ pub mod kinds;
 pub mod plan;
 pub mod queue;
 pub mod reverse;
+pub mod schema;
 pub mod status;
 pub mod undecodable;
 pub mod watch_health;
@@ -32,7 +33,9 @@ use tokio::sync::watch;
 use crate::rules::{Gvk, Rule, RuleSet};
 use controller::{RuleController, Wiring};
 use informer::Registry;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kinds::{KindError, Kinds};
+use schema::{SchemaError, StatusSchema};
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
@@ -124,6 +127,10 @@ pub enum RuleState {
     WaitingForKinds(Vec<String>),
     /// Running.
     Running,
+    /// Refused: the rule cannot run against the kinds as served (a status
+    /// field the primary's schema does not declare). Checked again every
+    /// `kind_retry`, so fixing the CRD starts the rule.
+    Refused(String),
 }
 
 struct Running {
@@ -395,15 +402,21 @@ async fn run_rule(
         .waiting_for_kinds
         .get_or_create(&crate::metrics::label("rule", &rule.name))
         .clone();
+    let refused = shared
+        .metrics
+        .rule_refused
+        .get_or_create(&crate::metrics::label("rule", &rule.name))
+        .clone();
     let set_state = |s: RuleState| {
         waiting.set(i64::from(matches!(s, RuleState::WaitingForKinds(_))));
+        refused.set(i64::from(matches!(s, RuleState::Refused(_))));
         *state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = s
     };
     loop {
         // Resolve every kind; wait (and say so) while any is not served.
-        let kinds = loop {
+        let (kinds, schema) = loop {
             let mut resolved = Vec::new();
             let mut missing = Vec::new();
             for gvk in kinds_of(&rule) {
@@ -417,8 +430,24 @@ async fn run_rule(
                 }
             }
             if missing.is_empty() {
-                set_state(RuleState::Syncing);
-                break resolved;
+                match status_schema(&rule, &shared, &resolved[0]).await {
+                    Ok(schema) => {
+                        set_state(RuleState::Syncing);
+                        break (resolved, schema);
+                    }
+                    Err(SchemaRead::Refused(why)) => {
+                        tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema");
+                        set_state(RuleState::Refused(why.to_string()));
+                    }
+                    Err(SchemaRead::Failed(error)) => {
+                        tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed");
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(shared.options.kind_retry) => {}
+                    _ = stop.changed() => return,
+                }
+                continue;
             }
             tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
             set_state(RuleState::WaitingForKinds(missing));
@@ -427,8 +456,11 @@ async fn run_rule(
                 _ = stop.changed() => return,
             }
         };
-        match run_resolved(&rule, &shared, &kinds, &mut stop, &set_state, &slot).await {
+        match run_resolved(&rule, &shared, &kinds, schema, &mut stop, &set_state, &slot).await {
             Ended::Stopped => return,
+            Ended::SchemaChanged => {
+                tracing::info!(rule = %rule.name, "the primary's CustomResourceDefinition changed its status schema; the rule checks it again");
+            }
             Ended::KindGone(gvk) => {
                 tracing::warn!(rule = %rule.name, kind = %gvk, "a kind stopped being served; the rule waits for it again");
                 for kind in &kinds {
@@ -440,15 +472,112 @@ async fn run_rule(
     }
 }
 
+/// Why the primary's status schema did not let the rule start.
+enum SchemaRead {
+    /// The rule writes status the schema does not declare.
+    Refused(SchemaError),
+    /// The CRD could not be read (transient); tried again.
+    Failed(kube::Error),
+}
+
+/// The status schema of the rule's primary kind, checked against the rule's
+/// status fields and conditions. Only custom resources whose status kiln
+/// writes have one to read (their CRD, read on every (re)discovery of the
+/// kind); for anything else, and for a kind that is not a CRD (an
+/// aggregated API) or a CRD kiln may not read, anything goes.
+async fn status_schema(
+    rule: &Rule,
+    shared: &Shared,
+    primary: &kinds::Kind,
+) -> Result<Schema, SchemaRead> {
+    if !controller::writes_status(primary) {
+        return Ok(Schema::open());
+    }
+    let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
+    let crd = match crds(&shared.client).get(&name).await {
+        Ok(crd) => serde_json::to_value(&crd).unwrap_or_default(),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {
+            tracing::warn!(rule = %rule.name, crd = %name, code = s.code, "the primary's CustomResourceDefinition cannot be read; its status schema is not checked");
+            return Ok(Schema::open());
+        }
+        Err(e) => return Err(SchemaRead::Failed(e)),
+    };
+    let version = &primary.gvk.version;
+    let status = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
+    status
+        .check(
+            &name,
+            version,
+            &rule.status_fields,
+            !rule.conditions.is_empty(),
+        )
+        .map_err(SchemaRead::Refused)?;
+    Ok(Schema {
+        status,
+        crd: Some((name, version.clone())),
+    })
+}
+
+fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
+    kube::Api::all(client.clone())
+}
+
+/// The primary's status schema, and the CRD (name, version) it was read from.
+struct Schema {
+    status: StatusSchema,
+    crd: Option<(String, String)>,
+}
+
+impl Schema {
+    fn open() -> Self {
+        Self {
+            status: StatusSchema::open(),
+            crd: None,
+        }
+    }
+}
+
+/// Returns once the status schema of the CRD differs from `current` (the
+/// CRD was edited in place), watching that one CRD; never without a CRD.
+async fn schema_change(client: Client, crd: Option<(String, String)>, current: StatusSchema) {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event, watcher};
+    let Some((name, version)) = crd else {
+        return std::future::pending().await;
+    };
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(crds(&client), config).default_backoff();
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let crd = match event {
+            Ok(Event::Apply(crd) | Event::InitApply(crd)) => crd,
+            Ok(_) => continue,
+            Err(error) => {
+                tracing::warn!(crd = %name, %error, "watching the primary's CustomResourceDefinition failed; retrying with backoff");
+                continue;
+            }
+        };
+        let json = serde_json::to_value(&crd).unwrap_or_default();
+        if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current) {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
 enum Ended {
     Stopped,
     KindGone(Gvk),
+    /// The primary's CRD was edited: its status schema is read and checked again.
+    SchemaChanged,
 }
 
 async fn run_resolved(
     rule: &Arc<Rule>,
     shared: &Arc<Shared>,
     kinds: &[Arc<kinds::Kind>],
+    schema: Schema,
     stop: &mut watch::Receiver<bool>,
     set_state: &(dyn Fn(RuleState) + Sync),
     slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
@@ -489,7 +618,10 @@ async fn run_resolved(
         primary: primary.clone(),
         children,
         related,
+        status: Arc::new(schema.status.clone()),
     };
+    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
+    tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     let gone = |acquired: &[Arc<informer::Informer>]| {
         acquired
@@ -539,6 +671,7 @@ async fn run_resolved(
     let ended = loop {
         tokio::select! {
             _ = stop.changed() => break Ended::Stopped,
+            () = &mut changed => break Ended::SchemaChanged,
             () = tokio::time::sleep(shared.options.kind_retry) => {
                 if let Some(gvk) = gone(&acquired) {
                     break Ended::KindGone(gvk);

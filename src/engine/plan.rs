@@ -211,6 +211,7 @@ pub fn plan(
         status: Part {
             outcome: Outcome::Applied { not_ready },
             fields: Some(rendered.status),
+            conditions: rendered.conditions,
             generation,
         },
         next,
@@ -319,6 +320,7 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
     Part {
         outcome,
         fields: None,
+        conditions: Vec::new(),
         generation,
     }
 }

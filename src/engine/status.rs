@@ -10,6 +10,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::render::RuleCondition;
+
 /// Condition types kiln owns.
 pub mod types {
     /// Every child exists and is ready.
@@ -83,6 +85,9 @@ pub struct Part {
     /// reconcile rendered nothing (waiting, failed): the fields the object
     /// shows are kept, and `observedGeneration` does not move.
     pub fields: Option<Map<String, Value>>,
+    /// The rule's own conditions, rendered with `fields` (empty when
+    /// `fields` is `None`: the conditions the object shows are kept).
+    pub conditions: Vec<RuleCondition>,
     /// The generation of the object this part was computed from.
     pub generation: Option<i64>,
 }
@@ -94,6 +99,8 @@ pub struct Contributor<'a> {
     pub rule: &'a str,
     /// The rule's status field names.
     pub fields: &'a [&'a str],
+    /// The types of the rule's own conditions.
+    pub conditions: &'a [&'a str],
     /// Its part; `None` when it has not reconciled the object yet (since kiln
     /// started): its fields and conditions are kept as the object shows them.
     pub part: Option<&'a Part>,
@@ -307,8 +314,39 @@ pub fn compose(
             }
         }
     }
+    conditions.extend(rule_conditions(rules, previous_conditions, now, generation));
     status.insert("conditions".into(), Value::Array(conditions));
     Value::Object(status)
+}
+
+/// The rules' own conditions: as rendered, with transition times kept from
+/// `previous`; a rule that rendered nothing this time keeps what the object
+/// shows.
+fn rule_conditions(
+    rules: &[Contributor<'_>],
+    previous: &[Value],
+    now: &str,
+    generation: Option<i64>,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    for r in rules {
+        match r.part.filter(|p| p.fields.is_some()) {
+            Some(p) => out.extend(p.conditions.iter().map(|c| {
+                let cond = Cond {
+                    status: c.status,
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                };
+                condition(&c.type_, &cond, previous, now, generation)
+            })),
+            None => out.extend(
+                r.conditions
+                    .iter()
+                    .filter_map(|t| previous.iter().find(|c| c["type"] == *t).cloned()),
+            ),
+        }
+    }
+    out
 }
 
 /// Every rule's status fields, and `observedGeneration` when every rule's
@@ -424,6 +462,7 @@ mod tests {
         Part {
             outcome,
             fields: fields.map(|f| f.as_object().unwrap().clone()),
+            conditions: Vec::new(),
             generation: Some(generation),
         }
     }
@@ -448,6 +487,7 @@ mod tests {
                 &[Contributor {
                     rule: "r",
                     fields: &names,
+                    conditions: &[],
                     part: Some(p),
                 }],
                 &previous,
@@ -489,11 +529,13 @@ mod tests {
                 Contributor {
                     rule: "alpha",
                     fields: &["a"],
+                    conditions: &[],
                     part: Some(&a),
                 },
                 Contributor {
                     rule: "beta",
                     fields: &["b"],
+                    conditions: &[],
                     part: Some(&b),
                 },
             ],
@@ -531,11 +573,13 @@ mod tests {
                 Contributor {
                     rule: "alpha",
                     fields: &["a"],
+                    conditions: &[],
                     part: Some(&a),
                 },
                 Contributor {
                     rule: "beta",
                     fields: &["b"],
+                    conditions: &[],
                     part: None,
                 },
             ],
@@ -569,6 +613,69 @@ mod tests {
         // Someone else's field is not kiln's to remove.
         assert!(converged(&live, &desired, &[]));
         assert!(!converged(&json!({"url": "v"}), &desired, &[]));
+    }
+
+    #[test]
+    fn rule_conditions_join_the_engines_and_keep_their_transition_time() {
+        let available = |status: &'static str, reason: &str| RuleCondition {
+            type_: "Available".into(),
+            status,
+            reason: reason.into(),
+            message: format!("{reason} now"),
+        };
+        let one = |p: &Part, previous: &Value, now: &str| {
+            compose(
+                &[Contributor {
+                    rule: "r",
+                    fields: &[],
+                    conditions: &["Available"],
+                    part: Some(p),
+                }],
+                previous,
+                now,
+                Some(1),
+            )
+        };
+        let mut up = part(ready(), Some(json!({})), 1);
+        up.conditions = vec![available("True", "Up")];
+        let first = one(&up, &json!({}), "T1");
+        let cs = first["conditions"].as_array().unwrap();
+        assert_eq!(by_type(cs, "Ready")["status"], "True", "the engine's stay");
+        let a = by_type(cs, "Available");
+        assert_eq!(
+            (&a["status"], &a["reason"], &a["message"]),
+            (&json!("True"), &json!("Up"), &json!("Up now"))
+        );
+        assert_eq!(a["lastTransitionTime"], "T1");
+
+        up.conditions = vec![available("True", "StillUp")];
+        let same = one(&up, &first, "T2");
+        let a = by_type(same["conditions"].as_array().unwrap(), "Available");
+        assert_eq!(
+            (&a["reason"], &a["lastTransitionTime"]),
+            (&json!("StillUp"), &json!("T1")),
+            "same status: time kept"
+        );
+
+        up.conditions = vec![available("False", "Down")];
+        let flipped = one(&up, &same, "T3");
+        let a = by_type(flipped["conditions"].as_array().unwrap(), "Available");
+        assert_eq!(a["lastTransitionTime"], "T3");
+
+        let waiting = part(
+            Outcome::Waiting {
+                missing: vec!["x".into()],
+            },
+            None,
+            2,
+        );
+        let kept = one(&waiting, &flipped, "T4");
+        let a = by_type(kept["conditions"].as_array().unwrap(), "Available");
+        assert_eq!(
+            a,
+            by_type(flipped["conditions"].as_array().unwrap(), "Available"),
+            "nothing rendered: the condition stays as the object shows it"
+        );
     }
 
     #[test]

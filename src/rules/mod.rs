@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::Diagnostic;
+pub use validate::is_condition_reason;
 
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 
@@ -43,6 +44,14 @@ impl Gvk {
         } else {
             format!("{}/{}", self.group, self.version)
         }
+    }
+
+    /// Whether the kind is a custom resource (a CRD's or an aggregated
+    /// API's), not a built-in: its group has a dot and is not `*.k8s.io`.
+    /// kiln writes status (conditions) only to custom resources; built-in
+    /// kinds have typed statuses of their own.
+    pub fn is_custom(&self) -> bool {
+        self.group.contains('.') && !self.group.ends_with(".k8s.io")
     }
 }
 
@@ -231,6 +240,19 @@ impl Default for Requeue {
     }
 }
 
+/// A condition a rule declares (`spec.status.conditions`).
+#[derive(Debug)]
+pub struct Condition {
+    /// Its type, e.g. `Available`.
+    pub type_: String,
+    /// An expression giving true/false or `True`/`False`/`Unknown`.
+    pub status: TemplateId,
+    /// The reason (a template).
+    pub reason: Tree,
+    /// The message (a template), if any.
+    pub message: Option<Tree>,
+}
+
 /// A validated rule with every template compiled.
 #[derive(Debug)]
 pub struct Rule {
@@ -248,6 +270,8 @@ pub struct Rule {
     pub children: Vec<Child>,
     /// Status fields, in order.
     pub status_fields: Vec<(String, Tree)>,
+    /// The rule's own conditions, in order.
+    pub conditions: Vec<Condition>,
     /// Requeue policy.
     pub requeue: Requeue,
     /// Whether applies take over fields other managers own.

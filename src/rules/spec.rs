@@ -218,6 +218,30 @@ pub struct RawStatus {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, Value>")]
     pub fields: serde_json::Map<String, Value>,
+    /// Conditions of the rule's own (e.g. `Available`, `Progressing`,
+    /// `Degraded`), written next to the engine's; the primary's CRD must
+    /// declare `status.conditions`.
+    #[serde(default)]
+    pub conditions: Vec<RawCondition>,
+}
+
+/// A condition the rule declares; its `lastTransitionTime` moves only when
+/// its status does.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCondition {
+    /// The condition type, literal: letters, digits, `-`, `_` and `.`, e.g.
+    /// `Available`. `Ready`, `Reconciled` and `Waiting` are the engine's.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// An expression (like `when`): true or false, or the text `True`,
+    /// `False` or `Unknown`.
+    pub status: String,
+    /// A template for the reason: CamelCase, e.g. `MinimumReplicasAvailable`.
+    pub reason: String,
+    /// A template for the message (default empty).
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 /// Requeue policy (controller-runtime's `Result{RequeueAfter}`), as durations

@@ -14,8 +14,8 @@ use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
-    Backoff, Child, Diagnostic, Gvk, LabelSelector, Operator, Primary, Requeue, Requirement, Rule,
-    RuleSet, Watch, WatchTarget, duration,
+    Backoff, Child, Condition, Diagnostic, Gvk, LabelSelector, Operator, Primary, Requeue,
+    Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
 };
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Step, path_string};
@@ -38,6 +38,9 @@ const GLOBALS: &[&str] = &[
 /// Fields of a primary's status that the engine owns.
 const ENGINE_STATUS_FIELDS: &[&str] = &["observedGeneration", "conditions"];
 
+/// Condition types the engine owns.
+const ENGINE_CONDITIONS: &[&str] = &["Ready", "Reconciled", "Waiting"];
+
 pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic>) -> RuleSet {
     let mut rules = Vec::new();
     let mut first_seen: HashMap<String, String> = HashMap::new();
@@ -55,11 +58,11 @@ pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic
         match Checker::new(&doc).check() {
             Ok(rule) => {
                 let clashes = status_field_clashes(&rules, &rule);
-                for (field, other) in &clashes {
+                for (at, what, other) in &clashes {
                     diagnostics.push(doc.diagnostic(
-                        &[key("spec"), key("status"), key("fields"), key(field)],
+                        at,
                         format!(
-                            "status field `{field}` is also written by rule `{other}` on {}: rules sharing a primary kind write status fields of their own",
+                            "{what} is also written by rule `{other}` on {}: rules sharing a primary kind write status fields and conditions of their own",
                             rule.primary.gvk
                         ),
                     ));
@@ -74,19 +77,33 @@ pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic
     RuleSet { rules }
 }
 
-/// Status fields `rule` declares that a rule before it on the same primary
-/// kind declares too, with that rule's name.
-fn status_field_clashes(before: &[Arc<Rule>], rule: &Rule) -> Vec<(String, String)> {
-    rule.status_fields
-        .iter()
-        .filter_map(|(field, _)| {
-            before
-                .iter()
-                .filter(|r| r.primary.gvk == rule.primary.gvk)
-                .find(|r| r.status_fields.iter().any(|(f, _)| f == field))
-                .map(|r| (field.clone(), r.name.clone()))
-        })
-        .collect()
+/// Status fields and condition types `rule` declares that a rule before it
+/// on the same primary kind declares too: (where, what, the other rule).
+fn status_field_clashes(before: &[Arc<Rule>], rule: &Rule) -> Vec<(Vec<Step>, String, String)> {
+    let others = || before.iter().filter(|r| r.primary.gvk == rule.primary.gvk);
+    let fields = rule.status_fields.iter().filter_map(|(field, _)| {
+        others()
+            .find(|r| r.status_fields.iter().any(|(f, _)| f == field))
+            .map(|r| {
+                let at = vec![key("spec"), key("status"), key("fields"), key(field)];
+                (at, format!("status field `{field}`"), r.name.clone())
+            })
+    });
+    let conditions = rule.conditions.iter().enumerate().filter_map(|(i, c)| {
+        others()
+            .find(|r| r.conditions.iter().any(|o| o.type_ == c.type_))
+            .map(|r| {
+                let at = vec![
+                    key("spec"),
+                    key("status"),
+                    key("conditions"),
+                    Step::Index(i),
+                    key("type"),
+                ];
+                (at, format!("condition `{}`", c.type_), r.name.clone())
+            })
+    });
+    fields.chain(conditions).collect()
 }
 
 fn key(k: &str) -> Step {
@@ -134,6 +151,7 @@ impl<'a> Checker<'a> {
         let watches = self.watches();
         let children = self.children(&watch_names, &child_ids);
         let status_fields = self.status_fields(&watch_names, &child_ids);
+        let conditions = self.conditions(&watch_names, &child_ids);
         let requeue = self.requeue();
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
@@ -154,6 +172,7 @@ impl<'a> Checker<'a> {
             watches,
             children,
             status_fields,
+            conditions,
             requeue,
             force_conflicts: raw.spec.apply.force_conflicts,
             templates: self.set,
@@ -545,6 +564,73 @@ impl<'a> Checker<'a> {
         out
     }
 
+    fn conditions(&mut self, watches: &[String], ids: &[String]) -> Vec<Condition> {
+        let Some(status) = &self.raw.spec.status else {
+            return Vec::new();
+        };
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule"],
+        };
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, c) in status.conditions.iter().enumerate() {
+            let at = |k: &str| {
+                vec![
+                    key("spec"),
+                    key("status"),
+                    key("conditions"),
+                    Step::Index(i),
+                    key(k),
+                ]
+            };
+            let t = &c.type_;
+            if ENGINE_CONDITIONS.contains(&t.as_str()) || t.contains(".kiln.dev/") {
+                self.error(
+                    &at("type"),
+                    format!("condition `{t}` is written by the engine; choose another type"),
+                );
+            } else if !is_condition_type(t) {
+                self.error(
+                    &at("type"),
+                    format!(
+                        "condition type `{}` must be letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit, at most 316 characters",
+                        t.escape_debug()
+                    ),
+                );
+            } else if !seen.insert(t.clone()) {
+                self.error(&at("type"), format!("duplicate condition `{t}`"));
+            }
+            let reason = &c.reason;
+            if !reason.contains('{') && !is_condition_reason(reason) {
+                self.error(
+                    &at("reason"),
+                    format!(
+                        "reason `{}` must be CamelCase: a letter, then letters, digits, `_`, `,` or `:`",
+                        reason.escape_debug()
+                    ),
+                );
+            }
+            let text = |s: &str| Value::String(s.to_string());
+            let status = self.expr(&at("status"), &c.status, &scope, watches, ids);
+            let reason = self.tree(&at("reason"), &text(reason), &scope, watches, ids);
+            let message = match &c.message {
+                Some(m) => self
+                    .tree(&at("message"), &text(m), &scope, watches, ids)
+                    .map(Some),
+                None => Some(None),
+            };
+            if let (Some(status), Some(reason), Some(message)) = (status, reason, message) {
+                out.push(Condition {
+                    type_: t.clone(),
+                    status,
+                    reason,
+                    message,
+                });
+            }
+        }
+        out
+    }
+
     /// Checks a name templates refer to (`related.<name>`, `children.<id>`):
     /// an identifier, not used twice in the rule.
     fn unique_identifier(
@@ -838,6 +924,26 @@ fn is_identifier(s: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A condition type as Kubernetes takes it (metav1.Condition), without a
+/// domain prefix.
+fn is_condition_type(t: &str) -> bool {
+    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    t.len() <= 316
+        && t.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && t.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && t.chars().all(inner)
+}
+
+/// A condition reason as Kubernetes takes it (metav1.Condition):
+/// `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`, at most 1024 characters.
+pub fn is_condition_reason(r: &str) -> bool {
+    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | ',' | ':');
+    (1..=1024).contains(&r.len())
+        && r.starts_with(|c: char| c.is_ascii_alphabetic())
+        && r.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        && r.chars().all(inner)
 }
 
 #[cfg(test)]

@@ -34,3 +34,4 @@ mod hostile_tenants;
 mod missing_information;
 mod ownership;
 mod reload;
+mod status_schema;

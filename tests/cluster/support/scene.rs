@@ -47,6 +47,12 @@ impl Scene {
         self
     }
 
+    /// With the CRDs under `dir` (relative to the repository) installed.
+    pub async fn with_crds(self, dir: &str) -> Self {
+        super::install_crds(&self.client, dir).await;
+        self
+    }
+
     /// The engine will also watch `namespace`.
     pub fn also_watching(mut self, namespace: &str) -> Self {
         self.also.push(namespace.to_string());
