@@ -48,6 +48,20 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         for w in &rule.watches {
             grant(&w.gvk, plural(&w.gvk), READ);
         }
+        // Decorators patch the primary or related objects they do not own.
+        for d in &rule.decorators {
+            let target = match &d.target {
+                crate::rules::DecoratorTarget::Primary => Some(p),
+                crate::rules::DecoratorTarget::Related(name) => rule
+                    .watches
+                    .iter()
+                    .find(|w| &w.name == name)
+                    .map(|w| &w.gvk),
+            };
+            if let Some(gvk) = target {
+                grant(gvk, plural(gvk), &["patch"]);
+            }
+        }
         for c in &rule.children {
             grant(&c.gvk, plural(&c.gvk), READ);
             grant(&c.gvk, plural(&c.gvk), WRITE);

@@ -144,3 +144,19 @@ fn fleet_renders_every_region_and_tier_in_list_order() {
         &["--object", "tests/fixtures/objects/fleet-widget.yaml"],
     ));
 }
+
+/// Metacontroller's service-per-pod, ported: a Service per Pod, and each
+/// Pod decorated with its own label (issue 15, item 2).
+#[test]
+fn service_per_pod_decorates_each_pod() {
+    let dir = "examples/ported/service-per-pod";
+    insta::assert_snapshot!(render_rules(
+        &format!("{dir}/rule.yaml"),
+        &[
+            "--object",
+            &format!("{dir}/statefulset.yaml"),
+            "--related",
+            &format!("pods={dir}/pods.yaml"),
+        ],
+    ));
+}

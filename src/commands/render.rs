@@ -100,7 +100,12 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         match render::render(rule, &inputs, &render::well_known_scope) {
-            Ok(rendered) => print_rendered(rule, &inputs, &rendered, args.children_only)?,
+            Ok(rendered) => {
+                print_rendered(rule, &inputs, &rendered, args.children_only)?;
+                if !args.children_only && !print_decorations(rule, &inputs)? {
+                    failed = true;
+                }
+            }
             Err(e) => {
                 let secrets = kiln::engine::plan::Observed {
                     inputs: inputs.clone(),
@@ -155,6 +160,42 @@ fn print_rendered(
         );
     }
     Ok(())
+}
+
+/// Prints what each decorator would apply to the objects given (the
+/// primary, `--related` ones); false when a decorator fails to render.
+fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
+    if rule.decorators.is_empty() {
+        return Ok(true);
+    }
+    let this = kiln::template::to_jinja(&inputs.primary);
+    let plan = kiln::template::limits::render_stack(|| {
+        kiln::engine::decorate::plan(
+            rule,
+            "kiln",
+            || render::context(rule, &this, inputs),
+            inputs,
+        )
+    });
+    let decorations = match plan {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rule `{}`: decorating: {e}", rule.name);
+            return Ok(false);
+        }
+    };
+    for d in &decorations.apply {
+        println!("---");
+        println!(
+            "# decorator: server-side apply to {} {} as field manager {}{}",
+            d.gvk.kind,
+            d.name,
+            d.manager,
+            if d.force { ", forced" } else { "" }
+        );
+        print!("{}", serde_norway::to_string(&d.body)?);
+    }
+    Ok(true)
 }
 
 fn documents(file: &Path) -> anyhow::Result<Vec<Value>> {

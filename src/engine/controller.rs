@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::backoff;
+use super::decorate::{self, Decorations};
 use super::diff;
 use super::failure::{Category, Failure, Stage};
 use super::informer::{Change, Handler, Informer, ObjKey};
@@ -382,9 +383,9 @@ impl RuleController {
         // Converted for templates once, for the watch references and the render.
         let this = to_jinja(&primary);
         // Reading the watches and rendering run on one big stack (template limits).
-        let (plan, secrets) =
+        let (plan, secrets, decorations) =
             crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this));
-        self.execute(&obj, &plan, &secrets).await
+        self.execute(&obj, &plan, &decorations, &secrets).await
     }
 
     /// Observes and plans; returns the plan and the Secret values it saw
@@ -395,7 +396,7 @@ impl RuleController {
         obj: &DynamicObject,
         primary: Value,
         this: &JinjaValue,
-    ) -> (Plan, Vec<String>) {
+    ) -> (Plan, Vec<String>, Result<Decorations, String>) {
         let observed = match self.observe(key, obj, primary, this) {
             Ok(observed) => observed,
             // A watch reference that does not render, or points where it
@@ -417,7 +418,7 @@ impl RuleController {
                     status,
                     next: Next::Done,
                 };
-                return (plan, Vec::new());
+                return (plan, Vec::new(), Ok(Decorations::default()));
             }
         };
         let known = lock(&self.states)
@@ -433,7 +434,20 @@ impl RuleController {
         let plan = plan::plan(&self.rule, this, &observed, &known, &occupant, &scope_of);
         let drawn = plan.apply.iter().flat_map(|c| &c.generated);
         let secrets = crate::redact::with_drawn(observed.secrets(&self.rule), drawn);
-        (plan, secrets)
+        // Decorators patch only once the children went through: while the
+        // rule waits or fails, what they set stays as it is. A rule with no
+        // decorators (left) still takes back what an earlier version set.
+        let decorations = match plan.status.outcome {
+            Outcome::Applied { .. } => decorate::plan(
+                &self.rule,
+                &self.shared.options.field_manager,
+                || crate::render::context(&self.rule, this, &observed.inputs),
+                &observed.inputs,
+            )
+            .map_err(|e| e.to_string()),
+            _ => Ok(Decorations::default()),
+        };
+        (plan, secrets, decorations)
     }
 
     /// Reads what the plan needs from the caches: related objects (recording
@@ -608,6 +622,7 @@ impl RuleController {
         &self,
         obj: &DynamicObject,
         plan: &Plan,
+        decorations: &Result<Decorations, String>,
         secrets: &[String],
     ) -> Result<Next, Failure> {
         if let Some(failure) = self.over_budget(obj, plan).await {
@@ -622,6 +637,16 @@ impl RuleController {
             if let Err(failure) = self.prune(obj, prune).await {
                 return self.failed(obj, plan, failure, secrets).await;
             }
+        }
+        let decorated = match decorations {
+            Ok(d) => self.decorate(d).await,
+            Err(message) => Err(Failure::new(
+                Category::Invalid,
+                format!("decorating: {message}"),
+            )),
+        };
+        if let Err(failure) = decorated {
+            return self.failed(obj, plan, failure, secrets).await;
         }
         if let Err(failure) = self.write_status(obj, &plan.status).await {
             // A status the server refuses (too large, not in its schema)
@@ -651,6 +676,31 @@ impl RuleController {
             }
         }
         Ok(plan.next)
+    }
+
+    /// Applies each decoration as its decorator's field manager: fields
+    /// set, or taken back.
+    async fn decorate(&self, decorations: &Decorations) -> Result<(), Failure> {
+        for d in decorations.apply.iter().chain(&decorations.take_back) {
+            self.fence()?;
+            let kind = self.shared.kinds.resolve(&d.gvk).await.map_err(|e| {
+                Failure::new(Category::Transient, format!("decorating {}: {e}", d.gvk))
+            })?;
+            let api = self.api(&kind, d.namespace.as_deref());
+            let mut pp = PatchParams::apply(&d.manager);
+            pp.force = d.force;
+            let what = format!("decorating {} {} as {}", d.gvk.kind, d.name, d.manager);
+            self.shared
+                .stats
+                .applies
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match api.patch(&d.name, &pp, &Patch::Apply(&d.body)).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {} // gone meanwhile
+                Err(e) => return Err(Failure::of(&e, &what, d.force)),
+            }
+        }
+        Ok(())
     }
 
     /// Spends the write budget of the primary on the plan's applies, or says

@@ -221,9 +221,14 @@ impl Informer {
                     tokio::spawn(async move {
                         let events = watcher(api, watcher::Config::default().any_semantic())
                             .modify(move |o: &mut Incoming| {
+                                // kiln's status entry, and its decorators'
+                                // (`kiln.<rule>.<id>`): what each set where.
                                 o.object.managed_fields_mut().retain(|m| {
-                                    m.manager.as_deref() == Some(keep.as_str())
-                                        && m.subresource.as_deref() == Some("status")
+                                    let manager = m.manager.as_deref().unwrap_or_default();
+                                    (manager == keep && m.subresource.as_deref() == Some("status"))
+                                        || manager
+                                            .strip_prefix(keep.as_str())
+                                            .is_some_and(|rest| rest.starts_with('.'))
                                 });
                             });
                         futures::pin_mut!(events);

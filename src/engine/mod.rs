@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod board;
 pub mod controller;
 pub mod decode;
+pub mod decorate;
 pub mod diff;
 pub mod failure;
 pub mod informer;

@@ -207,6 +207,30 @@ pub struct Child {
     pub adopt: bool,
 }
 
+/// What a decorator patches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecoratorTarget {
+    /// The primary itself.
+    Primary,
+    /// The object (or each object) of this watch.
+    Related(String),
+}
+
+/// Fields kiln sets on an object it does not own (`spec.decorate`).
+#[derive(Debug, Clone)]
+pub struct Decorator {
+    /// Unique within the rule.
+    pub id: String,
+    /// What it patches.
+    pub target: DecoratorTarget,
+    /// Patch only while this is true of the target.
+    pub when: Option<TemplateId>,
+    /// The partial object.
+    pub patch: Tree,
+    /// Whether fields other managers own are taken.
+    pub force: bool,
+}
+
 /// Exponential backoff bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -276,6 +300,8 @@ pub struct Rule {
     pub requeue: Requeue,
     /// Whether applies take over fields other managers own.
     pub force_conflicts: bool,
+    /// Patches to objects kiln does not own.
+    pub decorators: Vec<Decorator>,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
 }

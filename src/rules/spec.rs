@@ -65,6 +65,36 @@ pub struct RawSpec {
     /// How children are applied.
     #[serde(default)]
     pub apply: RawApply,
+    /// Partial patches kiln applies to objects it does not own — the
+    /// primary itself or related objects — each as a field manager of its
+    /// own, removing exactly its fields when it stops applying them.
+    #[serde(default)]
+    pub decorate: Vec<RawDecorator>,
+}
+
+/// A decorator: fields kiln sets on an object it does not own.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawDecorator {
+    /// Unique within the rule; the field manager is `kiln.<rule>.<id>`.
+    pub id: String,
+    /// `self` (the primary) or `related.<watch name>` (the watched object,
+    /// or each object of a selector watch).
+    pub target: String,
+    /// An expression (which may use `target`); the patch applies only while
+    /// it is true (default: always). When it turns false, kiln removes its
+    /// fields from that object.
+    #[serde(default)]
+    pub when: Option<String>,
+    /// The fields to set, as a YAML tree of templates (labels, annotations,
+    /// chosen fields); templates see `target`, the object being decorated.
+    /// Its name, namespace, `apiVersion` and `kind` are the target's.
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub patch: Value,
+    /// Take fields another field manager owns (default `false`: such a
+    /// conflict is reported as `Conflict` and their value stays).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// How children are applied (server-side apply).

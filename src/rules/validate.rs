@@ -14,8 +14,8 @@ use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
-    Backoff, Child, Condition, Diagnostic, Gvk, LabelSelector, Operator, Primary, Requeue,
-    Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
+    Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector,
+    Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
 };
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Step, path_string};
@@ -152,6 +152,7 @@ impl<'a> Checker<'a> {
         let children = self.children(&watch_names, &child_ids);
         let status_fields = self.status_fields(&watch_names, &child_ids);
         let conditions = self.conditions(&watch_names, &child_ids);
+        let decorators = self.decorators(&watch_names, &child_ids);
         let requeue = self.requeue();
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
@@ -175,6 +176,7 @@ impl<'a> Checker<'a> {
             conditions,
             requeue,
             force_conflicts: raw.spec.apply.force_conflicts,
+            decorators,
             templates: self.set,
         })
     }
@@ -538,6 +540,86 @@ impl<'a> Checker<'a> {
             ),
             _ => {}
         }
+    }
+
+    fn decorators(&mut self, watches: &[String], ids: &[String]) -> Vec<Decorator> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule", "target"],
+        };
+        for (i, d) in self.raw.spec.decorate.iter().enumerate() {
+            let at = vec![key("spec"), key("decorate"), Step::Index(i)];
+            let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
+            if !is_identifier(&d.id) {
+                self.error(
+                    &with("id"),
+                    format!("decorator id `{}` must be letters, digits and `_` (it names the field manager `kiln.<rule>.<id>`)", d.id),
+                );
+            } else if !seen.insert(d.id.clone()) {
+                self.error(&with("id"), format!("duplicate decorator id `{}`", d.id));
+            }
+            let target = match d.target.trim() {
+                "self" => Some(DecoratorTarget::Primary),
+                t => match t.strip_prefix("related.") {
+                    Some(name) if watches.iter().any(|w| w == name) => {
+                        Some(DecoratorTarget::Related(name.to_string()))
+                    }
+                    _ => {
+                        let declared = if watches.is_empty() {
+                            "none".to_string()
+                        } else {
+                            watches.join(", ")
+                        };
+                        self.error(
+                            &with("target"),
+                            format!(
+                                "target `{t}` is neither `self` nor `related.<name>` of a watch in spec.watches (declared: {declared})"
+                            ),
+                        );
+                        None
+                    }
+                },
+            };
+            let when = d
+                .when
+                .as_ref()
+                .and_then(|e| self.expr(&with("when"), e, &scope, watches, ids));
+            let patch_at = with("patch");
+            let Some(map) = d.patch.as_object() else {
+                self.error(&patch_at, "the patch must be a map of fields to set");
+                continue;
+            };
+            for field in ["apiVersion", "kind"] {
+                if map.contains_key(field) {
+                    self.error(
+                        &[patch_at.as_slice(), &[key(field)]].concat(),
+                        format!("`{field}` is the target's; remove it from the patch"),
+                    );
+                }
+            }
+            if let Some(meta) = map.get("metadata").and_then(Value::as_object) {
+                for field in ["name", "namespace", "ownerReferences", "managedFields"] {
+                    if meta.contains_key(field) {
+                        self.error(
+                            &[patch_at.as_slice(), &[key("metadata"), key(field)]].concat(),
+                            format!("a decorator cannot set `metadata.{field}`; it patches the target as it is"),
+                        );
+                    }
+                }
+            }
+            let patch = self.tree(&patch_at, &d.patch, &scope, watches, ids);
+            if let (Some(target), Some(patch)) = (target, patch) {
+                out.push(Decorator {
+                    id: d.id.clone(),
+                    target,
+                    when,
+                    patch,
+                    force: d.force,
+                });
+            }
+        }
+        out
     }
 
     fn status_fields(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {

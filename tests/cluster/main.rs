@@ -16,6 +16,7 @@ mod support;
 mod admission;
 mod collections;
 mod declarative;
+mod decorators;
 mod deploy;
 mod engine;
 mod examples;

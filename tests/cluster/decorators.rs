@@ -1,0 +1,138 @@
+//! Decorators (issue 15, item 2): a rule patches objects it does not own —
+//! related Pods, the primary itself — as a field manager of its own, never
+//! taking a field another manager owns unless forced, and taking back
+//! exactly its fields when it stops setting them. The first test is
+//! Metacontroller's service-per-pod example, ported
+//! (`examples/ported/service-per-pod/`).
+
+use serde_json::{Value, json};
+
+use crate::support::scene::{Scene, condition, widget_at};
+use crate::support::{self, rule_from_yaml};
+
+const MANAGER: &str = "kiln.service-per-pod.pod_name";
+
+fn example(file: &str) -> String {
+    std::fs::read_to_string(
+        support::repo_root()
+            .join("examples/ported/service-per-pod")
+            .join(file),
+    )
+    .unwrap()
+}
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "labels": {"app": "nginx", "team": "web"}},
+           "spec": {"automountServiceAccountToken": false,
+                    "containers": [{"name": "nginx", "image": "nginx"}]}})
+}
+
+fn managers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["manager"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_per_pod_labels_each_pod_and_gives_it_a_service() {
+    let rule = example("rule.yaml");
+    let scene = Scene::new("per-pod").await;
+    let sts =
+        kiln::yaml::parse_documents(&example("statefulset.yaml"), kiln::yaml::Limits::default())
+            .unwrap()[0]
+            .to_json();
+    scene.apply(sts).await;
+    for name in ["nginx-0", "nginx-1"] {
+        scene.apply(pod(name)).await;
+    }
+    let scene = scene.running(&[rule_from_yaml(&rule)]).await;
+    for name in ["nginx-0", "nginx-1"] {
+        let p = scene
+            .until("the pod labelled", ("v1", "Pod", name), |p| {
+                p["metadata"]["labels"]["pod-name"] == name
+            })
+            .await;
+        assert_eq!(p["metadata"]["labels"]["team"], "web", "other labels stay");
+        assert!(
+            managers(&p).contains(&MANAGER.to_string()),
+            "{:?}",
+            managers(&p)
+        );
+        let svc = scene
+            .until("its Service", ("v1", "Service", name), |_| true)
+            .await;
+        assert_eq!(svc["spec"]["selector"], json!({"pod-name": name}));
+        assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+    }
+    assert_eq!(
+        scene.writes_during_resync("service-per-pod", 1).await,
+        0,
+        "a converged decoration costs no writes"
+    );
+
+    // The rule stops decorating: exactly its label leaves every Pod.
+    let without: String = rule.split("  decorate:").next().unwrap().to_string()
+        + "  children:"
+        + rule.split("  children:").nth(1).unwrap();
+    scene.engine().replace(rule_from_yaml(&without)).await;
+    for name in ["nginx-0", "nginx-1"] {
+        let p = scene
+            .until("the label taken back", ("v1", "Pod", name), |p| {
+                p["metadata"]["labels"].get("pod-name").is_none()
+            })
+            .await;
+        assert_eq!(p["metadata"]["labels"]["team"], "web");
+        assert!(!managers(&p).contains(&MANAGER.to_string()));
+    }
+    scene.end().await;
+}
+
+const TEAM: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: team}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  decorate:
+    - id: label
+      target: self
+      force: FORCE
+      patch:
+        metadata:
+          labels:
+            team: "{{ self.spec.team }}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decorator_never_takes_a_field_another_manager_owns_unless_forced() {
+    let scene = Scene::new("decorate-self").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "labels": {"team": "mine"}}, "spec": {"team": "platform"}}))
+        .await;
+    let scene = scene
+        .running(&[rule_from_yaml(&TEAM.replace("FORCE", "false"))])
+        .await;
+    let message = scene.refused("w", "Conflict").await;
+    assert!(message.contains("team"), "{message}");
+    let w = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
+    assert_eq!(w["metadata"]["labels"]["team"], "mine", "their value stays");
+
+    // Forced, the rule takes the field.
+    scene
+        .engine()
+        .replace(rule_from_yaml(&TEAM.replace("FORCE", "true")))
+        .await;
+    scene
+        .until("the forced label", widget_at("w"), |w| {
+            w["metadata"]["labels"]["team"] == "platform"
+                && condition(w, "Reconciled")["status"] == "True"
+        })
+        .await;
+    scene.end().await;
+}
