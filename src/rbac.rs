@@ -48,6 +48,10 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         for w in &rule.watches {
             grant(&w.gvk, plural(&w.gvk), READ);
         }
+        // A finalizer on the primary while the rule has `outside` children.
+        if rule.children.iter().any(|c| c.outside) {
+            grant(p, plural(p), &["patch"]);
+        }
         // Decorators patch the primary or related objects they do not own.
         for d in &rule.decorators {
             let target = match &d.target {

@@ -18,6 +18,11 @@ pub const MANAGED_BY: &str = "kiln";
 pub const RULE_LABEL: &str = "kiln.dev/rule";
 /// Label naming the child's id in its rule.
 pub const CHILD_LABEL: &str = "kiln.dev/child";
+/// Label holding the uid of the primary an `outside` child belongs to (it
+/// can carry no owner reference).
+pub const OWNER_UID_LABEL: &str = "kiln.dev/owner-uid";
+/// Annotation naming that primary, for people.
+pub const OWNER_ANNOTATION: &str = "kiln.dev/owner";
 /// Annotation holding a hash of everything kiln applied to a child. A child
 /// whose annotation differs from the hash of what the rule renders now is
 /// applied again, in full, so server-side apply removes every field kiln set
@@ -478,6 +483,9 @@ pub fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a
 struct Owner {
     namespace: Option<String>,
     reference: Option<Value>,
+    uid: Option<String>,
+    /// `<apiVersion> <kind> <namespace>/<name>`, for `outside` children.
+    described: String,
 }
 
 impl Owner {
@@ -497,9 +505,20 @@ impl Owner {
                 "blockOwnerDeletion": true,
             })
         });
+        let described = format!(
+            "{} {} {}",
+            gvk.api_version(),
+            gvk.kind,
+            namespace.as_deref().map_or_else(
+                || meta["name"].as_str().unwrap_or_default().to_string(),
+                |ns| format!("{ns}/{}", meta["name"].as_str().unwrap_or_default())
+            )
+        );
         Self {
             namespace,
             reference,
+            uid: meta["uid"].as_str().map(str::to_string),
+            described,
         }
     }
 }
@@ -534,7 +553,19 @@ fn finish_child(
         .filter(|s| !s.is_empty())
         .map(str::to_string);
     use crate::rules::scope::{Misplaced, placement};
-    let placed = placement(owner.namespace.as_deref(), namespaced, rendered_ns.as_deref())
+    let outside = rule.children.iter().any(|c| c.id == id && c.outside);
+    // An `outside` child goes where its template says (its name and
+    // namespace come from the primary's identity only, checked at load).
+    let here = if outside && rendered_ns.is_some() {
+        rendered_ns.as_deref()
+    } else {
+        owner.namespace.as_deref()
+    };
+    let placed = placement(here, namespaced, rendered_ns.as_deref())
+        .or_else(|m| match m {
+            Misplaced::ClusterScopedChild if outside => Ok(None),
+            m => Err(m),
+        })
         .map_err(|m| {
             let message = match m {
                 Misplaced::OtherNamespace { child, primary } => format!(
@@ -567,7 +598,22 @@ fn finish_child(
     labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
     labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
     labels.insert(CHILD_LABEL.into(), Value::String(id.to_string()));
-    if let Some(reference) = &owner.reference {
+    if outside {
+        // No owner reference can cross namespaces or scopes: the owner's
+        // uid in a label tracks it, and kiln deletes it (finalizer).
+        if let Some(uid) = &owner.uid {
+            labels.insert(OWNER_UID_LABEL.into(), Value::String(uid.clone()));
+        }
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(
+                OWNER_ANNOTATION.into(),
+                Value::String(owner.described.clone()),
+            );
+        }
+    } else if let Some(reference) = &owner.reference {
         meta.insert(
             "ownerReferences".into(),
             Value::Array(vec![reference.clone()]),

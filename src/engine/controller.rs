@@ -195,12 +195,15 @@ impl RuleController {
         let gvk = &self.rule.primary.gvk;
         let made_by_kiln = |child: &DynamicObject| {
             child.labels().get(RULE_LABEL) == Some(&self.rule.name)
-                && child.owner_references().iter().any(|o| {
+                && (child.owner_references().iter().any(|o| {
                     o.controller == Some(true)
                         && o.kind == gvk.kind
                         && o.api_version == gvk.api_version()
                         && primaries.contains(&o.uid)
-                })
+                }) || child
+                    .labels()
+                    .get(render::OWNER_UID_LABEL)
+                    .is_some_and(|uid| primaries.contains(uid)))
         };
         for (gvk, informer) in &self.wiring.children {
             for child in informer.list() {
@@ -307,7 +310,9 @@ impl RuleController {
     fn on_primary(&self, change: &Change<'_>) {
         match change {
             Change::Applied(obj) => {
-                if !self.selects(obj) {
+                // A primary the rule no longer selects is still reconciled
+                // while it holds the rule's finalizer, to release it.
+                if !self.selects(obj) && !self.holds_finalizer(obj) {
                     return;
                 }
                 let key = ObjKey::of(obj);
@@ -371,8 +376,25 @@ impl RuleController {
         let Some(obj) = self.wiring.primary.get(key) else {
             return Ok(Next::Done);
         };
-        if !self.selects(&obj) || obj.metadata.deletion_timestamp.is_some() {
+        let holds = self.holds_finalizer(&obj);
+        if obj.metadata.deletion_timestamp.is_some() {
+            return if holds {
+                self.clean_up(&obj).await
+            } else {
+                Ok(Next::Done)
+            };
+        }
+        if !self.selects(&obj) {
+            if holds {
+                self.set_finalizer(&obj, false).await?;
+            }
             return Ok(Next::Done);
+        }
+        // The finalizer goes on before the first `outside` child is made,
+        // so that no such child outlives its primary.
+        let outside = self.rule.children.iter().any(|c| c.outside);
+        if outside && !holds {
+            self.set_finalizer(&obj, true).await?;
         }
         self.shared
             .stats
@@ -385,7 +407,116 @@ impl RuleController {
         // Reading the watches and rendering run on one big stack (template limits).
         let (plan, secrets, decorations) =
             crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this));
-        self.execute(&obj, &plan, &decorations, &secrets).await
+        let next = self.execute(&obj, &plan, &decorations, &secrets).await?;
+        if holds && !outside {
+            // The rule no longer has `outside` children: nothing to clean up.
+            self.set_finalizer(&obj, false).await?;
+        }
+        Ok(next)
+    }
+
+    /// The finalizer kiln puts on a primary whose rule has `outside`
+    /// children, so that it deletes them before the primary goes.
+    fn finalizer(&self) -> String {
+        format!("kiln.dev/{}", self.rule.name)
+    }
+
+    fn holds_finalizer(&self, obj: &DynamicObject) -> bool {
+        let mine = self.finalizer();
+        obj.finalizers().contains(&mine)
+    }
+
+    /// Adds or removes the rule's finalizer, as a field manager of its own
+    /// (so rules sharing a primary each keep theirs).
+    async fn set_finalizer(&self, obj: &DynamicObject, on: bool) -> Result<(), Failure> {
+        self.fence()?;
+        let key = ObjKey::of(obj);
+        let finalizers: Vec<String> = if on {
+            vec![self.finalizer()]
+        } else {
+            Vec::new()
+        };
+        let mut metadata = serde_json::json!({"name": key.name, "finalizers": finalizers});
+        if let Some(ns) = &key.namespace {
+            metadata["namespace"] = serde_json::json!(ns);
+        }
+        let body = serde_json::json!({
+            "apiVersion": self.rule.primary.gvk.api_version(),
+            "kind": self.rule.primary.gvk.kind,
+            "metadata": metadata,
+        });
+        let manager = format!(
+            "{}-cleanup.{}",
+            self.shared.options.field_manager, self.rule.name
+        );
+        let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
+        self.shared
+            .stats
+            .applies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match api
+            .patch(
+                &key.name,
+                &PatchParams::apply(&manager),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, "setting kiln's finalizer", true)),
+        }
+    }
+
+    /// The primary is being deleted: deletes every child of this rule for it
+    /// (`outside` ones have no owner reference for the garbage collector),
+    /// waits until they are gone, then releases the finalizer. Never from a
+    /// cache kiln cannot fill.
+    async fn clean_up(&self, obj: &DynamicObject) -> Result<Next, Failure> {
+        let Some(uid) = obj.uid() else {
+            return Ok(Next::Done);
+        };
+        if !self.blind().is_empty() {
+            return Ok(Next::After(self.rule.requeue.waiting));
+        }
+        let mut left = 0;
+        for (gvk, informer) in &self.wiring.children {
+            if !informer.is_synced() {
+                return Ok(Next::After(self.rule.requeue.waiting));
+            }
+            for child in informer.owned_by(&uid) {
+                if child.labels().get(RULE_LABEL) != Some(&self.rule.name) {
+                    continue;
+                }
+                left += 1;
+                if child.metadata.deletion_timestamp.is_none() {
+                    let prune = Prune {
+                        gvk: gvk.clone(),
+                        key: ObjKey::of(&child),
+                        uid: child.uid(),
+                    };
+                    self.prune(obj, &prune).await?;
+                }
+            }
+        }
+        if left > 0 {
+            // Wait until they are gone (a Namespace takes its time).
+            return Ok(Next::After(std::time::Duration::from_secs(1)));
+        }
+        self.set_finalizer(obj, false).await?;
+        Ok(Next::Done)
+    }
+
+    /// Releases the rule's finalizer from every primary holding it (the rule
+    /// is removed: nothing would ever release it otherwise).
+    pub async fn release_finalizers(&self) {
+        for obj in self.wiring.primary.list() {
+            if self.holds_finalizer(&obj)
+                && let Err(error) = self.set_finalizer(&obj, false).await
+            {
+                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(&obj), %error, "could not release kiln's finalizer");
+            }
+        }
     }
 
     /// Observes and plans; returns the plan and the Secret values it saw

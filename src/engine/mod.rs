@@ -258,8 +258,12 @@ impl Engine {
     pub async fn remove(&self, name: &str, prune: bool) {
         let controller = self.controller(name);
         self.stop(name).await;
-        if prune && let Some(c) = controller {
-            c.delete_all_children().await;
+        if let Some(c) = controller {
+            if prune {
+                c.delete_all_children().await;
+            }
+            // A finalizer nothing would release blocks deleting the primary.
+            c.release_finalizers().await;
         }
     }
 

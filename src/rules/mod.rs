@@ -205,6 +205,9 @@ pub struct Child {
     pub ready_when: Option<TemplateId>,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
+    /// Whether it lives outside the primary's namespace (tracked by labels,
+    /// cleaned up through a finalizer).
+    pub outside: bool,
 }
 
 /// What a decorator patches.

@@ -238,6 +238,15 @@ pub struct RawChild {
     /// and the primary reports `AlreadyExists`.
     #[serde(default)]
     pub adopt: bool,
+    /// The child lives outside the primary's namespace: cluster-scoped (a
+    /// Namespace), or in a namespace its template names. It is tracked by
+    /// kiln's labels instead of an owner reference and deleted by kiln
+    /// (through a finalizer on the primary) when the primary goes. Its name
+    /// and namespace may use only `self.metadata.name`,
+    /// `self.metadata.namespace`, `self.metadata.uid` and `rule.name`: the
+    /// rule decides where it goes, not the primary's author.
+    #[serde(default)]
+    pub outside: bool,
 }
 
 /// What the engine writes to the primary's status.

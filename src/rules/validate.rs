@@ -403,6 +403,17 @@ impl<'a> Checker<'a> {
                 )
             });
             let template = self.child_template(&with("template"), c, &scope, watches, ids);
+            if c.outside {
+                if c.for_each.is_some() {
+                    self.error(
+                        &with("outside"),
+                        "an `outside` child cannot use `forEach`: its name and namespace come from the primary's identity, not from a list the primary's author writes",
+                    );
+                }
+                if let Some((_, tree)) = &template {
+                    self.where_only_from_identity(tree);
+                }
+            }
             if let Some((gvk, template)) = template {
                 out.push(Child {
                     id: c.id.clone(),
@@ -412,6 +423,7 @@ impl<'a> Checker<'a> {
                     template,
                     ready_when,
                     adopt: c.adopt,
+                    outside: c.outside,
                 });
             }
         }
@@ -495,7 +507,9 @@ impl<'a> Checker<'a> {
             (Some(v), Some(k)) => self.gvk(at, v, k),
             _ => None,
         };
-        if let Some(gvk) = &gvk {
+        if let Some(gvk) = &gvk
+            && !c.outside
+        {
             self.namespace_escape(at, gvk, metadata);
         }
         let tree = self.tree(at, &c.template, scope, watches, ids)?;
@@ -539,6 +553,45 @@ impl<'a> Checker<'a> {
                 ),
             ),
             _ => {}
+        }
+    }
+
+    /// An `outside` child's name and namespace decide where kiln writes:
+    /// they may come from the primary's identity and the rule, never from
+    /// what the primary's author writes in its spec (tenant boundary).
+    fn where_only_from_identity(&mut self, tree: &Tree) {
+        const IDENTITY: &[&str] = &[
+            "self.metadata.name",
+            "self.metadata.namespace",
+            "self.metadata.uid",
+            "rule.name",
+        ];
+        let ids: Vec<TemplateId> = tree.templates().into_iter().cloned().collect();
+        for id in ids {
+            let path = id.path().trim_end_matches(" (key)");
+            if !(path.ends_with(".template.metadata.name")
+                || path.ends_with(".template.metadata.namespace"))
+            {
+                continue;
+            }
+            let bad: Vec<String> = self
+                .set
+                .references(&id)
+                .into_iter()
+                .chain(self.set.self_paths(&id))
+                .filter(|r| !IDENTITY.contains(&r.as_str()))
+                .collect();
+            if !bad.is_empty() {
+                let at = self.steps_of(&id, &[]);
+                self.error(
+                    &at,
+                    format!(
+                        "an `outside` child's name and namespace may use only {}, not `{}`: the rule decides where kiln writes, not the primary's author",
+                        IDENTITY.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", "),
+                        bad.join("`, `")
+                    ),
+                );
+            }
         }
     }
 

@@ -184,6 +184,38 @@ impl TemplateSet {
             .unwrap_or_default()
     }
 
+    /// The paths a template reads of `self` (`self.metadata.name`; a path
+    /// cut at `[` or anything but a name ends with it, and a bare `self` is
+    /// `self`), found in its source: minijinja does not count `self` among
+    /// the variables a template reads.
+    pub fn self_paths(&self, id: &TemplateId) -> BTreeSet<String> {
+        let Ok(template) = self.env.get_template(&id.0) else {
+            return BTreeSet::new();
+        };
+        let source = template.source();
+        let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let mut out = BTreeSet::new();
+        for (at, _) in source.match_indices("self") {
+            let before = source[..at].chars().next_back();
+            if before.is_some_and(|c| is_name(c) || c == '.') {
+                continue;
+            }
+            let rest = &source[at + 4..];
+            if rest.chars().next().is_some_and(is_name) {
+                continue;
+            }
+            let len = rest
+                .find(|c: char| !(is_name(c) || c == '.'))
+                .unwrap_or(rest.len());
+            let mut path = format!("self{}", rest[..len].trim_end_matches('.'));
+            if rest[len..].starts_with('[') {
+                path.push('[');
+            }
+            out.insert(path);
+        }
+        out
+    }
+
     /// Renders a string template, charging its length to `budget`.
     pub fn render_text(
         &self,
@@ -371,6 +403,19 @@ mod tests {
         let mut set = TemplateSet::new();
         let id = set.add_expr("t", src).expect("compiles");
         set.eval(&id, &to_jinja(&ctx), &mut Budget::default())
+    }
+
+    #[test]
+    fn self_paths_are_found_in_the_source() {
+        let mut set = TemplateSet::new();
+        let id = set
+            .add_text("t", "{{ self.metadata.name }}-{{ self.spec.x | lower }}-{{ myself.a }}-{{ self['k'] }}-{{ self }}")
+            .unwrap();
+        let paths: Vec<String> = set.self_paths(&id).into_iter().collect();
+        assert_eq!(
+            paths,
+            ["self", "self.metadata.name", "self.spec.x", "self["]
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod hostile_status;
 mod hostile_templates;
 mod hostile_tenants;
 mod missing_information;
+mod outside;
 mod ownership;
 mod reload;
 mod status_schema;
