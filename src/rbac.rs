@@ -188,6 +188,32 @@ mod tests {
     }
 
     #[test]
+    fn decorated_kinds_and_primaries_with_outside_children_may_be_patched() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let set = crate::rules::load(&[
+            root.join("examples/ported/service-per-pod/rule.yaml"),
+            root.join("tests/fixtures/rules/space.yaml"),
+        ])
+        .unwrap();
+        let role = cluster_role(&set, "kiln", &guess_plural);
+        let grants = |group: &str, resource: &str| -> Vec<String> {
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["apiGroups"][0] == group && r["resources"][0] == resource)
+                .flat_map(|r| r["verbs"].as_array().unwrap().clone())
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        // Pods are decorated (patched), never created or deleted.
+        assert_eq!(grants("", "pods"), ["get", "list", "patch", "watch"]);
+        // The Widget carries the finalizer of its rule's `outside` children.
+        assert!(grants("test.kiln.dev", "widgets").contains(&"patch".to_string()));
+        assert!(grants("", "namespaces").contains(&"delete".to_string()));
+    }
+
+    #[test]
     fn the_role_covers_reads_writes_status_events_leases_and_bindings() {
         let set = crate::rules::load(&[std::path::PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -160,3 +160,13 @@ fn service_per_pod_decorates_each_pod() {
         ],
     ));
 }
+
+/// Children outside the primary's namespace: no owner reference, kiln's
+/// owner label and annotation instead (issue 15, item 5).
+#[test]
+fn outside_children_carry_the_owner_label_not_a_reference() {
+    insta::assert_snapshot!(render_rules(
+        "tests/fixtures/rules/space.yaml",
+        &["--object", "tests/fixtures/objects/space-widget.yaml"],
+    ));
+}

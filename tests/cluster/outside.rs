@@ -12,31 +12,9 @@ use serde_json::json;
 use crate::support::scene::{CONVERGE, Scene, widget_at};
 use crate::support::{self, eventually, rule_from_yaml};
 
-const RULE: &str = r#"
-apiVersion: kiln.dev/v1alpha1
-kind: Rule
-metadata: {name: space}
-spec:
-  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
-  children:
-    - id: space
-      outside: true
-      template:
-        apiVersion: v1
-        kind: Namespace
-        metadata:
-          name: "{{ self.metadata.namespace }}-{{ self.metadata.name }}"
-    - id: settings
-      outside: true
-      template:
-        apiVersion: v1
-        kind: ConfigMap
-        metadata:
-          name: settings
-          namespace: "{{ self.metadata.namespace }}-{{ self.metadata.name }}"
-        data:
-          team: "{{ self.spec.team }}"
-"#;
+fn rule() -> String {
+    std::fs::read_to_string(support::repo_root().join("tests/fixtures/rules/space.yaml")).unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() {
@@ -47,7 +25,7 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
         .await;
     let scene = scene
         .also_watching(&space)
-        .running(&[rule_from_yaml(RULE)])
+        .running(&[rule_from_yaml(&rule())])
         .await;
     let w = scene
         .until("the finalizer", widget_at("w"), |w| {
