@@ -1295,17 +1295,34 @@ fn event_note(message: &str) -> String {
 /// The top-level status fields kiln's field manager owns on the object (its
 /// managed fields for the status subresource, which the cache keeps).
 fn owned_status_fields(obj: &DynamicObject, manager: &str) -> Vec<String> {
-    obj.managed_fields()
+    let statuses = obj
+        .managed_fields()
         .iter()
         .filter(|m| {
             m.manager.as_deref() == Some(manager) && m.subresource.as_deref() == Some("status")
         })
         .filter_map(|m| m.fields_v1.as_ref())
-        .filter_map(|f| f.0.get("f:status").and_then(Value::as_object))
-        .flat_map(|status| status.keys())
-        .filter_map(|k| k.strip_prefix("f:"))
-        .map(str::to_string)
-        .collect()
+        .filter_map(|f| f.0.get("f:status").and_then(Value::as_object));
+    let mut owned = Vec::new();
+    for status in statuses {
+        owned.extend(
+            status
+                .keys()
+                .filter_map(|k| k.strip_prefix("f:"))
+                .map(str::to_string),
+        );
+        // Conditions kiln wrote, by type: `k:{"type":"Ready"}`.
+        let types = status
+            .get("f:conditions")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|cs| cs.keys())
+            .filter_map(|k| k.strip_prefix("k:"))
+            .filter_map(|k| serde_json::from_str::<Value>(k).ok())
+            .filter_map(|k| k["type"].as_str().map(|t| format!("conditions/{t}")));
+        owned.extend(types);
+    }
+    owned
 }
 
 /// Whether kiln writes conditions to this kind's status: custom resources

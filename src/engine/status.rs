@@ -388,20 +388,41 @@ fn fields(rules: &[Contributor<'_>], previous: &Value) -> Map<String, Value> {
 }
 
 /// Whether the object's status already is `desired`: every field kiln
-/// composes is there with exactly that value (conditions as a subset: other
-/// controllers may add theirs), and no field kiln wrote before (`owned`,
-/// from kiln's managed fields) is missing from `desired` — such a field must
-/// leave, which takes a write.
+/// composes is there with exactly that value (conditions by type, in any
+/// order, beside those other controllers add), and nothing kiln wrote
+/// before (`owned`, from kiln's managed fields: a field name, or
+/// `conditions/<type>` for a condition) is missing from `desired` — that
+/// must leave, which takes a write.
 pub fn converged(live: &Value, desired: &Value, owned: &[String]) -> bool {
     let Some(d) = desired.as_object() else {
         return false;
     };
-    owned.iter().all(|k| d.contains_key(k))
-        && d.iter().all(|(k, v)| match live.get(k) {
-            None => v.is_null(),
-            Some(l) if k == "conditions" => super::diff::satisfied(l, v),
-            Some(l) => super::diff::equal(l, v),
-        })
+    let desired_type = |t: &str| {
+        d.get("conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t))
+    };
+    owned.iter().all(|k| match k.strip_prefix("conditions/") {
+        Some(t) => desired_type(t),
+        None => d.contains_key(k),
+    }) && d.iter().all(|(k, v)| match live.get(k) {
+        None => v.is_null(),
+        Some(l) if k == "conditions" => conditions_hold(l, v),
+        Some(l) => super::diff::equal(l, v),
+    })
+}
+
+/// Every desired condition is among the live ones, matched by type.
+fn conditions_hold(live: &Value, desired: &Value) -> bool {
+    let Some(wanted) = desired.as_array() else {
+        return super::diff::satisfied(live, desired);
+    };
+    let have = live.as_array().map(Vec::as_slice).unwrap_or_default();
+    wanted.iter().all(|w| {
+        have.iter()
+            .find(|h| h["type"] == w["type"])
+            .is_some_and(|h| super::diff::satisfied(h, w))
+    })
 }
 
 #[cfg(test)]
@@ -594,6 +615,22 @@ mod tests {
             "T0"
         );
         assert_eq!(by_type(cs, "Ready")["status"], "True");
+    }
+
+    #[test]
+    fn conditions_other_controllers_add_cost_no_write_but_one_kiln_dropped_does() {
+        let ready = json!({"type": "Ready", "status": "True"});
+        let theirs = json!({"type": "Scaled", "status": "True"});
+        let desired = json!({"conditions": [ready]});
+        let live = json!({"conditions": [theirs, ready]});
+        assert!(converged(&live, &desired, &["conditions/Ready".into()]));
+        // kiln wrote `Old` before and composes it no more: it must leave.
+        let with_old = json!({"conditions": [ready, {"type": "Old", "status": "True"}]});
+        assert!(!converged(
+            &with_old,
+            &desired,
+            &["conditions/Ready".into(), "conditions/Old".into()]
+        ));
     }
 
     #[test]

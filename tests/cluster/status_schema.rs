@@ -406,3 +406,50 @@ async fn a_crd_edited_in_place_is_checked_again() {
     engine.shutdown().await;
     scene.end().await;
 }
+
+/// Another controller adds a condition of its own (the CRD's conditions are
+/// a list map keyed by type, as controller-gen publishes them): kiln's are
+/// compared by type, so it costs no writes. Before, the lists' lengths
+/// differed and every resync wrote the status again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_another_controller_adds_costs_no_writes() {
+    let scene = Scene::new("other-cond").await.with_crds(PORTED).await;
+    scene.apply(memcached_object(1)).await;
+    let scene = scene.running(&[rule_from_yaml(MEMCACHED)]).await;
+    scene
+        .until("ready", memcached("cache"), |m| {
+            condition(m, "Ready")["status"] == "True"
+        })
+        .await;
+    let api = crate::support::dynamic_api(
+        &scene.client,
+        &json!("cache.ported.kiln.dev/v1alpha1"),
+        &json!("Memcached"),
+        Some(scene.ns()),
+    )
+    .await;
+    let theirs = json!({"apiVersion": "cache.ported.kiln.dev/v1alpha1", "kind": "Memcached",
+        "metadata": {"name": "cache"},
+        "status": {"conditions": [{"type": "Scaled", "status": "True", "reason": "Done",
+                   "message": "scaled", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    api.patch_status(
+        "cache",
+        &kube::api::PatchParams::apply("other-controller"),
+        &kube::api::Patch::Apply(&theirs),
+    )
+    .await
+    .unwrap();
+    scene
+        .until("both controllers' conditions", memcached("cache"), |m| {
+            condition(m, "Scaled")["status"] == "True" && condition(m, "Ready")["status"] == "True"
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(scene.writes_during_resync("memcached", 1).await, 0);
+    let m = scene
+        .get("cache.ported.kiln.dev/v1alpha1", "Memcached", "cache")
+        .await
+        .unwrap();
+    assert_eq!(condition(&m, "Scaled")["message"], "scaled", "theirs stays");
+    scene.end().await;
+}
