@@ -97,13 +97,7 @@ async fn deny(scene: &Scene, name: &str, resource: &str, expression: &str, messa
     // The policy takes effect once the API server has loaded it: a dry run
     // of what it forbids is refused.
     if resource == "widgets/status" {
-        let widgets = support::dynamic_api(
-            &scene.client,
-            &json!("test.kiln.dev/v1"),
-            &json!("Widget"),
-            Some(scene.ns()),
-        )
-        .await;
+        let widgets = scene.api("test.kiln.dev/v1", "Widget").await;
         eventually("the status policy to deny", CONVERGE, || async {
             let pp = kube::api::PatchParams {
                 dry_run: true,

@@ -52,13 +52,7 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
     );
 
     // Deleted: kiln deletes what it made outside, waits, then lets go.
-    let widgets = support::dynamic_api(
-        &scene.client,
-        &json!("test.kiln.dev/v1"),
-        &json!("Widget"),
-        Some(scene.ns()),
-    )
-    .await;
+    let widgets = scene.api("test.kiln.dev/v1", "Widget").await;
     widgets.delete("w", &Default::default()).await.unwrap();
     eventually("the Widget gone", Duration::from_secs(90), || async {
         scene

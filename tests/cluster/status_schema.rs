@@ -421,13 +421,9 @@ async fn a_condition_another_controller_adds_costs_no_writes() {
             condition(m, "Ready")["status"] == "True"
         })
         .await;
-    let api = crate::support::dynamic_api(
-        &scene.client,
-        &json!("cache.ported.kiln.dev/v1alpha1"),
-        &json!("Memcached"),
-        Some(scene.ns()),
-    )
-    .await;
+    let api = scene
+        .api("cache.ported.kiln.dev/v1alpha1", "Memcached")
+        .await;
     let theirs = json!({"apiVersion": "cache.ported.kiln.dev/v1alpha1", "kind": "Memcached",
         "metadata": {"name": "cache"},
         "status": {"conditions": [{"type": "Scaled", "status": "True", "reason": "Done",

@@ -91,6 +91,17 @@ impl Scene {
         super::apply(&self.client, object, Some(self.ns())).await
     }
 
+    /// The API of a kind, in the namespace when the kind is namespaced.
+    pub async fn api(&self, api_version: &str, kind: &str) -> kube::Api<kube::api::DynamicObject> {
+        super::dynamic_api(
+            &self.client,
+            &serde_json::json!(api_version),
+            &serde_json::json!(kind),
+            Some(self.ns()),
+        )
+        .await
+    }
+
     /// An object in the namespace, now.
     pub async fn get(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
         super::get(&self.client, api_version, kind, self.ns(), name).await
