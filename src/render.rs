@@ -23,6 +23,13 @@ pub const CHILD_LABEL: &str = "kiln.dev/child";
 /// applied again, in full, so server-side apply removes every field kiln set
 /// before and no longer renders (a label, a key, an env var, a port).
 pub const APPLIED_ANNOTATION: &str = "kiln.dev/applied";
+/// Annotation naming the uid of the primary an orphaned child
+/// (`deletionPolicy: Orphan`) was rendered for, in place of an owner
+/// reference: the garbage collector leaves it, kiln still finds it.
+pub const PRIMARY_UID_ANNOTATION: &str = "kiln.dev/primary-uid";
+/// Annotation naming that primary (its name; its namespace is the child's
+/// for a namespaced primary).
+pub const PRIMARY_NAME_ANNOTATION: &str = "kiln.dev/primary-name";
 /// Most children one `forEach` may render.
 pub const MAX_FOR_EACH: usize = 1000;
 
@@ -260,8 +267,7 @@ fn render_on_stack(
             let (object, generated) = generate::drawing(inputs.draw, || {
                 child.template.render(set, &item_ctx, &mut budget)
             });
-            let (object, namespace, name) =
-                finish_child(rule, &child.id, &child.gvk, object?, &owner, scope_of)?;
+            let (object, namespace, name) = finish_child(rule, child, object?, &owner, scope_of)?;
             let live = observed_named(inputs.observed.get(&child.id), &name);
             if !generated.is_empty() {
                 if live.is_some() {
@@ -362,6 +368,8 @@ pub fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a
 struct Owner {
     namespace: Option<String>,
     reference: Option<Value>,
+    /// The primary's name and uid, for an orphaned child's annotations.
+    orphan_of: Option<(Value, String)>,
 }
 
 impl Owner {
@@ -381,9 +389,13 @@ impl Owner {
                 "blockOwnerDeletion": true,
             })
         });
+        let orphan_of = meta["uid"]
+            .as_str()
+            .map(|uid| (meta["name"].clone(), uid.to_string()));
         Self {
             namespace,
             reference,
+            orphan_of,
         }
     }
 }
@@ -392,12 +404,12 @@ impl Owner {
 /// and the hash of it all. Returns the object, its namespace and its name.
 fn finish_child(
     rule: &Rule,
-    id: &str,
-    gvk: &Gvk,
+    child: &crate::rules::Child,
     mut object: Value,
     owner: &Owner,
     scope_of: ScopeOf<'_>,
 ) -> Result<(Value, Option<String>, String), RenderFailure> {
+    let (id, gvk) = (child.id.as_str(), &child.gvk);
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(RenderFailure::child(id, "metadata must render to a map"));
     };
@@ -451,7 +463,9 @@ fn finish_child(
     labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
     labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
     labels.insert(CHILD_LABEL.into(), Value::String(id.to_string()));
-    if let Some(reference) = &owner.reference {
+    if child.deletion_policy == crate::rules::DeletionPolicy::Orphan {
+        orphan(meta, owner).map_err(|message| RenderFailure::child(id, message))?;
+    } else if let Some(reference) = &owner.reference {
         meta.insert(
             "ownerReferences".into(),
             Value::Array(vec![reference.clone()]),
@@ -469,6 +483,21 @@ fn finish_child(
     check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
+}
+
+/// Marks an orphaned child with its primary instead of an owner reference.
+fn orphan(meta: &mut Map<String, Value>, owner: &Owner) -> Result<(), &'static str> {
+    let Some((name, uid)) = &owner.orphan_of else {
+        return Ok(());
+    };
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("metadata.annotations must render to a map")?;
+    annotations.insert(PRIMARY_UID_ANNOTATION.into(), Value::String(uid.clone()));
+    annotations.insert(PRIMARY_NAME_ANNOTATION.into(), name.clone());
+    Ok(())
 }
 
 /// Refuses a name or namespace the API server would not take, before it

@@ -6,9 +6,14 @@
 use std::process::Command;
 
 fn render(args: &[&str]) -> String {
+    render_fixture("rules/", args)
+}
+
+/// `kiln render --rules RULES ARGS`, which must succeed.
+fn render_fixture(rules: &str, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["render", "--rules", "rules/"])
+        .args(["render", "--rules", rules])
         .args(args)
         .output()
         .unwrap();
@@ -108,6 +113,39 @@ fn tenant_namespace() {
 #[test]
 fn schedule_for_each() {
     insta::assert_snapshot!(render(&["--object", "examples/schedule/schedule.yaml"]));
+}
+
+#[test]
+fn default_network_policy_created_once() {
+    insta::assert_snapshot!(render(&[
+        "--object",
+        "examples/default-network-policy/namespace.yaml",
+    ]));
+}
+
+#[test]
+fn lifecycle_policies_created_once_and_orphaned() {
+    insta::assert_snapshot!(render_fixture(
+        "tests/fixtures/lifecycle/rules",
+        &["--object", "tests/fixtures/lifecycle/widget.yaml"],
+    ));
+}
+
+#[test]
+fn a_created_once_child_that_exists_is_not_written() {
+    let out = render_fixture(
+        "tests/fixtures/lifecycle/rules",
+        &[
+            "--object",
+            "tests/fixtures/lifecycle/widget.yaml",
+            "--observed",
+            "defaults=tests/fixtures/lifecycle/w-defaults.yaml",
+        ],
+    );
+    assert!(
+        out.contains("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it"),
+        "{out}"
+    );
 }
 
 #[test]

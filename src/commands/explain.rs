@@ -168,16 +168,19 @@ async fn children(
     let mut out = String::new();
     for (child, ready) in rendered.children.iter().zip(&rendered.readiness) {
         let here = render::observed_named(inputs.observed.get(&child.id), &child.name);
+        let once = rule
+            .children
+            .iter()
+            .any(|c| c.id == child.id && c.update_policy == kiln::rules::UpdatePolicy::CreateOnce);
+        let readiness = if ready.ready {
+            ", ready"
+        } else {
+            ", not ready"
+        };
         let state = match here {
             None => "missing: kiln would create it".to_string(),
-            Some(l) if converged(l, &child.object, None) => format!(
-                "applied{}",
-                if ready.ready {
-                    ", ready"
-                } else {
-                    ", not ready"
-                }
-            ),
+            Some(_) if once => format!("created once: kiln does not write it again{readiness}"),
+            Some(l) if converged(l, &child.object, None) => format!("applied{readiness}"),
             Some(_) => "would change: the live object lacks or differs in a field the rule sets"
                 .to_string(),
         };
@@ -317,6 +320,8 @@ async fn live_children(
                         refs.iter()
                             .any(|r| r["uid"] == uid && r["controller"] == true)
                     })
+                    // An orphaned child names its primary instead.
+                    || o["metadata"]["annotations"][render::PRIMARY_UID_ANNOTATION] == uid
             })
             .collect();
         by_name(&mut items);

@@ -78,16 +78,21 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let namespace = inputs.primary["metadata"]["namespace"].as_str();
     let labels: std::collections::BTreeMap<String, String> =
         serde_json::from_value(inputs.primary["metadata"]["labels"].clone()).unwrap_or_default();
-    for rule in matching {
+    // Several rules on the kind (none picked with --rule): the object needs
+    // only one of them to select it.
+    let several = matching.len() > 1;
+    let mut selected = 0;
+    for rule in &matching {
         if let Some(why) = rule.primary.refusal(namespace, &labels) {
             eprintln!(
                 "rule `{}` does not select {}: {why}; the engine would not reconcile it",
                 rule.name,
                 args.object.display()
             );
-            failed = true;
+            failed |= !several;
             continue;
         }
+        selected += 1;
         println!("# rule: {}", rule.name);
         let missing = render::missing_required(rule, &inputs);
         if !missing.is_empty() {
@@ -113,11 +118,34 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if failed {
+    Ok(if failed || selected == 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Says what the engine does with a child whose lifecycle is not the default.
+fn print_policies(rule: &Rule, inputs: &Inputs, child: &kiln::render::DesiredChild) {
+    use kiln::rules::{DeletionPolicy, UpdatePolicy};
+    let Some(spec) = rule.children.iter().find(|c| c.id == child.id) else {
+        return;
+    };
+    if spec.update_policy == UpdatePolicy::CreateOnce {
+        let live = kiln::render::observed_named(inputs.observed.get(&child.id), &child.name);
+        if live.is_some() {
+            println!("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it");
+        } else {
+            println!(
+                "# updatePolicy: CreateOnce: the engine applies this only while the child does not exist, and never rewrites it"
+            );
+        }
+    }
+    if spec.deletion_policy == DeletionPolicy::Orphan {
+        println!(
+            "# deletionPolicy: Orphan: no owner reference; left behind when the primary goes or stops rendering it"
+        );
+    }
 }
 
 fn print_rendered(
@@ -136,6 +164,7 @@ fn print_rendered(
                 child.id, child.id
             );
         }
+        print_policies(rule, inputs, child);
         if !child.generated.is_empty() {
             println!(
                 "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"

@@ -331,17 +331,26 @@ impl RuleController {
         }
         let gvk = &self.rule.primary.gvk;
         let namespaced = self.wiring.primary.kind().namespaced;
+        let namespace = if namespaced { obj.namespace() } else { None };
         for owner in obj.owner_references() {
             if owner.controller == Some(true)
                 && owner.kind == gvk.kind
                 && owner.api_version == gvk.api_version()
             {
-                let namespace = if namespaced { obj.namespace() } else { None };
                 self.enqueue(ObjKey {
-                    namespace,
+                    namespace: namespace.clone(),
                     name: owner.name.clone(),
                 });
             }
+        }
+        // An orphaned child names its primary in annotations instead.
+        if let Some(name) = obj.annotations().get(render::PRIMARY_NAME_ANNOTATION)
+            && obj.owner_references().is_empty()
+        {
+            self.enqueue(ObjKey {
+                namespace,
+                name: name.clone(),
+            });
         }
     }
 
@@ -476,6 +485,7 @@ impl RuleController {
                     key: ObjKey::of(&child),
                     uid: child.uid(),
                     deleting: child.metadata.deletion_timestamp.is_some(),
+                    orphan: orphan_of(&child, &uid),
                 });
             }
         }
@@ -986,6 +996,17 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
             f(&this, change);
         }
     })
+}
+
+/// Whether a child of the primary `uid` was left to outlive it: found by
+/// the annotation naming the primary, with no owner reference to it.
+fn orphan_of(child: &DynamicObject, uid: &str) -> bool {
+    child
+        .annotations()
+        .get(render::PRIMARY_UID_ANNOTATION)
+        .map(String::as_str)
+        == Some(uid)
+        && !child.owner_references().iter().any(|o| o.uid == uid)
 }
 
 /// Who holds an object kiln found where it would create a child.

@@ -72,11 +72,8 @@ struct Store {
 impl Store {
     fn insert(&mut self, obj: Arc<DynamicObject>) -> Option<Arc<DynamicObject>> {
         let key = ObjKey::of(&obj);
-        for owner in obj.owner_references() {
-            self.owned
-                .entry(owner.uid.clone())
-                .or_default()
-                .insert(key.clone());
+        for owner in owner_uids(&obj) {
+            self.owned.entry(owner).or_default().insert(key.clone());
         }
         let old = self.objects.insert(key.clone(), obj);
         if let Some(old) = &old {
@@ -97,21 +94,31 @@ impl Store {
         } else {
             self.objects
                 .get(key)
-                .map(|o| o.owner_references().iter().map(|r| r.uid.clone()).collect())
+                .map(|o| owner_uids(o).collect())
                 .unwrap_or_default()
         };
-        for owner in old.owner_references() {
-            if current.contains(&owner.uid) {
+        for owner in owner_uids(old) {
+            if current.contains(&owner) {
                 continue;
             }
-            if let Some(set) = self.owned.get_mut(&owner.uid) {
+            if let Some(set) = self.owned.get_mut(&owner) {
                 set.remove(key);
                 if set.is_empty() {
-                    self.owned.remove(&owner.uid);
+                    self.owned.remove(&owner);
                 }
             }
         }
     }
+}
+
+/// The uids an object is indexed under: its owner references, and the
+/// primary an orphaned kiln child names (it has no owner reference).
+fn owner_uids(obj: &DynamicObject) -> impl Iterator<Item = String> + '_ {
+    obj.owner_references().iter().map(|r| r.uid.clone()).chain(
+        obj.annotations()
+            .get(crate::render::PRIMARY_UID_ANNOTATION)
+            .cloned(),
+    )
 }
 
 /// A shared watch + cache for one kind.
@@ -501,7 +508,8 @@ impl Informer {
         self.read().objects.values().cloned().collect()
     }
 
-    /// Cached objects with an owner reference to `uid`.
+    /// Cached objects with an owner reference to `uid` (or, for an orphaned
+    /// kiln child, naming `uid` as its primary).
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let store = self.read();
         store

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::Diagnostic;
+pub use spec::{DeletionPolicy, UpdatePolicy};
 
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 
@@ -196,6 +197,10 @@ pub struct Child {
     pub ready_when: Option<TemplateId>,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
+    /// Whether a child that exists is written again.
+    pub update_policy: UpdatePolicy,
+    /// Whether the child goes with its primary and is pruned.
+    pub deletion_policy: DeletionPolicy,
 }
 
 /// Exponential backoff bounds.

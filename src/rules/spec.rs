@@ -208,6 +208,37 @@ pub struct RawChild {
     /// and the primary reports `AlreadyExists`.
     #[serde(default)]
     pub adopt: bool,
+    /// `Always` (default): kiln keeps the child as the rule renders it.
+    /// `CreateOnce`: kiln creates the child when it does not exist and never
+    /// writes it again once it does (users may change it).
+    #[serde(default)]
+    pub update_policy: UpdatePolicy,
+    /// `Delete` (default): the child has a controller owner reference to the
+    /// primary, goes with it, and is deleted when no longer rendered.
+    /// `Orphan`: no owner reference; the child stays when the primary goes
+    /// or stops rendering it.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// When kiln writes a child that exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum UpdatePolicy {
+    /// Apply whatever differs from the rendered child, on every reconcile.
+    #[default]
+    Always,
+    /// Apply only while the child does not exist; never rewrite it.
+    CreateOnce,
+}
+
+/// What becomes of a child when its primary goes or stops rendering it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Owned by the primary: garbage-collected with it, pruned when no longer rendered.
+    #[default]
+    Delete,
+    /// Left behind: no owner reference, never pruned.
+    Orphan,
 }
 
 /// What the engine writes to the primary's status.

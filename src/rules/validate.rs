@@ -391,6 +391,8 @@ impl<'a> Checker<'a> {
                     template,
                     ready_when,
                     adopt: c.adopt,
+                    update_policy: c.update_policy,
+                    deletion_policy: c.deletion_policy,
                 });
             }
         }

@@ -30,6 +30,7 @@ mod hostile_secrets;
 mod hostile_status;
 mod hostile_templates;
 mod hostile_tenants;
+mod lifecycle;
 mod missing_information;
 mod ownership;
 mod reload;
