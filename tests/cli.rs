@@ -186,3 +186,20 @@ spec:
         );
     }
 }
+
+#[test]
+fn validate_explains_a_watch_that_reads_every_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("peers.yaml");
+    std::fs::write(
+        &rule,
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: peers}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: App}\n  watches:\n    - {name: peers, apiVersion: v1, kind: ConfigMap, selector: {allNamespaces: true}}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = kiln(&["validate", rule.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("note: rule `peers`: related.peers reads the ConfigMap objects it selects in every namespace kiln watches (allNamespaces)"),
+        "{out}"
+    );
+}

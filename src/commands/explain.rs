@@ -253,9 +253,14 @@ async fn related(
             }
             WatchTarget::Selector {
                 match_labels,
+                match_expressions,
                 namespace,
+                all_namespaces,
             } => {
-                let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
+                let ns = match all_namespaces {
+                    true => None,
+                    false => namespace_of(watch, namespaced, namespace, key, &mut text)?,
+                };
                 let mut selector = Vec::new();
                 for (k, piece) in match_labels {
                     selector.push(format!("{k}={}", text(piece)?));
@@ -264,9 +269,16 @@ async fn related(
                     .list(&ListParams::default().labels(&selector.join(",")))
                     .await
                     .map_err(|e| Refusal::Template(e.to_string()))?;
+                let expressions = kiln::rules::LabelSelector {
+                    match_labels: BTreeMap::new(),
+                    match_expressions: match_expressions.clone(),
+                };
                 let mut items: Vec<Value> = list
                     .items
                     .into_iter()
+                    .filter(|o| {
+                        expressions.matches(o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                    })
                     .map(|o| serde_json::to_value(o).unwrap_or_default())
                     .collect();
                 by_name(&mut items);

@@ -573,18 +573,23 @@ impl RuleController {
                 }
                 WatchTarget::Selector {
                     match_labels,
+                    match_expressions,
                     namespace,
+                    all_namespaces,
                 } => {
                     let mut labels = BTreeMap::new();
                     for (k, piece) in match_labels {
                         labels.insert(k.clone(), text(piece)?);
                     }
-                    let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
+                    let ns = match all_namespaces {
+                        true => None,
+                        false => namespace_of(watch, namespaced, namespace, key, &mut text)?,
+                    };
                     let selector = LabelSelector {
                         match_labels: labels,
-                        match_expressions: Vec::new(),
+                        match_expressions: match_expressions.clone(),
                     };
-                    let found = matching(informer, ns.as_deref(), &selector);
+                    let found = matching(informer, ns.as_deref(), *all_namespaces, &selector);
                     if found.is_empty() && watch.required {
                         observed.missing.push(format!(
                             "{} with labels {:?} (related.{})",
@@ -594,6 +599,7 @@ impl RuleController {
                     selectors.push(SelectorRef {
                         watch: watch.name.clone(),
                         namespace: ns,
+                        all_namespaces: *all_namespaces,
                         selector,
                     });
                     Some(Value::Array(found))
@@ -1025,18 +1031,28 @@ fn field_names(rule: &Rule) -> Vec<&str> {
     rule.status_fields.iter().map(|(n, _)| n.as_str()).collect()
 }
 
-/// The cached objects in `namespace` that `selector` matches, by name.
-fn matching(informer: &Informer, namespace: Option<&str>, selector: &LabelSelector) -> Vec<Value> {
+/// The cached objects in `namespace` (or in every namespace, with `all`)
+/// that `selector` matches, by name (then namespace).
+fn matching(
+    informer: &Informer,
+    namespace: Option<&str>,
+    all: bool,
+    selector: &LabelSelector,
+) -> Vec<Value> {
     let mut found: Vec<Value> = informer
         .list()
         .into_iter()
-        .filter(|o| o.namespace().as_deref() == namespace && selector.matches(o.labels()))
+        .filter(|o| (all || o.namespace().as_deref() == namespace) && selector.matches(o.labels()))
         .map(|o| to_json(&o))
         .collect();
     found.sort_by(|a, b| {
-        a["metadata"]["name"]
-            .as_str()
-            .cmp(&b["metadata"]["name"].as_str())
+        let at = |o: &Value| {
+            (
+                o["metadata"]["name"].as_str().map(str::to_string),
+                o["metadata"]["namespace"].as_str().map(str::to_string),
+            )
+        };
+        at(a).cmp(&at(b))
     });
     found
 }

@@ -11,6 +11,7 @@ pub mod diagnostic;
 pub mod duration;
 pub mod load;
 pub mod names;
+pub mod reach;
 pub mod scope;
 pub mod spec;
 mod validate;
@@ -60,6 +61,8 @@ pub struct Primary {
     pub gvk: Gvk,
     /// Only these namespaces (empty: all).
     pub namespaces: Vec<String>,
+    /// Never these namespaces.
+    pub exclude_namespaces: Vec<String>,
     /// Only objects matching this selector.
     pub selector: Option<LabelSelector>,
 }
@@ -84,6 +87,11 @@ impl Primary {
                 "its namespace ({}) is not in spec.for.namespaces ({})",
                 namespace.unwrap_or("none"),
                 self.namespaces.join(", ")
+            ));
+        }
+        if let Some(ns) = namespace.filter(|ns| self.exclude_namespaces.iter().any(|n| n == ns)) {
+            return Some(format!(
+                "its namespace ({ns}) is in spec.for.excludeNamespaces"
             ));
         }
         match &self.selector {
@@ -160,8 +168,12 @@ pub enum WatchTarget {
     Selector {
         /// Label key and value template.
         match_labels: Vec<(String, Piece)>,
+        /// Set-based requirements (literal).
+        match_expressions: Vec<Requirement>,
         /// Namespace template; `None` means the primary's namespace.
         namespace: Option<Piece>,
+        /// Every namespace kiln watches (then `namespace` is `None`).
+        all_namespaces: bool,
     },
 }
 
@@ -311,5 +323,34 @@ fn validate_sources(
         Ok(set)
     } else {
         Err(diagnostics)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_excluded_namespace_is_never_selected_and_says_why() {
+        let primary = Primary {
+            gvk: Gvk {
+                group: "demo.kiln.dev".into(),
+                version: "v1".into(),
+                kind: "App".into(),
+            },
+            namespaces: Vec::new(),
+            exclude_namespaces: vec!["kube-system".into()],
+            selector: None,
+        };
+        let labels = BTreeMap::new();
+        assert!(primary.selects(Some("team"), &labels));
+        assert!(
+            primary.selects(None, &labels),
+            "cluster-scoped: no namespace to exclude"
+        );
+        assert_eq!(
+            primary.refusal(Some("kube-system"), &labels).as_deref(),
+            Some("its namespace (kube-system) is in spec.for.excludeNamespaces")
+        );
     }
 }

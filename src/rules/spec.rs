@@ -101,6 +101,9 @@ pub struct RawFor {
     /// Only these namespaces; empty means all.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// Never objects in these namespaces (e.g. `kube-system`).
+    #[serde(default)]
+    pub exclude_namespaces: Vec<String>,
     /// Only objects with these labels.
     #[serde(default)]
     pub selector: Option<RawLabelSelector>,
@@ -173,11 +176,20 @@ pub struct RawRef {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawWatchSelector {
-    /// Label values (each a template) the objects must have.
+    /// Label values (each a template) the objects must have. With no
+    /// labels and no expressions, every object is selected.
+    #[serde(default)]
     pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements (literal), all of which must hold.
+    #[serde(default)]
+    pub match_expressions: Vec<RawLabelRequirement>,
     /// Template for the namespace to look in (default: the primary's).
     #[serde(default)]
     pub namespace: Option<String>,
+    /// Look in every namespace kiln watches (a literal choice of the rule's
+    /// author; not with `namespace`).
+    #[serde(default)]
+    pub all_namespaces: bool,
 }
 
 /// A child object rendered for each primary.

@@ -174,11 +174,34 @@ impl<'a> Checker<'a> {
         }
         let at = [key("spec"), key("for"), key("selector")];
         let selector = f.selector.as_ref().map(|sel| self.selector(&at, sel));
+        self.exclusions(&f.namespaces, &f.exclude_namespaces);
         Some(Primary {
             gvk: gvk?,
             namespaces: f.namespaces.clone(),
+            exclude_namespaces: f.exclude_namespaces.clone(),
             selector,
         })
+    }
+
+    /// `spec.for.excludeNamespaces`: namespace names, none also listed in
+    /// `namespaces` (it would take nothing from there).
+    fn exclusions(&mut self, included: &[String], excluded: &[String]) {
+        for (i, ns) in excluded.iter().enumerate() {
+            let at = [
+                key("spec"),
+                key("for"),
+                key("excludeNamespaces"),
+                Step::Index(i),
+            ];
+            if let Err(why) = dns_label(ns) {
+                self.error(&at, format!("namespace `{}` {why}", ns.escape_debug()));
+            } else if included.contains(ns) {
+                self.error(
+                    &at,
+                    format!("namespace `{ns}` is both in spec.for.namespaces and excluded"),
+                );
+            }
+        }
     }
 
     fn gvk(&mut self, at: &[Step], api_version: &str, kind: &str) -> Option<Gvk> {
@@ -306,12 +329,17 @@ impl<'a> Checker<'a> {
             }
             (None, Some(sel)) => {
                 let base = [at, &[key("selector")]].concat();
-                if sel.match_labels.is_empty() {
+                if sel.all_namespaces && sel.namespace.is_some() {
                     self.error(
-                        &base,
-                        "a watch selector needs at least one label in matchLabels",
+                        &[base.as_slice(), &[key("allNamespaces")]].concat(),
+                        "a watch selector looks in one `namespace` or in `allNamespaces`, not both",
                     );
                 }
+                let expressions = RawLabelSelector {
+                    match_labels: Default::default(),
+                    match_expressions: sel.match_expressions.clone(),
+                };
+                let match_expressions = self.selector(&base, &expressions).match_expressions;
                 let mut labels = Vec::new();
                 for (k, v) in &sel.match_labels {
                     let p = [base.as_slice(), &[key("matchLabels"), key(k)]].concat();
@@ -325,7 +353,9 @@ impl<'a> Checker<'a> {
                     .and_then(|ns| self.namespace_piece(&base, ns, scope));
                 Some(WatchTarget::Selector {
                     match_labels: labels,
+                    match_expressions,
                     namespace,
+                    all_namespaces: sel.all_namespaces,
                 })
             }
             (Some(_), Some(_)) => {

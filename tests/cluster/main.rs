@@ -34,3 +34,4 @@ mod lifecycle;
 mod missing_information;
 mod ownership;
 mod reload;
+mod selecting;
