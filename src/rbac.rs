@@ -35,6 +35,10 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         for w in &rule.watches {
             grant(&w.gvk, plural(&w.gvk), READ);
         }
+        if rule.primary.namespace_selector.is_some() {
+            let ns = crate::rules::namespace_gvk();
+            grant(&ns, plural(&ns), READ);
+        }
         for c in &rule.children {
             grant(&c.gvk, plural(&c.gvk), READ);
             grant(&c.gvk, plural(&c.gvk), WRITE);

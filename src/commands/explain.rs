@@ -77,8 +77,30 @@ async fn explain(
     if taking.is_empty() {
         out.push_str(&format!("  no rule takes {}\n", gvk));
     }
+    // The labels of the object's namespace, for `spec.for.namespaceSelector`.
+    let namespace_labels = match &key.namespace {
+        Some(ns)
+            if taking
+                .iter()
+                .any(|r| r.primary.namespace_selector.is_some()) =>
+        {
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .get_opt(ns)
+                .await?
+                .map(|n| n.metadata.labels.unwrap_or_default())
+        }
+        _ => None,
+    };
     for rule in taking {
-        match rule.primary.refusal(key.namespace.as_deref(), &labels) {
+        let refusal = rule
+            .primary
+            .refusal(key.namespace.as_deref(), &labels)
+            .or_else(|| {
+                let ns = key.namespace.as_deref()?;
+                rule.primary
+                    .namespace_refusal(ns, namespace_labels.as_ref())
+            });
+        match refusal {
             Some(why) => out.push_str(&format!("  {}: does not select it: {why}\n", rule.name)),
             None => {
                 out.push_str(&format!("  {}: selects it\n", rule.name));

@@ -93,6 +93,12 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         selected += 1;
+        if let (Some(ns), Some(_)) = (namespace, &rule.primary.namespace_selector) {
+            eprintln!(
+                "note: rule `{}` takes objects only in namespaces matching spec.for.namespaceSelector; the labels of `{ns}` are not known offline, so that is not checked",
+                rule.name
+            );
+        }
         println!("# rule: {}", rule.name);
         let missing = render::missing_required(rule, &inputs);
         if !missing.is_empty() {

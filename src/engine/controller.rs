@@ -41,6 +41,8 @@ pub struct Wiring {
     pub children: HashMap<Gvk, Arc<Informer>>,
     /// Watch name → informer of the watched kind.
     pub related: HashMap<String, Arc<Informer>>,
+    /// Namespaces, when the rule selects primaries by their namespace's labels.
+    pub namespaces: Option<Arc<Informer>>,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -134,6 +136,12 @@ impl RuleController {
             subs.push((
                 informer.clone(),
                 informer.subscribe(handler(&weak, Self::on_child)),
+            ));
+        }
+        if let Some(informer) = &this.wiring.namespaces {
+            subs.push((
+                informer.clone(),
+                informer.subscribe(handler(&weak, Self::on_namespace)),
             ));
         }
         for (watch, informer) in &this.wiring.related {
@@ -354,6 +362,18 @@ impl RuleController {
         }
     }
 
+    /// A Namespace changed (its labels, say): its primaries are looked at
+    /// again, as `spec.for.namespaceSelector` may take them now.
+    fn on_namespace(&self, change: &Change<'_>) {
+        let (Change::Applied(ns) | Change::Deleted(ns)) = change;
+        let name = ns.name_any();
+        for obj in self.wiring.primary.list() {
+            if obj.namespace().as_deref() == Some(name.as_str()) && self.selects(&obj) {
+                self.enqueue(ObjKey::of(&obj));
+            }
+        }
+    }
+
     fn on_related(&self, watch: &str, change: &Change<'_>) {
         let (Change::Applied(obj) | Change::Deleted(obj)) = change;
         let key = ObjKey::of(obj);
@@ -364,9 +384,23 @@ impl RuleController {
     }
 
     fn selects(&self, obj: &DynamicObject) -> bool {
-        self.rule
-            .primary
-            .selects(obj.namespace().as_deref(), obj.labels())
+        let primary = &self.rule.primary;
+        let namespace = obj.namespace();
+        primary.selects(namespace.as_deref(), obj.labels())
+            && match (&self.wiring.namespaces, namespace) {
+                (Some(namespaces), Some(ns)) => {
+                    let found = namespaces.get(&ObjKey {
+                        namespace: None,
+                        name: ns.clone(),
+                    });
+                    // Not in the cache (yet): not taken; the Namespace's
+                    // arrival queues it again.
+                    let labels = found.as_ref().map(|n| n.labels());
+                    primary.namespace_refusal(&ns, labels).is_none()
+                }
+                (Some(_), None) => false,
+                (None, _) => true,
+            }
     }
 
     // --- reconcile: observe, plan, execute ------------------------------

@@ -375,6 +375,13 @@ fn kinds_of(rule: &Rule) -> Vec<Gvk> {
         .iter()
         .map(|c| &c.gvk)
         .chain(rule.watches.iter().map(|w| &w.gvk))
+        .chain(
+            rule.primary
+                .namespace_selector
+                .as_ref()
+                .map(|_| crate::rules::namespace_gvk())
+                .as_ref(),
+        )
     {
         if !out.contains(gvk) {
             out.push(gvk.clone());
@@ -476,6 +483,11 @@ async fn run_resolved(
             related.insert(watch.name.clone(), i);
         }
     }
+    let namespaces_of_primaries = rule
+        .primary
+        .namespace_selector
+        .as_ref()
+        .and_then(|_| informer(&crate::rules::namespace_gvk()));
     let release = |acquired: &[Arc<informer::Informer>]| {
         for i in acquired {
             shared.informers.release(&i.kind().gvk);
@@ -489,6 +501,7 @@ async fn run_resolved(
         primary: primary.clone(),
         children,
         related,
+        namespaces: namespaces_of_primaries,
     };
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     let gone = |acquired: &[Arc<informer::Informer>]| {

@@ -65,6 +65,17 @@ pub struct Primary {
     pub exclude_namespaces: Vec<String>,
     /// Only objects matching this selector.
     pub selector: Option<LabelSelector>,
+    /// Only objects in namespaces whose labels match this selector.
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// The core `Namespace` kind (watched for `spec.for.namespaceSelector`).
+pub fn namespace_gvk() -> Gvk {
+    Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Namespace".into(),
+    }
 }
 
 impl Primary {
@@ -73,8 +84,29 @@ impl Primary {
         self.refusal(namespace, labels).is_none()
     }
 
+    /// Why `spec.for.namespaceSelector` does not take an object in a
+    /// namespace with these labels (`None` for labels: the Namespace is not
+    /// known, so nothing is taken); `None` when it does.
+    pub fn namespace_refusal(
+        &self,
+        namespace: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> Option<String> {
+        let selector = self.namespace_selector.as_ref()?;
+        match labels {
+            None => Some(format!(
+                "its namespace ({namespace}) is not known (yet), so spec.for.namespaceSelector cannot be checked"
+            )),
+            Some(l) if !selector.matches(l) => Some(format!(
+                "the labels of its namespace ({namespace}) {l:?} do not match spec.for.namespaceSelector"
+            )),
+            Some(_) => None,
+        }
+    }
+
     /// Why the rule does not take an object in `namespace` with these
-    /// labels; `None` when it does.
+    /// labels; `None` when it does. (Not `namespaceSelector`: see
+    /// [`Primary::namespace_refusal`].)
     pub fn refusal(
         &self,
         namespace: Option<&str>,
@@ -341,6 +373,7 @@ mod tests {
             namespaces: Vec::new(),
             exclude_namespaces: vec!["kube-system".into()],
             selector: None,
+            namespace_selector: None,
         };
         let labels = BTreeMap::new();
         assert!(primary.selects(Some("team"), &labels));
@@ -351,6 +384,34 @@ mod tests {
         assert_eq!(
             primary.refusal(Some("kube-system"), &labels).as_deref(),
             Some("its namespace (kube-system) is in spec.for.excludeNamespaces")
+        );
+    }
+
+    #[test]
+    fn a_namespace_selector_takes_only_namespaces_it_matches_and_never_an_unknown_one() {
+        let primary = Primary {
+            gvk: namespace_gvk(),
+            namespaces: Vec::new(),
+            exclude_namespaces: Vec::new(),
+            selector: None,
+            namespace_selector: Some(LabelSelector {
+                match_labels: [("team".to_string(), "a".to_string())].into(),
+                match_expressions: Vec::new(),
+            }),
+        };
+        let team_a: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        assert_eq!(primary.namespace_refusal("ns", Some(&team_a)), None);
+        assert!(
+            primary
+                .namespace_refusal("ns", Some(&BTreeMap::new()))
+                .is_some()
+        );
+        assert!(
+            primary
+                .namespace_refusal("ns", None)
+                .unwrap()
+                .contains("not known"),
+            "never act on missing information"
         );
     }
 }

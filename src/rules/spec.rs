@@ -107,6 +107,9 @@ pub struct RawFor {
     /// Only objects with these labels.
     #[serde(default)]
     pub selector: Option<RawLabelSelector>,
+    /// Only objects in namespaces with these labels (namespaced primaries).
+    #[serde(default)]
+    pub namespace_selector: Option<RawLabelSelector>,
 }
 
 /// A Kubernetes label selector.

@@ -175,11 +175,19 @@ impl<'a> Checker<'a> {
         let at = [key("spec"), key("for"), key("selector")];
         let selector = f.selector.as_ref().map(|sel| self.selector(&at, sel));
         self.exclusions(&f.namespaces, &f.exclude_namespaces);
+        let at = [key("spec"), key("for"), key("namespaceSelector")];
+        let namespace_selector = f.namespace_selector.as_ref().map(|sel| {
+            if gvk.as_ref().and_then(well_known_scope) == Some(false) {
+                self.error(&at, format!("{} is cluster-scoped: its objects are in no namespace, so namespaceSelector would take none (select them with `selector`)", f.kind));
+            }
+            self.selector(&at, sel)
+        });
         Some(Primary {
             gvk: gvk?,
             namespaces: f.namespaces.clone(),
             exclude_namespaces: f.exclude_namespaces.clone(),
             selector,
+            namespace_selector,
         })
     }
 

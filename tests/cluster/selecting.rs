@@ -78,17 +78,19 @@ async fn a_selector_watch_with_expressions_reads_every_namespace_when_the_rule_s
     other.delete().await;
 }
 
-fn excluding(namespace: &str) -> String {
+/// A rule on Widgets with one ConfigMap child, and `for_extra` added to
+/// `spec.for` (indented lines).
+fn widget_rule(name: &str, for_extra: &str) -> String {
     format!(
         r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule
-metadata: {{name: excluding}}
+metadata: {{name: {name}}}
 spec:
   for:
     apiVersion: test.kiln.dev/v1
     kind: Widget
-    excludeNamespaces: [{namespace}]
+{for_extra}
   children:
     - id: main
       template:
@@ -111,7 +113,8 @@ async fn an_excluded_namespace_is_never_reconciled() {
     let widget = json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}});
     scene.apply(widget.clone()).await;
     support::apply(&client, widget, Some(excluded.name())).await;
-    let rule = support::rule_from_yaml(&excluding(excluded.name()));
+    let exclude = format!("    excludeNamespaces: [{}]", excluded.name());
+    let rule = support::rule_from_yaml(&widget_rule("excluding", &exclude));
     let scene = scene.running(&[rule]).await;
     scene
         .until("the child here", configmap("w"), |_| true)
@@ -129,4 +132,48 @@ async fn an_excluded_namespace_is_never_reconciled() {
     assert!(status["status"].is_null(), "{}", status["status"]);
     scene.end().await;
     excluded.delete().await;
+}
+
+const GOLD: &str = "    namespaceSelector:
+      matchExpressions:
+        - {key: kiln.dev/tier, operator: In, values: [gold]}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_takes_primaries_only_where_the_namespace_matches() {
+    let client = support::admin_client().await;
+    let plain = TestNamespace::new(&client, "sel-plain").await;
+    let scene = Scene::new("sel-gold")
+        .await
+        .with_widgets()
+        .await
+        .also_watching(plain.name());
+    let gold = json!({"metadata": {"labels": {"kiln.dev/tier": "gold"}}});
+    let namespace = ("v1", "Namespace");
+    support::edit(&client, namespace, None, scene.ns(), gold.clone()).await;
+    let widget = json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}});
+    scene.apply(widget.clone()).await;
+    support::apply(&client, widget, Some(plain.name())).await;
+    let scene = scene
+        .running(&[support::rule_from_yaml(&widget_rule("gold", GOLD))])
+        .await;
+    scene
+        .until("the child in the gold namespace", configmap("w"), |_| true)
+        .await;
+    scene.ready("w").await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let there = support::get(&client, "v1", "ConfigMap", plain.name(), "w").await;
+    assert!(
+        there.is_none(),
+        "a widget outside the selected namespaces got a child"
+    );
+    // The namespace is labelled: its widget is taken from now on.
+    support::edit(&client, namespace, None, plain.name(), gold).await;
+    crate::support::eventually(
+        "the child once the namespace matches",
+        crate::support::scene::CONVERGE,
+        || async { support::get(&client, "v1", "ConfigMap", plain.name(), "w").await },
+    )
+    .await;
+    scene.end().await;
+    plain.delete().await;
 }
