@@ -66,6 +66,10 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
                 grant(gvk, plural(gvk), &["patch"]);
             }
         }
+        if rule.primary.namespace_selector.is_some() {
+            let ns = crate::rules::namespace_gvk();
+            grant(&ns, plural(&ns), READ);
+        }
         for c in &rule.children {
             grant(&c.gvk, plural(&c.gvk), READ);
             grant(&c.gvk, plural(&c.gvk), WRITE);

@@ -28,6 +28,13 @@ pub const OWNER_ANNOTATION: &str = "kiln.dev/owner";
 /// applied again, in full, so server-side apply removes every field kiln set
 /// before and no longer renders (a label, a key, an env var, a port).
 pub const APPLIED_ANNOTATION: &str = "kiln.dev/applied";
+/// Annotation naming the uid of the primary an orphaned child
+/// (`deletionPolicy: Orphan`) was rendered for, in place of an owner
+/// reference: the garbage collector leaves it, kiln still finds it.
+pub const PRIMARY_UID_ANNOTATION: &str = "kiln.dev/primary-uid";
+/// Annotation naming that primary (its name; its namespace is the child's
+/// for a namespaced primary).
+pub const PRIMARY_NAME_ANNOTATION: &str = "kiln.dev/primary-name";
 /// Most children one `forEach` may render.
 pub const MAX_FOR_EACH: usize = 1000;
 
@@ -281,8 +288,7 @@ fn render_on_stack(
             let (object, generated) = generate::drawing(inputs.draw, || {
                 child.template.render(set, &item_ctx, &mut budget)
             });
-            let (object, namespace, name) =
-                finish_child(rule, &child.id, &child.gvk, object?, &owner, scope_of)?;
+            let (object, namespace, name) = finish_child(rule, child, object?, &owner, scope_of)?;
             let live = observed_named(inputs.observed.get(&child.id), &name);
             if !generated.is_empty() {
                 if live.is_some() {
@@ -486,6 +492,8 @@ struct Owner {
     uid: Option<String>,
     /// `<apiVersion> <kind> <namespace>/<name>`, for `outside` children.
     described: String,
+    /// The primary's name and uid, for an orphaned child's annotations.
+    orphan_of: Option<(Value, String)>,
 }
 
 impl Owner {
@@ -514,11 +522,15 @@ impl Owner {
                 |ns| format!("{ns}/{}", meta["name"].as_str().unwrap_or_default())
             )
         );
+        let orphan_of = meta["uid"]
+            .as_str()
+            .map(|uid| (meta["name"].clone(), uid.to_string()));
         Self {
             namespace,
             reference,
             uid: meta["uid"].as_str().map(str::to_string),
             described,
+            orphan_of,
         }
     }
 }
@@ -527,12 +539,12 @@ impl Owner {
 /// and the hash of it all. Returns the object, its namespace and its name.
 fn finish_child(
     rule: &Rule,
-    id: &str,
-    gvk: &Gvk,
+    child: &crate::rules::Child,
     mut object: Value,
     owner: &Owner,
     scope_of: ScopeOf<'_>,
 ) -> Result<(Value, Option<String>, String), RenderFailure> {
+    let (id, gvk) = (child.id.as_str(), &child.gvk);
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(RenderFailure::child(id, "metadata must render to a map"));
     };
@@ -553,7 +565,7 @@ fn finish_child(
         .filter(|s| !s.is_empty())
         .map(str::to_string);
     use crate::rules::scope::{Misplaced, placement};
-    let outside = rule.children.iter().any(|c| c.id == id && c.outside);
+    let outside = child.outside;
     // An `outside` child goes where its template says (its name and
     // namespace come from the primary's identity only, checked at load).
     let here = if outside && rendered_ns.is_some() {
@@ -598,7 +610,9 @@ fn finish_child(
     labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
     labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
     labels.insert(CHILD_LABEL.into(), Value::String(id.to_string()));
-    if outside {
+    if child.deletion_policy == crate::rules::DeletionPolicy::Orphan {
+        orphan(meta, owner).map_err(|message| RenderFailure::child(id, message))?;
+    } else if outside {
         // No owner reference can cross namespaces or scopes: the owner's
         // uid in a label tracks it, and kiln deletes it (finalizer).
         if let Some(uid) = &owner.uid {
@@ -631,6 +645,21 @@ fn finish_child(
     check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
+}
+
+/// Marks an orphaned child with its primary instead of an owner reference.
+fn orphan(meta: &mut Map<String, Value>, owner: &Owner) -> Result<(), &'static str> {
+    let Some((name, uid)) = &owner.orphan_of else {
+        return Ok(());
+    };
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("metadata.annotations must render to a map")?;
+    annotations.insert(PRIMARY_UID_ANNOTATION.into(), Value::String(uid.clone()));
+    annotations.insert(PRIMARY_NAME_ANNOTATION.into(), name.clone());
+    Ok(())
 }
 
 /// Refuses a name or namespace the API server would not take, before it

@@ -54,7 +54,7 @@ fn controlplane_down_without_a_running_one_says_so() {
 fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("ok: 4 rules in 4 files"), "{out}");
+    assert!(out.starts_with("ok: 5 rules in 5 files"), "{out}");
 }
 
 #[test]
@@ -185,4 +185,21 @@ spec:
             "{output}"
         );
     }
+}
+
+#[test]
+fn validate_explains_a_watch_that_reads_every_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("peers.yaml");
+    std::fs::write(
+        &rule,
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: peers}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: App}\n  watches:\n    - {name: peers, apiVersion: v1, kind: ConfigMap, selector: {allNamespaces: true}}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = kiln(&["validate", rule.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("note: rule `peers`: related.peers reads the ConfigMap objects it selects in every namespace kiln watches (allNamespaces)"),
+        "{out}"
+    );
 }

@@ -6,10 +6,11 @@
 use std::process::Command;
 
 fn render(args: &[&str]) -> String {
-    render_rules("rules/", args)
+    render_fixture("rules/", args)
 }
 
-fn render_rules(rules: &str, args: &[&str]) -> String {
+/// `kiln render --rules RULES ARGS`, which must succeed.
+fn render_fixture(rules: &str, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["render", "--rules", rules])
@@ -115,6 +116,39 @@ fn schedule_for_each() {
 }
 
 #[test]
+fn default_network_policy_created_once() {
+    insta::assert_snapshot!(render(&[
+        "--object",
+        "examples/default-network-policy/namespace.yaml",
+    ]));
+}
+
+#[test]
+fn lifecycle_policies_created_once_and_orphaned() {
+    insta::assert_snapshot!(render_fixture(
+        "tests/fixtures/lifecycle/rules",
+        &["--object", "tests/fixtures/lifecycle/widget.yaml"],
+    ));
+}
+
+#[test]
+fn a_created_once_child_that_exists_is_not_written() {
+    let out = render_fixture(
+        "tests/fixtures/lifecycle/rules",
+        &[
+            "--object",
+            "tests/fixtures/lifecycle/widget.yaml",
+            "--observed",
+            "defaults=tests/fixtures/lifecycle/w-defaults.yaml",
+        ],
+    );
+    assert!(
+        out.contains("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it"),
+        "{out}"
+    );
+}
+
+#[test]
 fn webapp_without_its_required_secret_waits() {
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -139,7 +173,7 @@ fn webapp_without_its_required_secret_waits() {
 /// (issue 15, item 7).
 #[test]
 fn fleet_renders_every_region_and_tier_in_list_order() {
-    insta::assert_snapshot!(render_rules(
+    insta::assert_snapshot!(render_fixture(
         "tests/fixtures/rules/fleet.yaml",
         &["--object", "tests/fixtures/objects/fleet-widget.yaml"],
     ));
@@ -150,7 +184,7 @@ fn fleet_renders_every_region_and_tier_in_list_order() {
 #[test]
 fn service_per_pod_decorates_each_pod() {
     let dir = "examples/ported/service-per-pod";
-    insta::assert_snapshot!(render_rules(
+    insta::assert_snapshot!(render_fixture(
         &format!("{dir}/rule.yaml"),
         &[
             "--object",
@@ -165,7 +199,7 @@ fn service_per_pod_decorates_each_pod() {
 /// owner label and annotation instead (issue 15, item 5).
 #[test]
 fn outside_children_carry_the_owner_label_not_a_reference() {
-    insta::assert_snapshot!(render_rules(
+    insta::assert_snapshot!(render_fixture(
         "tests/fixtures/rules/space.yaml",
         &["--object", "tests/fixtures/objects/space-widget.yaml"],
     ));

@@ -77,8 +77,30 @@ async fn explain(
     if taking.is_empty() {
         out.push_str(&format!("  no rule takes {}\n", gvk));
     }
+    // The labels of the object's namespace, for `spec.for.namespaceSelector`.
+    let namespace_labels = match &key.namespace {
+        Some(ns)
+            if taking
+                .iter()
+                .any(|r| r.primary.namespace_selector.is_some()) =>
+        {
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .get_opt(ns)
+                .await?
+                .map(|n| n.metadata.labels.unwrap_or_default())
+        }
+        _ => None,
+    };
     for rule in taking {
-        match rule.primary.refusal(key.namespace.as_deref(), &labels) {
+        let refusal = rule
+            .primary
+            .refusal(key.namespace.as_deref(), &labels)
+            .or_else(|| {
+                let ns = key.namespace.as_deref()?;
+                rule.primary
+                    .namespace_refusal(ns, namespace_labels.as_ref())
+            });
+        match refusal {
             Some(why) => out.push_str(&format!("  {}: does not select it: {why}\n", rule.name)),
             None => {
                 out.push_str(&format!("  {}: selects it\n", rule.name));
@@ -168,16 +190,19 @@ async fn children(
     let mut out = String::new();
     for (child, ready) in rendered.children.iter().zip(&rendered.readiness) {
         let here = render::observed_named(inputs.observed.get(&child.id), &child.name);
+        let once = rule
+            .children
+            .iter()
+            .any(|c| c.id == child.id && c.update_policy == kiln::rules::UpdatePolicy::CreateOnce);
+        let readiness = if ready.ready {
+            ", ready"
+        } else {
+            ", not ready"
+        };
         let state = match here {
             None => "missing: kiln would create it".to_string(),
-            Some(l) if converged(l, &child.object, None) => format!(
-                "applied{}",
-                if ready.ready {
-                    ", ready"
-                } else {
-                    ", not ready"
-                }
-            ),
+            Some(_) if once => format!("created once: kiln does not write it again{readiness}"),
+            Some(l) if converged(l, &child.object, None) => format!("applied{readiness}"),
             Some(_) => "would change: the live object lacks or differs in a field the rule sets"
                 .to_string(),
         };
@@ -250,9 +275,14 @@ async fn related(
             }
             WatchTarget::Selector {
                 match_labels,
+                match_expressions,
                 namespace,
+                all_namespaces,
             } => {
-                let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
+                let ns = match all_namespaces {
+                    true => None,
+                    false => namespace_of(watch, namespaced, namespace, key, &mut text)?,
+                };
                 let mut selector = Vec::new();
                 for (k, piece) in match_labels {
                     selector.push(format!("{k}={}", text(piece)?));
@@ -261,9 +291,16 @@ async fn related(
                     .list(&ListParams::default().labels(&selector.join(",")))
                     .await
                     .map_err(|e| Refusal::Template(e.to_string()))?;
+                let expressions = kiln::rules::LabelSelector {
+                    match_labels: BTreeMap::new(),
+                    match_expressions: match_expressions.clone(),
+                };
                 let mut items: Vec<Value> = list
                     .items
                     .into_iter()
+                    .filter(|o| {
+                        expressions.matches(o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                    })
                     .map(|o| serde_json::to_value(o).unwrap_or_default())
                     .collect();
                 by_name(&mut items);
@@ -317,6 +354,8 @@ async fn live_children(
                         refs.iter()
                             .any(|r| r["uid"] == uid && r["controller"] == true)
                     })
+                    // An orphaned child names its primary instead.
+                    || o["metadata"]["annotations"][render::PRIMARY_UID_ANNOTATION] == uid
             })
             .collect();
         by_name(&mut items);

@@ -78,15 +78,26 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let namespace = inputs.primary["metadata"]["namespace"].as_str();
     let labels: std::collections::BTreeMap<String, String> =
         serde_json::from_value(inputs.primary["metadata"]["labels"].clone()).unwrap_or_default();
-    for rule in matching {
+    // Several rules on the kind (none picked with --rule): the object needs
+    // only one of them to select it.
+    let several = matching.len() > 1;
+    let mut selected = 0;
+    for rule in &matching {
         if let Some(why) = rule.primary.refusal(namespace, &labels) {
             eprintln!(
                 "rule `{}` does not select {}: {why}; the engine would not reconcile it",
                 rule.name,
                 args.object.display()
             );
-            failed = true;
+            failed |= !several;
             continue;
+        }
+        selected += 1;
+        if let (Some(ns), Some(_)) = (namespace, &rule.primary.namespace_selector) {
+            eprintln!(
+                "note: rule `{}` takes objects only in namespaces matching spec.for.namespaceSelector; the labels of `{ns}` are not known offline, so that is not checked",
+                rule.name
+            );
         }
         println!("# rule: {}", rule.name);
         let missing = render::missing_required(rule, &inputs);
@@ -118,11 +129,34 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if failed {
+    Ok(if failed || selected == 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Says what the engine does with a child whose lifecycle is not the default.
+fn print_policies(rule: &Rule, inputs: &Inputs, child: &kiln::render::DesiredChild) {
+    use kiln::rules::{DeletionPolicy, UpdatePolicy};
+    let Some(spec) = rule.children.iter().find(|c| c.id == child.id) else {
+        return;
+    };
+    if spec.update_policy == UpdatePolicy::CreateOnce {
+        let live = kiln::render::observed_named(inputs.observed.get(&child.id), &child.name);
+        if live.is_some() {
+            println!("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it");
+        } else {
+            println!(
+                "# updatePolicy: CreateOnce: the engine applies this only while the child does not exist, and never rewrites it"
+            );
+        }
+    }
+    if spec.deletion_policy == DeletionPolicy::Orphan {
+        println!(
+            "# deletionPolicy: Orphan: no owner reference; left behind when the primary goes or stops rendering it"
+        );
+    }
 }
 
 fn print_rendered(
@@ -141,6 +175,7 @@ fn print_rendered(
                 child.id, child.id
             );
         }
+        print_policies(rule, inputs, child);
         if !child.generated.is_empty() {
             println!(
                 "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"

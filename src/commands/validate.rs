@@ -25,6 +25,9 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
                 count(files.len(), "file"),
                 names.join(", ")
             );
+            for note in set.rules.iter().flat_map(|r| rules::reach::notes(r)) {
+                println!("note: {note}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(diagnostics) => {

@@ -45,6 +45,8 @@ pub struct Wiring {
     pub related: HashMap<String, Arc<Informer>>,
     /// What the primary's status schema lets kiln write.
     pub status: Arc<StatusSchema>,
+    /// Namespaces, when the rule selects primaries by their namespace's labels.
+    pub namespaces: Option<Arc<Informer>>,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -138,6 +140,12 @@ impl RuleController {
             subs.push((
                 informer.clone(),
                 informer.subscribe(handler(&weak, Self::on_child)),
+            ));
+        }
+        if let Some(informer) = &this.wiring.namespaces {
+            subs.push((
+                informer.clone(),
+                informer.subscribe(handler(&weak, Self::on_namespace)),
             ));
         }
         for (watch, informer) in &this.wiring.related {
@@ -340,16 +348,37 @@ impl RuleController {
         }
         let gvk = &self.rule.primary.gvk;
         let namespaced = self.wiring.primary.kind().namespaced;
+        let namespace = if namespaced { obj.namespace() } else { None };
         for owner in obj.owner_references() {
             if owner.controller == Some(true)
                 && owner.kind == gvk.kind
                 && owner.api_version == gvk.api_version()
             {
-                let namespace = if namespaced { obj.namespace() } else { None };
                 self.enqueue(ObjKey {
-                    namespace,
+                    namespace: namespace.clone(),
                     name: owner.name.clone(),
                 });
+            }
+        }
+        // An orphaned child names its primary in annotations instead.
+        if let Some(name) = obj.annotations().get(render::PRIMARY_NAME_ANNOTATION)
+            && obj.owner_references().is_empty()
+        {
+            self.enqueue(ObjKey {
+                namespace,
+                name: name.clone(),
+            });
+        }
+    }
+
+    /// A Namespace changed (its labels, say): its primaries are looked at
+    /// again, as `spec.for.namespaceSelector` may take them now.
+    fn on_namespace(&self, change: &Change<'_>) {
+        let (Change::Applied(ns) | Change::Deleted(ns)) = change;
+        let name = ns.name_any();
+        for obj in self.wiring.primary.list() {
+            if obj.namespace().as_deref() == Some(name.as_str()) && self.selects(&obj) {
+                self.enqueue(ObjKey::of(&obj));
             }
         }
     }
@@ -364,9 +393,23 @@ impl RuleController {
     }
 
     fn selects(&self, obj: &DynamicObject) -> bool {
-        self.rule
-            .primary
-            .selects(obj.namespace().as_deref(), obj.labels())
+        let primary = &self.rule.primary;
+        let namespace = obj.namespace();
+        primary.selects(namespace.as_deref(), obj.labels())
+            && match (&self.wiring.namespaces, namespace) {
+                (Some(namespaces), Some(ns)) => {
+                    let found = namespaces.get(&ObjKey {
+                        namespace: None,
+                        name: ns.clone(),
+                    });
+                    // Not in the cache (yet): not taken; the Namespace's
+                    // arrival queues it again.
+                    let labels = found.as_ref().map(|n| n.labels());
+                    primary.namespace_refusal(&ns, labels).is_none()
+                }
+                (Some(_), None) => false,
+                (None, _) => true,
+            }
     }
 
     // --- reconcile: observe, plan, execute ------------------------------
@@ -392,7 +435,11 @@ impl RuleController {
         }
         // The finalizer goes on before the first `outside` child is made,
         // so that no such child outlives its primary.
-        let outside = self.rule.children.iter().any(|c| c.outside);
+        let outside = self
+            .rule
+            .children
+            .iter()
+            .any(|c| c.outside && c.deletion_policy != crate::rules::DeletionPolicy::Orphan);
         if outside && !holds {
             self.set_finalizer(&obj, true).await?;
         }
@@ -625,6 +672,7 @@ impl RuleController {
                     key: ObjKey::of(&child),
                     uid: child.uid(),
                     deleting: child.metadata.deletion_timestamp.is_some(),
+                    orphan: orphan_of(&child, &uid),
                 });
             }
         }
@@ -712,18 +760,23 @@ impl RuleController {
                 }
                 WatchTarget::Selector {
                     match_labels,
+                    match_expressions,
                     namespace,
+                    all_namespaces,
                 } => {
                     let mut labels = BTreeMap::new();
                     for (k, piece) in match_labels {
                         labels.insert(k.clone(), text(piece)?);
                     }
-                    let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
+                    let ns = match all_namespaces {
+                        true => None,
+                        false => namespace_of(watch, namespaced, namespace, key, &mut text)?,
+                    };
                     let selector = LabelSelector {
                         match_labels: labels,
-                        match_expressions: Vec::new(),
+                        match_expressions: match_expressions.clone(),
                     };
-                    let found = matching(informer, ns.as_deref(), &selector);
+                    let found = matching(informer, ns.as_deref(), *all_namespaces, &selector);
                     if found.is_empty() && watch.required {
                         observed.missing.push(format!(
                             "{} with labels {:?} (related.{})",
@@ -733,6 +786,7 @@ impl RuleController {
                     selectors.push(SelectorRef {
                         watch: watch.name.clone(),
                         namespace: ns,
+                        all_namespaces: *all_namespaces,
                         selector,
                     });
                     Some(Value::Array(found))
@@ -1192,6 +1246,17 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
     })
 }
 
+/// Whether a child of the primary `uid` was left to outlive it: found by
+/// the annotation naming the primary, with no owner reference to it.
+fn orphan_of(child: &DynamicObject, uid: &str) -> bool {
+    child
+        .annotations()
+        .get(render::PRIMARY_UID_ANNOTATION)
+        .map(String::as_str)
+        == Some(uid)
+        && !child.owner_references().iter().any(|o| o.uid == uid)
+}
+
 /// Who holds an object kiln found where it would create a child.
 fn holder(obj: &DynamicObject) -> String {
     match obj
@@ -1212,18 +1277,28 @@ fn status_names(rule: &Rule) -> (Vec<&str>, Vec<&str>) {
     )
 }
 
-/// The cached objects in `namespace` that `selector` matches, by name.
-fn matching(informer: &Informer, namespace: Option<&str>, selector: &LabelSelector) -> Vec<Value> {
+/// The cached objects in `namespace` (or in every namespace, with `all`)
+/// that `selector` matches, by name (then namespace).
+fn matching(
+    informer: &Informer,
+    namespace: Option<&str>,
+    all: bool,
+    selector: &LabelSelector,
+) -> Vec<Value> {
     let mut found: Vec<Value> = informer
         .list()
         .into_iter()
-        .filter(|o| o.namespace().as_deref() == namespace && selector.matches(o.labels()))
+        .filter(|o| (all || o.namespace().as_deref() == namespace) && selector.matches(o.labels()))
         .map(|o| to_json(&o))
         .collect();
     found.sort_by(|a, b| {
-        a["metadata"]["name"]
-            .as_str()
-            .cmp(&b["metadata"]["name"].as_str())
+        let at = |o: &Value| {
+            (
+                o["metadata"]["name"].as_str().map(str::to_string),
+                o["metadata"]["namespace"].as_str().map(str::to_string),
+            )
+        };
+        at(a).cmp(&at(b))
     });
     found
 }

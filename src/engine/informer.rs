@@ -111,14 +111,19 @@ impl Store {
     }
 }
 
-/// The uids an object belongs to: its owner references', and the primary
+/// The uids an object is indexed under: its owner references', the primary
 /// named by kiln's owner label (an `outside` child, which can have no owner
-/// reference).
+/// reference), and the primary an orphaned kiln child names.
 fn owners(obj: &DynamicObject) -> impl Iterator<Item = String> + '_ {
     obj.owner_references()
         .iter()
         .map(|r| r.uid.clone())
         .chain(obj.labels().get(crate::render::OWNER_UID_LABEL).cloned())
+        .chain(
+            obj.annotations()
+                .get(crate::render::PRIMARY_UID_ANNOTATION)
+                .cloned(),
+        )
 }
 
 /// A shared watch + cache for one kind.
@@ -513,7 +518,8 @@ impl Informer {
         self.read().objects.values().cloned().collect()
     }
 
-    /// Cached objects with an owner reference to `uid` (or kiln's owner label).
+    /// Cached objects with an owner reference to `uid` (or kiln's owner
+    /// label or annotation naming `uid`: `outside` and orphaned children).
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let store = self.read();
         store

@@ -387,6 +387,13 @@ fn kinds_of(rule: &Rule) -> Vec<Gvk> {
         .iter()
         .map(|c| &c.gvk)
         .chain(rule.watches.iter().map(|w| &w.gvk))
+        .chain(
+            rule.primary
+                .namespace_selector
+                .as_ref()
+                .map(|_| crate::rules::namespace_gvk())
+                .as_ref(),
+        )
     {
         if !out.contains(gvk) {
             out.push(gvk.clone());
@@ -610,6 +617,11 @@ async fn run_resolved(
             related.insert(watch.name.clone(), i);
         }
     }
+    let namespaces_of_primaries = rule
+        .primary
+        .namespace_selector
+        .as_ref()
+        .and_then(|_| informer(&crate::rules::namespace_gvk()));
     let release = |acquired: &[Arc<informer::Informer>]| {
         for i in acquired {
             shared.informers.release(&i.kind().gvk);
@@ -624,6 +636,7 @@ async fn run_resolved(
         children,
         related,
         status: Arc::new(schema.status.clone()),
+        namespaces: namespaces_of_primaries,
     };
     let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
     tokio::pin!(changed);

@@ -14,6 +14,8 @@ use super::diff::{Normalized, converged};
 use super::informer::ObjKey;
 use super::status::{Outcome, Part, reasons};
 use crate::render::{self, DesiredChild, Inputs, ScopeOf};
+use crate::rules::DeletionPolicy::Orphan;
+use crate::rules::UpdatePolicy::CreateOnce;
 use crate::rules::{Gvk, Rule};
 
 /// What to do with a primary after a reconcile.
@@ -39,6 +41,9 @@ pub struct LiveChild {
     pub uid: Option<String>,
     /// Whether it is being deleted already.
     pub deleting: bool,
+    /// Whether it was left to outlive its primary (`deletionPolicy:
+    /// Orphan`: no owner reference): kiln never deletes it.
+    pub orphan: bool,
 }
 
 /// A cache the reconcile reads from that cannot be trusted yet: an object
@@ -173,6 +178,7 @@ pub fn plan(
         .iter()
         .filter(|live| {
             !live.deleting
+                && !orphaned(rule, live)
                 && !rendered.children.iter().any(|c| {
                     c.gvk == live.gvk
                         && c.name == live.key.name
@@ -202,7 +208,9 @@ pub fn plan(
         .filter(|c| {
             let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
             let key = (c.gvk.clone(), key_of(c));
-            !live.is_some_and(|l| converged(l, &c.object, known.get(&key)))
+            // Created once: a child that exists is never written again.
+            let once = policy(rule, &c.id).is_some_and(|s| s.update_policy == CreateOnce);
+            !live.is_some_and(|l| once || converged(l, &c.object, known.get(&key)))
         })
         .collect();
     Plan {
@@ -216,6 +224,18 @@ pub fn plan(
         },
         next,
     }
+}
+
+/// The rule's child `id`, if the rule still has it.
+fn policy<'r>(rule: &'r Rule, id: &str) -> Option<&'r crate::rules::Child> {
+    rule.children.iter().find(|c| c.id == id)
+}
+
+/// Whether a live child is left behind rather than pruned: it was created
+/// without an owner reference, or the rule now says `deletionPolicy: Orphan`
+/// for its id.
+fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
+    live.orphan || policy(rule, &live.id).is_some_and(|c| c.deletion_policy == Orphan)
 }
 
 /// The plan when the reconcile cannot know enough to render: a blind cache
@@ -384,9 +404,13 @@ spec:
 "#;
 
     fn rule() -> Rule {
+        rule_from(RULE)
+    }
+
+    fn rule_from(text: &str) -> Rule {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("r.yaml");
-        std::fs::write(&file, RULE).unwrap();
+        std::fs::write(&file, text).unwrap();
         let mut set = rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
         std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
     }
@@ -456,8 +480,17 @@ spec:
                 },
                 uid: Some(format!("uid-{id}")),
                 deleting: false,
+                orphan: false,
             });
             self.observed.inputs.observed.insert(id.into(), object);
+            self
+        }
+
+        /// The rule, with `field` added to child `id` (e.g. `updatePolicy: CreateOnce`).
+        fn child_with(mut self, id: &str, field: &str) -> Self {
+            let at = format!("    - id: {id}\n");
+            let text = RULE.replace(&at, &format!("{at}      {field}\n"));
+            self.rule = rule_from(&text);
             self
         }
 
@@ -771,6 +804,110 @@ spec:
         assert!(hash(&a).is_string());
         assert_ne!(hash(&a), hash(&b));
         assert_eq!(hash(&a), hash(&an_app(base()).plan().apply.remove(0)));
+    }
+
+    #[test]
+    fn a_created_once_child_is_created_when_missing() {
+        let world = an_app(base()).child_with("config", "updatePolicy: CreateOnce");
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn a_created_once_child_that_exists_is_never_written_again_even_when_the_template_changes() {
+        let world = an_app(base())
+            .child_with("config", "updatePolicy: CreateOnce")
+            .converged()
+            .spec(json!({"data": {"owner": "someone new"}}));
+        assert!(!world.plan().writes_children());
+    }
+
+    #[test]
+    fn a_created_once_child_a_user_edited_is_left_as_the_user_made_it() {
+        let mut world = an_app(base())
+            .child_with("config", "updatePolicy: CreateOnce")
+            .converged();
+        world.live_mut("config")["data"]["owner"] = json!("the user");
+        assert!(!world.plan().writes_children());
+    }
+
+    #[test]
+    fn a_created_once_child_someone_deleted_is_created_again() {
+        let mut world = an_app(base())
+            .child_with("config", "updatePolicy: CreateOnce")
+            .converged();
+        world.observed.children.clear();
+        world.observed.inputs.observed.clear();
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn a_created_once_child_still_counts_for_readiness() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let plan = an_app(spec)
+            .child_with("extra", "updatePolicy: CreateOnce")
+            .converged()
+            .plan();
+        assert_eq!(
+            plan.status.outcome,
+            Outcome::Applied {
+                not_ready: vec!["extra/shop-extra".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_created_once_child_whose_when_turns_false_is_still_pruned() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let world = an_app(spec)
+            .child_with("extra", "updatePolicy: CreateOnce")
+            .converged()
+            .spec(base());
+        assert_eq!(pruned(&world.plan()), ["shop-extra"]);
+    }
+
+    #[test]
+    fn an_orphan_child_has_no_owner_reference_and_names_its_primary_instead() {
+        let plan = an_app(base())
+            .child_with("config", "deletionPolicy: Orphan")
+            .plan();
+        let meta = &plan.apply[0].object["metadata"];
+        assert!(meta.get("ownerReferences").is_none(), "{meta}");
+        assert_eq!(meta["annotations"][render::PRIMARY_UID_ANNOTATION], "u1");
+        assert_eq!(meta["annotations"][render::PRIMARY_NAME_ANNOTATION], "shop");
+        assert_eq!(meta["labels"][render::RULE_LABEL], "app", "still kiln's");
+    }
+
+    #[test]
+    fn an_orphan_child_whose_when_turns_false_is_left_not_pruned() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let world = an_app(spec)
+            .child_with("extra", "deletionPolicy: Orphan")
+            .converged()
+            .spec(base());
+        assert!(!world.plan().writes_children());
+    }
+
+    #[test]
+    fn an_orphan_child_is_still_kept_as_rendered_while_its_primary_selects_it() {
+        let mut world = an_app(base())
+            .child_with("config", "deletionPolicy: Orphan")
+            .converged();
+        assert!(!world.plan().writes_children());
+        world.live_mut("config")["data"]["owner"] = json!("them");
+        assert_eq!(applied_ids(&world.plan()), ["config"]);
+    }
+
+    #[test]
+    fn a_live_orphan_whose_id_left_the_rule_is_never_pruned() {
+        let mut world = an_app(base()).converged().with_live(
+            "gone",
+            json!({"metadata": {"name": "shop-gone", "namespace": "team"}}),
+        );
+        world.observed.children.last_mut().unwrap().orphan = true;
+        assert!(!world.plan().writes_children());
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub struct SelectorRef {
     pub watch: String,
     /// Where to look (`None`: cluster-scoped kind).
     pub namespace: Option<String>,
+    /// Every namespace instead (`allNamespaces`).
+    pub all_namespaces: bool,
     /// The rendered selector.
     pub selector: LabelSelector,
 }
@@ -81,7 +83,9 @@ impl Reverse {
             .unwrap_or_default();
         for (primary, targets) in &self.by_primary {
             let hit = targets.selectors.iter().any(|s| {
-                s.watch == watch && s.namespace == object.namespace && s.selector.matches(labels)
+                s.watch == watch
+                    && (s.all_namespaces || s.namespace == object.namespace)
+                    && s.selector.matches(labels)
             });
             if hit && !out.contains(primary) {
                 out.push(primary.clone());
@@ -151,6 +155,7 @@ mod tests {
             vec![SelectorRef {
                 watch: "peers".into(),
                 namespace: Some("a".into()),
+                all_namespaces: false,
                 selector: LabelSelector {
                     match_labels: labels.clone(),
                     match_expressions: Vec::new(),
@@ -166,6 +171,38 @@ mod tests {
         assert!(r.primaries_for("peers", &key("b", "x"), &more).is_empty());
         assert!(
             r.primaries_for("peers", &key("a", "x"), &BTreeMap::new())
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_all_namespaces_selector_finds_its_primary_from_any_namespace() {
+        let mut r = Reverse::default();
+        let selector = LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![crate::rules::Requirement {
+                key: "peer".into(),
+                operator: crate::rules::Operator::Exists,
+                values: Vec::new(),
+            }],
+        };
+        r.set(
+            &key("a", "shop"),
+            vec![],
+            vec![SelectorRef {
+                watch: "peers".into(),
+                namespace: None,
+                all_namespaces: true,
+                selector,
+            }],
+        );
+        let peer: BTreeMap<String, String> = [("peer".to_string(), "x".to_string())].into();
+        assert_eq!(
+            r.primaries_for("peers", &key("elsewhere", "x"), &peer),
+            [key("a", "shop")]
+        );
+        assert!(
+            r.primaries_for("peers", &key("elsewhere", "x"), &BTreeMap::new())
                 .is_empty()
         );
     }

@@ -11,6 +11,7 @@ pub mod diagnostic;
 pub mod duration;
 pub mod load;
 pub mod names;
+pub mod reach;
 pub mod scope;
 pub mod spec;
 mod validate;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::Diagnostic;
+pub use spec::{DeletionPolicy, UpdatePolicy};
 pub use validate::is_condition_reason;
 
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
@@ -68,8 +70,21 @@ pub struct Primary {
     pub gvk: Gvk,
     /// Only these namespaces (empty: all).
     pub namespaces: Vec<String>,
+    /// Never these namespaces.
+    pub exclude_namespaces: Vec<String>,
     /// Only objects matching this selector.
     pub selector: Option<LabelSelector>,
+    /// Only objects in namespaces whose labels match this selector.
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// The core `Namespace` kind (watched for `spec.for.namespaceSelector`).
+pub fn namespace_gvk() -> Gvk {
+    Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Namespace".into(),
+    }
 }
 
 impl Primary {
@@ -78,8 +93,29 @@ impl Primary {
         self.refusal(namespace, labels).is_none()
     }
 
+    /// Why `spec.for.namespaceSelector` does not take an object in a
+    /// namespace with these labels (`None` for labels: the Namespace is not
+    /// known, so nothing is taken); `None` when it does.
+    pub fn namespace_refusal(
+        &self,
+        namespace: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> Option<String> {
+        let selector = self.namespace_selector.as_ref()?;
+        match labels {
+            None => Some(format!(
+                "its namespace ({namespace}) is not known (yet), so spec.for.namespaceSelector cannot be checked"
+            )),
+            Some(l) if !selector.matches(l) => Some(format!(
+                "the labels of its namespace ({namespace}) {l:?} do not match spec.for.namespaceSelector"
+            )),
+            Some(_) => None,
+        }
+    }
+
     /// Why the rule does not take an object in `namespace` with these
-    /// labels; `None` when it does.
+    /// labels; `None` when it does. (Not `namespaceSelector`: see
+    /// [`Primary::namespace_refusal`].)
     pub fn refusal(
         &self,
         namespace: Option<&str>,
@@ -92,6 +128,11 @@ impl Primary {
                 "its namespace ({}) is not in spec.for.namespaces ({})",
                 namespace.unwrap_or("none"),
                 self.namespaces.join(", ")
+            ));
+        }
+        if let Some(ns) = namespace.filter(|ns| self.exclude_namespaces.iter().any(|n| n == ns)) {
+            return Some(format!(
+                "its namespace ({ns}) is in spec.for.excludeNamespaces"
             ));
         }
         match &self.selector {
@@ -168,8 +209,12 @@ pub enum WatchTarget {
     Selector {
         /// Label key and value template.
         match_labels: Vec<(String, Piece)>,
+        /// Set-based requirements (literal).
+        match_expressions: Vec<Requirement>,
         /// Namespace template; `None` means the primary's namespace.
         namespace: Option<Piece>,
+        /// Every namespace kiln watches (then `namespace` is `None`).
+        all_namespaces: bool,
     },
 }
 
@@ -205,6 +250,10 @@ pub struct Child {
     pub ready_when: Option<TemplateId>,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
+    /// Whether a child that exists is written again.
+    pub update_policy: UpdatePolicy,
+    /// Whether the child goes with its primary and is pruned.
+    pub deletion_policy: DeletionPolicy,
     /// Whether it lives outside the primary's namespace (tracked by labels,
     /// cleaned up through a finalizer).
     pub outside: bool,
@@ -359,5 +408,63 @@ fn validate_sources(
         Ok(set)
     } else {
         Err(diagnostics)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_excluded_namespace_is_never_selected_and_says_why() {
+        let primary = Primary {
+            gvk: Gvk {
+                group: "demo.kiln.dev".into(),
+                version: "v1".into(),
+                kind: "App".into(),
+            },
+            namespaces: Vec::new(),
+            exclude_namespaces: vec!["kube-system".into()],
+            selector: None,
+            namespace_selector: None,
+        };
+        let labels = BTreeMap::new();
+        assert!(primary.selects(Some("team"), &labels));
+        assert!(
+            primary.selects(None, &labels),
+            "cluster-scoped: no namespace to exclude"
+        );
+        assert_eq!(
+            primary.refusal(Some("kube-system"), &labels).as_deref(),
+            Some("its namespace (kube-system) is in spec.for.excludeNamespaces")
+        );
+    }
+
+    #[test]
+    fn a_namespace_selector_takes_only_namespaces_it_matches_and_never_an_unknown_one() {
+        let primary = Primary {
+            gvk: namespace_gvk(),
+            namespaces: Vec::new(),
+            exclude_namespaces: Vec::new(),
+            selector: None,
+            namespace_selector: Some(LabelSelector {
+                match_labels: [("team".to_string(), "a".to_string())].into(),
+                match_expressions: Vec::new(),
+            }),
+        };
+        let team_a: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        assert_eq!(primary.namespace_refusal("ns", Some(&team_a)), None);
+        assert!(
+            primary
+                .namespace_refusal("ns", Some(&BTreeMap::new()))
+                .is_some()
+        );
+        assert!(
+            primary
+                .namespace_refusal("ns", None)
+                .unwrap()
+                .contains("not known"),
+            "never act on missing information"
+        );
     }
 }

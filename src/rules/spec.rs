@@ -131,9 +131,15 @@ pub struct RawFor {
     /// Only these namespaces; empty means all.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// Never objects in these namespaces (e.g. `kube-system`).
+    #[serde(default)]
+    pub exclude_namespaces: Vec<String>,
     /// Only objects with these labels.
     #[serde(default)]
     pub selector: Option<RawLabelSelector>,
+    /// Only objects in namespaces with these labels (namespaced primaries).
+    #[serde(default)]
+    pub namespace_selector: Option<RawLabelSelector>,
 }
 
 /// A Kubernetes label selector.
@@ -203,11 +209,20 @@ pub struct RawRef {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawWatchSelector {
-    /// Label values (each a template) the objects must have.
+    /// Label values (each a template) the objects must have. With no
+    /// labels and no expressions, every object is selected.
+    #[serde(default)]
     pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements (literal), all of which must hold.
+    #[serde(default)]
+    pub match_expressions: Vec<RawLabelRequirement>,
     /// Template for the namespace to look in (default: the primary's).
     #[serde(default)]
     pub namespace: Option<String>,
+    /// Look in every namespace kiln watches (a literal choice of the rule's
+    /// author; not with `namespace`).
+    #[serde(default)]
+    pub all_namespaces: bool,
 }
 
 /// A child object rendered for each primary.
@@ -238,6 +253,17 @@ pub struct RawChild {
     /// and the primary reports `AlreadyExists`.
     #[serde(default)]
     pub adopt: bool,
+    /// `Always` (default): kiln keeps the child as the rule renders it.
+    /// `CreateOnce`: kiln creates the child when it does not exist and never
+    /// writes it again once it does (users may change it).
+    #[serde(default)]
+    pub update_policy: UpdatePolicy,
+    /// `Delete` (default): the child has a controller owner reference to the
+    /// primary, goes with it, and is deleted when no longer rendered.
+    /// `Orphan`: no owner reference; the child stays when the primary goes
+    /// or stops rendering it.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
     /// The child lives outside the primary's namespace: cluster-scoped (a
     /// Namespace), or in a namespace its template names. It is tracked by
     /// kiln's labels instead of an owner reference and deleted by kiln
@@ -247,6 +273,26 @@ pub struct RawChild {
     /// rule decides where it goes, not the primary's author.
     #[serde(default)]
     pub outside: bool,
+}
+
+/// When kiln writes a child that exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum UpdatePolicy {
+    /// Apply whatever differs from the rendered child, on every reconcile.
+    #[default]
+    Always,
+    /// Apply only while the child does not exist; never rewrite it.
+    CreateOnce,
+}
+
+/// What becomes of a child when its primary goes or stops rendering it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Owned by the primary: garbage-collected with it, pruned when no longer rendered.
+    #[default]
+    Delete,
+    /// Left behind: no owner reference, never pruned.
+    Orphan,
 }
 
 /// What the engine writes to the primary's status.

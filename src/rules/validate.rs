@@ -195,11 +195,42 @@ impl<'a> Checker<'a> {
         }
         let at = [key("spec"), key("for"), key("selector")];
         let selector = f.selector.as_ref().map(|sel| self.selector(&at, sel));
+        self.exclusions(&f.namespaces, &f.exclude_namespaces);
+        let at = [key("spec"), key("for"), key("namespaceSelector")];
+        let namespace_selector = f.namespace_selector.as_ref().map(|sel| {
+            if gvk.as_ref().and_then(well_known_scope) == Some(false) {
+                self.error(&at, format!("{} is cluster-scoped: its objects are in no namespace, so namespaceSelector would take none (select them with `selector`)", f.kind));
+            }
+            self.selector(&at, sel)
+        });
         Some(Primary {
             gvk: gvk?,
             namespaces: f.namespaces.clone(),
+            exclude_namespaces: f.exclude_namespaces.clone(),
             selector,
+            namespace_selector,
         })
+    }
+
+    /// `spec.for.excludeNamespaces`: namespace names, none also listed in
+    /// `namespaces` (it would take nothing from there).
+    fn exclusions(&mut self, included: &[String], excluded: &[String]) {
+        for (i, ns) in excluded.iter().enumerate() {
+            let at = [
+                key("spec"),
+                key("for"),
+                key("excludeNamespaces"),
+                Step::Index(i),
+            ];
+            if let Err(why) = dns_label(ns) {
+                self.error(&at, format!("namespace `{}` {why}", ns.escape_debug()));
+            } else if included.contains(ns) {
+                self.error(
+                    &at,
+                    format!("namespace `{ns}` is both in spec.for.namespaces and excluded"),
+                );
+            }
+        }
     }
 
     fn gvk(&mut self, at: &[Step], api_version: &str, kind: &str) -> Option<Gvk> {
@@ -327,12 +358,17 @@ impl<'a> Checker<'a> {
             }
             (None, Some(sel)) => {
                 let base = [at, &[key("selector")]].concat();
-                if sel.match_labels.is_empty() {
+                if sel.all_namespaces && sel.namespace.is_some() {
                     self.error(
-                        &base,
-                        "a watch selector needs at least one label in matchLabels",
+                        &[base.as_slice(), &[key("allNamespaces")]].concat(),
+                        "a watch selector looks in one `namespace` or in `allNamespaces`, not both",
                     );
                 }
+                let expressions = RawLabelSelector {
+                    match_labels: Default::default(),
+                    match_expressions: sel.match_expressions.clone(),
+                };
+                let match_expressions = self.selector(&base, &expressions).match_expressions;
                 let mut labels = Vec::new();
                 for (k, v) in &sel.match_labels {
                     let p = [base.as_slice(), &[key("matchLabels"), key(k)]].concat();
@@ -346,7 +382,9 @@ impl<'a> Checker<'a> {
                     .and_then(|ns| self.namespace_piece(&base, ns, scope));
                 Some(WatchTarget::Selector {
                     match_labels: labels,
+                    match_expressions,
                     namespace,
+                    all_namespaces: sel.all_namespaces,
                 })
             }
             (Some(_), Some(_)) => {
@@ -423,6 +461,8 @@ impl<'a> Checker<'a> {
                     template,
                     ready_when,
                     adopt: c.adopt,
+                    update_policy: c.update_policy,
+                    deletion_policy: c.deletion_policy,
                     outside: c.outside,
                 });
             }

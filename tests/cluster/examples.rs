@@ -221,3 +221,31 @@ async fn tenant_children_of_a_built_in_namespace_are_accepted_by_the_api_server(
         .delete(&name, &Default::default())
         .await;
 }
+
+#[tokio::test]
+async fn default_network_policy_of_a_namespace_is_accepted_by_the_api_server() {
+    let client = support::admin_client().await;
+    let mut sample = read_example("examples/default-network-policy/namespace.yaml");
+    let name = format!("kiln-ddeny-ex-{}", std::process::id());
+    sample["metadata"]["name"] = json!(name);
+    let primary = create(&client, sample, None).await;
+    let accepted = dry_run_children(
+        &client,
+        &load_rule("default-network-policy"),
+        &Inputs {
+            primary,
+            ..Inputs::default()
+        },
+    )
+    .await;
+    assert_eq!(accepted.len(), 1);
+    assert_eq!(accepted[0]["kind"], "NetworkPolicy");
+    assert_eq!(accepted[0]["metadata"]["namespace"], json!(name));
+    assert_eq!(
+        accepted[0]["spec"]["policyTypes"],
+        json!(["Ingress", "Egress"])
+    );
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+        .delete(&name, &Default::default())
+        .await;
+}

@@ -309,6 +309,36 @@ pub async fn apply(
     serde_json::to_value(live).unwrap()
 }
 
+/// A user's edit of one object (a merge patch, as `kubectl edit` makes);
+/// returns it as stored.
+pub async fn edit(
+    client: &Client,
+    (api_version, kind): (&str, &str),
+    ns: Option<&str>,
+    name: &str,
+    patch: serde_json::Value,
+) -> serde_json::Value {
+    let api = dynamic_api(client, &api_version.into(), &kind.into(), ns).await;
+    let edited = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    serde_json::to_value(edited).unwrap()
+}
+
+/// Deletes one object (in the background, as `kubectl delete` does).
+pub async fn delete(
+    client: &Client,
+    (api_version, kind): (&str, &str),
+    ns: Option<&str>,
+    name: &str,
+) {
+    let api = dynamic_api(client, &api_version.into(), &kind.into(), ns).await;
+    api.delete(name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 /// An API for a kind named by apiVersion and kind, in `ns` when namespaced.
 pub async fn dynamic_api(
     client: &Client,

@@ -1,0 +1,179 @@
+//! Selecting primaries and related objects (issue 15, item 4): label
+//! selectors with expressions in watches, a watch across all namespaces when
+//! the rule says so literally, and namespaces a rule never takes.
+
+use serde_json::json;
+
+use crate::support::scene::{Scene, configmap, widget_at};
+use crate::support::{self, TestNamespace};
+
+fn peer(name: &str, labels: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}})
+}
+
+const PEERS: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: peers}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  watches:
+    - name: peers
+      apiVersion: v1
+      kind: ConfigMap
+      selector:
+        allNamespaces: true
+        matchExpressions:
+          - {key: peer, operator: Exists}
+          - {key: retired, operator: DoesNotExist}
+  status:
+    fields:
+      peers: "{{ related.peers | length }}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_watch_with_expressions_reads_every_namespace_when_the_rule_says_so() {
+    let client = support::admin_client().await;
+    let other = TestNamespace::new(&client, "sel-peers").await;
+    let scene = Scene::new("sel-all")
+        .await
+        .with_widgets()
+        .await
+        .also_watching(other.name());
+    scene.apply(peer("here", json!({"peer": "a"}))).await;
+    support::apply(
+        &client,
+        peer("there", json!({"peer": "b"})),
+        Some(other.name()),
+    )
+    .await;
+    support::apply(
+        &client,
+        peer("old", json!({"peer": "c", "retired": "yes"})),
+        Some(other.name()),
+    )
+    .await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[support::rule_from_yaml(PEERS)]).await;
+    scene
+        .until("both live peers, here and there", widget_at("w"), |w| {
+            w["status"]["peers"] == 2
+        })
+        .await;
+    // A new peer in the other namespace requeues the primary.
+    support::apply(
+        &client,
+        peer("new", json!({"peer": "d"})),
+        Some(other.name()),
+    )
+    .await;
+    scene
+        .until("the new peer", widget_at("w"), |w| {
+            w["status"]["peers"] == 3
+        })
+        .await;
+    scene.end().await;
+    other.delete().await;
+}
+
+/// A rule on Widgets with one ConfigMap child, and `for_extra` added to
+/// `spec.for` (indented lines).
+fn widget_rule(name: &str, for_extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: {name}}}
+spec:
+  for:
+    apiVersion: test.kiln.dev/v1
+    kind: Widget
+{for_extra}
+  children:
+    - id: main
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: "{{{{ self.metadata.name }}}}"}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_excluded_namespace_is_never_reconciled() {
+    let client = support::admin_client().await;
+    let excluded = TestNamespace::new(&client, "sel-excluded").await;
+    let scene = Scene::new("sel-taken")
+        .await
+        .with_widgets()
+        .await
+        .also_watching(excluded.name());
+    let widget = json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}});
+    scene.apply(widget.clone()).await;
+    support::apply(&client, widget, Some(excluded.name())).await;
+    let exclude = format!("    excludeNamespaces: [{}]", excluded.name());
+    let rule = support::rule_from_yaml(&widget_rule("excluding", &exclude));
+    let scene = scene.running(&[rule]).await;
+    scene
+        .until("the child here", configmap("w"), |_| true)
+        .await;
+    scene.ready("w").await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let there = support::get(&client, "v1", "ConfigMap", excluded.name(), "w").await;
+    assert!(
+        there.is_none(),
+        "a widget in an excluded namespace got a child"
+    );
+    let status = support::get(&client, "test.kiln.dev/v1", "Widget", excluded.name(), "w")
+        .await
+        .unwrap();
+    assert!(status["status"].is_null(), "{}", status["status"]);
+    scene.end().await;
+    excluded.delete().await;
+}
+
+const GOLD: &str = "    namespaceSelector:
+      matchExpressions:
+        - {key: kiln.dev/tier, operator: In, values: [gold]}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_takes_primaries_only_where_the_namespace_matches() {
+    let client = support::admin_client().await;
+    let plain = TestNamespace::new(&client, "sel-plain").await;
+    let scene = Scene::new("sel-gold")
+        .await
+        .with_widgets()
+        .await
+        .also_watching(plain.name());
+    let gold = json!({"metadata": {"labels": {"kiln.dev/tier": "gold"}}});
+    let namespace = ("v1", "Namespace");
+    support::edit(&client, namespace, None, scene.ns(), gold.clone()).await;
+    let widget = json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}});
+    scene.apply(widget.clone()).await;
+    support::apply(&client, widget, Some(plain.name())).await;
+    let scene = scene
+        .running(&[support::rule_from_yaml(&widget_rule("gold", GOLD))])
+        .await;
+    scene
+        .until("the child in the gold namespace", configmap("w"), |_| true)
+        .await;
+    scene.ready("w").await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let there = support::get(&client, "v1", "ConfigMap", plain.name(), "w").await;
+    assert!(
+        there.is_none(),
+        "a widget outside the selected namespaces got a child"
+    );
+    // The namespace is labelled: its widget is taken from now on.
+    support::edit(&client, namespace, None, plain.name(), gold).await;
+    crate::support::eventually(
+        "the child once the namespace matches",
+        crate::support::scene::CONVERGE,
+        || async { support::get(&client, "v1", "ConfigMap", plain.name(), "w").await },
+    )
+    .await;
+    scene.end().await;
+    plain.delete().await;
+}
