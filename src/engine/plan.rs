@@ -172,7 +172,9 @@ pub fn plan(
         .children
         .iter()
         .filter(|live| {
+            // A child waiting for another is kept as it is, not pruned.
             !live.deleting
+                && !rendered.waiting.iter().any(|w| w.id == live.id)
                 && !rendered.children.iter().any(|c| {
                     c.gvk == live.gvk
                         && c.name == live.key.name
@@ -191,7 +193,12 @@ pub fn plan(
         .filter(|r| !r.ready)
         .map(|r| format!("{}/{}", r.id, r.name))
         .collect();
-    let next = if not_ready.is_empty() {
+    let waiting: Vec<String> = rendered
+        .waiting
+        .iter()
+        .map(|w| format!("`{}` waits for {}", w.id, w.waits_for.join(" and ")))
+        .collect();
+    let next = if not_ready.is_empty() && waiting.is_empty() {
         rule.requeue.resync.map_or(Next::Done, Next::After)
     } else {
         Next::After(rule.requeue.waiting)
@@ -209,7 +216,7 @@ pub fn plan(
         apply,
         prune,
         status: Part {
-            outcome: Outcome::Applied { not_ready },
+            outcome: Outcome::Applied { not_ready, waiting },
             fields: Some(rendered.status),
             generation,
         },
@@ -382,9 +389,13 @@ spec:
 "#;
 
     fn rule() -> Rule {
+        rule_from(RULE)
+    }
+
+    fn rule_from(text: &str) -> Rule {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("r.yaml");
-        std::fs::write(&file, RULE).unwrap();
+        std::fs::write(&file, text).unwrap();
         let mut set = rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
         std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
     }
@@ -505,7 +516,13 @@ spec:
     fn converged_children_need_no_write() {
         let plan = an_app(base()).converged().plan();
         assert!(!plan.writes_children());
-        assert_eq!(plan.status.outcome, Outcome::Applied { not_ready: vec![] });
+        assert_eq!(
+            plan.status.outcome,
+            Outcome::Applied {
+                not_ready: vec![],
+                waiting: vec![]
+            }
+        );
         assert_eq!(plan.status.fields.unwrap()["size"], 2);
     }
 
@@ -596,7 +613,8 @@ spec:
         assert_eq!(
             plan.status.outcome,
             Outcome::Applied {
-                not_ready: vec!["extra/shop-extra".into()]
+                not_ready: vec!["extra/shop-extra".into()],
+                waiting: vec![]
             }
         );
         assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
@@ -780,5 +798,139 @@ spec:
         assert_eq!(plan.status.generation, Some(3));
         let failed = failed(&plan, reasons::INVALID, "no".into());
         assert_eq!(failed.fields, None, "a failed write claims no new status");
+    }
+
+    /// A ConfigMap `db`; `app` refers to it (waits until it exists), `web`
+    /// reads `ready.app` (waits until `app` is ready), `opt` is switched by
+    /// the spec and `after_opt` refers to it.
+    const CHAIN: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: chain}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  vars:
+    base: "{{ self.metadata.name }}"
+  children:
+    - id: web
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-web"}
+        data: {app_ready: "{{ ready.app }}"}
+    - id: app
+      readyWhen: child.data.up == 'yes'
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-app"}
+        data: {db: "{{ children.db.metadata.name }}"}
+    - id: db
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-db"}
+    - id: opt
+      when: self.spec.opt | default(false)
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-opt"}
+    - id: after_opt
+      dependsOn: [{id: opt}]
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-after-opt"}
+  status:
+    fields:
+      appReady: "{{ ready.app }}"
+"#;
+
+    fn a_chain() -> World {
+        let mut world = an_app(json!({}));
+        world.rule = rule_from(CHAIN);
+        world
+    }
+
+    fn waiting_of(plan: &Plan) -> Vec<String> {
+        match &plan.status.outcome {
+            Outcome::Applied { waiting, .. } => waiting.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn children_are_rendered_after_the_children_they_refer_to() {
+        assert_eq!(rule_from(CHAIN).order, [2, 1, 0, 3, 4]);
+    }
+
+    #[test]
+    fn a_child_that_refers_to_another_waits_until_it_exists() {
+        let world = a_chain();
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["db"], "only what waits for nothing");
+        assert_eq!(
+            waiting_of(&plan),
+            [
+                "`app` waits for `db` to exist",
+                "`web` waits for `app` to be ready"
+            ]
+        );
+        assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
+        assert_eq!(plan.status.fields.unwrap()["appReady"], false);
+        // The dependency exists: its dependent is applied, with its value.
+        let world = world.converged();
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["app"]);
+        assert_eq!(plan.apply[0].object["data"]["db"], "shop-db");
+        assert_eq!(waiting_of(&plan), ["`web` waits for `app` to be ready"]);
+    }
+
+    #[test]
+    fn a_child_that_reads_another_s_readiness_waits_until_it_is_ready() {
+        let mut world = a_chain().converged().converged();
+        assert!(!world.plan().apply.iter().any(|c| c.id == "web"));
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["web"]);
+        assert_eq!(plan.apply[0].object["data"]["app_ready"], true);
+        assert!(waiting_of(&plan).is_empty());
+        assert_eq!(plan.status.fields.unwrap()["appReady"], true);
+    }
+
+    #[test]
+    fn a_child_waiting_again_is_kept_not_pruned() {
+        let mut world = a_chain().converged().converged();
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let world = world.converged();
+        assert!(!world.plan().writes_children());
+        // `app` stops being ready: `web` waits again, but stays as it is.
+        let mut world = world;
+        world.live_mut("app")["data"]["up"] = json!("no");
+        let plan = world.plan();
+        assert!(!plan.writes_children(), "{plan:?}");
+        assert_eq!(waiting_of(&plan), ["`web` waits for `app` to be ready"]);
+    }
+
+    #[test]
+    fn a_child_whose_dependency_is_left_out_is_left_out_too() {
+        let world = a_chain();
+        assert!(
+            !world.plan().apply.iter().any(|c| c.id == "after_opt"),
+            "`opt` is off: nothing to wait for, nothing to render"
+        );
+        let world = world.spec(json!({"opt": true}));
+        let plan = world.plan();
+        assert!(applied_ids(&plan).contains(&"opt"));
+        assert!(waiting_of(&plan).contains(&"`after_opt` waits for `opt` to exist".to_string()));
+        let world = world.converged();
+        assert!(applied_ids(&world.plan()).contains(&"after_opt"));
+        // Switched off again: both are pruned.
+        let world = world.converged().spec(json!({}));
+        let plan = world.plan();
+        let mut gone = pruned(&plan);
+        gone.sort_unstable();
+        assert_eq!(gone, ["shop-after-opt", "shop-opt"]);
     }
 }

@@ -32,6 +32,8 @@ pub mod reasons {
     pub const DEPENDENCY_MISSING: &str = "DependencyMissing";
     /// Nothing to wait for.
     pub const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
+    /// A child waits for another child to exist or be ready.
+    pub const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
     /// A template failed for this object.
     pub const TEMPLATE_ERROR: &str = "TemplateError";
     /// The API server refused a write as forbidden.
@@ -59,6 +61,9 @@ pub enum Outcome {
     Applied {
         /// `id/name` of each child not ready.
         not_ready: Vec<String>,
+        /// Children not applied yet because they wait for other children,
+        /// e.g. "`ingress` waits for `service` to be ready".
+        waiting: Vec<String>,
     },
     /// Required related objects are missing (described for humans).
     Waiting {
@@ -149,12 +154,30 @@ impl Cond {
 /// Ready, Reconciled, Waiting for one outcome.
 fn triple(outcome: &Outcome) -> [Cond; 3] {
     match outcome {
-        Outcome::Applied { not_ready } if not_ready.is_empty() => [
+        Outcome::Applied { not_ready, waiting } if !waiting.is_empty() => {
+            let message = format!("waiting: {}", waiting.join("; "));
+            let mut unready = not_ready.clone();
+            unready.extend(waiting.iter().cloned());
+            [
+                Cond::new(
+                    false,
+                    reasons::CHILDREN_NOT_READY,
+                    format!("not ready: {}", unready.join(", ")),
+                ),
+                Cond::new(
+                    true,
+                    reasons::APPLIED,
+                    "every child not waiting for another applied".into(),
+                ),
+                Cond::new(true, reasons::WAITING_FOR_CHILDREN, message),
+            ]
+        }
+        Outcome::Applied { not_ready, .. } if not_ready.is_empty() => [
             Cond::new(true, reasons::ALL_READY, "all children are ready".into()),
             Cond::new(true, reasons::APPLIED, "all children applied".into()),
             Cond::new(false, reasons::DEPENDENCIES_PRESENT, String::new()),
         ],
-        Outcome::Applied { not_ready } => [
+        Outcome::Applied { not_ready, .. } => [
             Cond::new(
                 false,
                 reasons::CHILDREN_NOT_READY,
@@ -376,7 +399,15 @@ mod tests {
 
     #[test]
     fn ready_when_applied_and_all_children_ready() {
-        let cs = conditions(&Outcome::Applied { not_ready: vec![] }, &[], "T1", Some(3));
+        let cs = conditions(
+            &Outcome::Applied {
+                not_ready: vec![],
+                waiting: vec![],
+            },
+            &[],
+            "T1",
+            Some(3),
+        );
         assert_eq!(by_type(&cs, "Ready")["status"], "True");
         assert_eq!(by_type(&cs, "Reconciled")["reason"], "Applied");
         assert_eq!(by_type(&cs, "Waiting")["status"], "False");
@@ -388,6 +419,7 @@ mod tests {
         let first = conditions(
             &Outcome::Applied {
                 not_ready: vec!["deployment/shop".into()],
+                waiting: vec![],
             },
             &[],
             "T1",
@@ -397,6 +429,7 @@ mod tests {
         let same = conditions(
             &Outcome::Applied {
                 not_ready: vec!["service/shop".into()],
+                waiting: vec![],
             },
             &first,
             "T2",
@@ -411,7 +444,15 @@ mod tests {
             by_type(&same, "Ready")["message"],
             "not ready: service/shop"
         );
-        let flipped = conditions(&Outcome::Applied { not_ready: vec![] }, &same, "T3", None);
+        let flipped = conditions(
+            &Outcome::Applied {
+                not_ready: vec![],
+                waiting: vec![],
+            },
+            &same,
+            "T3",
+            None,
+        );
         assert_eq!(by_type(&flipped, "Ready")["lastTransitionTime"], "T3");
         assert_eq!(
             by_type(&flipped, "Reconciled")["lastTransitionTime"],
@@ -429,7 +470,10 @@ mod tests {
     }
 
     fn ready() -> Outcome {
-        Outcome::Applied { not_ready: vec![] }
+        Outcome::Applied {
+            not_ready: vec![],
+            waiting: vec![],
+        }
     }
 
     #[test]

@@ -196,6 +196,17 @@ pub struct Child {
     pub ready_when: Option<TemplateId>,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
+    /// Other children this one waits for, from its references and `dependsOn`.
+    pub needs: Vec<Need>,
+}
+
+/// A child another child waits for before it is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// The id of the child waited for.
+    pub id: String,
+    /// Whether it must be ready, not only exist.
+    pub ready: bool,
 }
 
 /// Exponential backoff bounds.
@@ -246,6 +257,11 @@ pub struct Rule {
     pub watches: Vec<Watch>,
     /// Children.
     pub children: Vec<Child>,
+    /// Indexes into `children` in the order they are rendered and applied:
+    /// every child after the children it waits for, otherwise as written.
+    pub order: Vec<usize>,
+    /// Named values (`vars.<name>`), in the order they are evaluated.
+    pub vars: Vec<(String, Tree)>,
     /// Status fields, in order.
     pub status_fields: Vec<(String, Tree)>,
     /// Requeue policy.

@@ -53,6 +53,13 @@ pub struct RawSpec {
     /// Objects a primary depends on (controller-runtime's `Watches`); templates see them as `related.<name>`.
     #[serde(default)]
     pub watches: Vec<RawWatch>,
+    /// Named values, evaluated once per reconcile in the order written;
+    /// every template sees them as `vars.<name>`. Each is a template (a
+    /// string that is one `{{ expr }}` keeps its type) that may read `self`,
+    /// `related`, `children`, `rule` and the vars before it.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub vars: serde_json::Map<String, Value>,
     /// Children rendered and owned for each primary (controller-runtime's `Owns`).
     #[serde(default)]
     pub children: Vec<RawChild>,
@@ -208,6 +215,22 @@ pub struct RawChild {
     /// and the primary reports `AlreadyExists`.
     #[serde(default)]
     pub adopt: bool,
+    /// Children this one waits for, besides those its templates refer to
+    /// (`children.<id>` waits until it exists, `ready.<id>` until it is
+    /// ready). A child waiting for another is not applied yet.
+    #[serde(default)]
+    pub depends_on: Vec<RawDependency>,
+}
+
+/// A child another child waits for.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDependency {
+    /// The id of the child waited for.
+    pub id: String,
+    /// Wait until it is ready (its `readyWhen` holds), not only until it exists.
+    #[serde(default)]
+    pub ready: bool,
 }
 
 /// What the engine writes to the primary's status.

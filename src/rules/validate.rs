@@ -14,8 +14,8 @@ use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
-    Backoff, Child, Diagnostic, Gvk, LabelSelector, Operator, Primary, Requeue, Requirement, Rule,
-    RuleSet, Watch, WatchTarget, duration,
+    Backoff, Child, Diagnostic, Gvk, LabelSelector, Need, Operator, Primary, Requeue, Requirement,
+    Rule, RuleSet, Watch, WatchTarget, duration,
 };
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Step, path_string};
@@ -98,6 +98,25 @@ struct Checker<'a> {
     raw: &'a RawRule,
     set: TemplateSet,
     errors: Vec<Diagnostic>,
+    /// The names of `spec.vars`, in order.
+    var_names: Vec<String>,
+    /// While checking var `i`: only the vars before it may be used.
+    var_limit: Option<usize>,
+    /// While checking a child: the `children.<id>` and `ready.<id>` it
+    /// refers to, each with where.
+    child_refs: Option<Vec<ChildRef>>,
+    /// Child id → child id it waits for, with where that is said.
+    edges: Vec<(String, String, Vec<Step>)>,
+}
+
+/// A reference from a child's templates to another child.
+struct ChildRef {
+    /// `children` or `ready`.
+    root: String,
+    /// The id referred to.
+    id: String,
+    /// Where the reference is.
+    at: Vec<Step>,
 }
 
 /// What a template may refer to where it stands.
@@ -107,11 +126,16 @@ struct Scope<'a> {
 
 impl<'a> Checker<'a> {
     fn new(doc: &'a Document) -> Self {
+        let raw = &doc.raw;
         Self {
             doc,
-            raw: &doc.raw,
+            raw,
             set: TemplateSet::new(),
             errors: Vec::new(),
+            var_names: raw.spec.vars.keys().cloned().collect(),
+            var_limit: None,
+            child_refs: None,
+            edges: Vec::new(),
         }
     }
 
@@ -132,7 +156,9 @@ impl<'a> Checker<'a> {
         let watch_names: Vec<String> = raw.spec.watches.iter().map(|w| w.name.clone()).collect();
         let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
         let watches = self.watches();
+        let vars = self.vars(&watch_names, &child_ids);
         let children = self.children(&watch_names, &child_ids);
+        let order = self.order(&children);
         let status_fields = self.status_fields(&watch_names, &child_ids);
         let requeue = self.requeue();
 
@@ -153,6 +179,8 @@ impl<'a> Checker<'a> {
             primary,
             watches,
             children,
+            order,
+            vars,
             status_fields,
             requeue,
             force_conflicts: raw.spec.apply.force_conflicts,
@@ -354,8 +382,11 @@ impl<'a> Checker<'a> {
             let at = vec![key("spec"), key("children"), Step::Index(i)];
             let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
             self.unique_identifier(&with("id"), &mut seen, "child id", &c.id, "children.<id>");
-            let base: &[&str] = &["self", "related", "children", "rule"];
-            let item: &[&str] = &["self", "related", "children", "rule", "item", "index"];
+            self.child_refs = Some(Vec::new());
+            let base: &[&str] = &["self", "related", "children", "rule", "vars", "ready"];
+            let item: &[&str] = &[
+                "self", "related", "children", "rule", "vars", "ready", "item", "index",
+            ];
             let roots = if c.for_each.is_some() { item } else { base };
             // Only a child's template may draw a value (kept in the child).
             let drawing: Vec<&str> = roots.iter().copied().chain([DRAW]).collect();
@@ -382,6 +413,7 @@ impl<'a> Checker<'a> {
                 )
             });
             let template = self.child_template(&with("template"), c, &scope, watches, ids);
+            let needs = self.needs(&at, c, ids);
             if let Some((gvk, template)) = template {
                 out.push(Child {
                     id: c.id.clone(),
@@ -391,6 +423,7 @@ impl<'a> Checker<'a> {
                     template,
                     ready_when,
                     adopt: c.adopt,
+                    needs,
                 });
             }
         }
@@ -526,7 +559,7 @@ impl<'a> Checker<'a> {
             return Vec::new();
         };
         let scope = Scope {
-            roots: &["self", "related", "children", "rule"],
+            roots: &["self", "related", "children", "rule", "vars", "ready"],
         };
         let mut out = Vec::new();
         for (name, value) in &status.fields {
@@ -543,6 +576,163 @@ impl<'a> Checker<'a> {
             }
         }
         out
+    }
+
+    /// `spec.vars`: each a template that may use the vars before it.
+    fn vars(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule", "vars"],
+        };
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, (name, value)) in self.raw.spec.vars.iter().enumerate() {
+            let at = [key("spec"), key("vars"), key(name)];
+            self.unique_identifier(&at, &mut seen, "var name", name, "vars.<name>");
+            self.var_limit = Some(i);
+            if let Some(tree) = self.tree(&at, value, &scope, watches, ids) {
+                out.push((name.clone(), tree));
+            }
+        }
+        self.var_limit = None;
+        out
+    }
+
+    /// Why a var being checked may not use `vars.<name>`: itself or a var
+    /// written after it (vars are evaluated in order, so no cycle can form).
+    fn var_reference(&self, name: Option<&str>) -> Option<String> {
+        let limit = self.var_limit?;
+        let name = name?;
+        let pos = self.var_names.iter().position(|n| n == name)?;
+        let current = &self.var_names[limit];
+        if pos == limit {
+            Some(format!("var `{current}` refers to itself"))
+        } else if pos > limit {
+            Some(format!(
+                "`vars.{name}` is written after `{current}`: a var can use only the vars before it (they are evaluated in order)"
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The children a child waits for: those its templates refer to
+    /// (`children.<id>`: until it exists; `ready.<id>`: until it is ready)
+    /// and those it names in `dependsOn`.
+    fn needs(&mut self, at: &[Step], c: &RawChild, ids: &[String]) -> Vec<Need> {
+        let mut needs: Vec<Need> = Vec::new();
+        let add = |needs: &mut Vec<Need>, id: &str, ready: bool| match needs
+            .iter_mut()
+            .find(|n| n.id == id)
+        {
+            Some(n) => n.ready |= ready,
+            None => needs.push(Need {
+                id: id.to_string(),
+                ready,
+            }),
+        };
+        for r in self.child_refs.take().unwrap_or_default() {
+            if !ids.contains(&r.id) {
+                continue; // reported as undeclared
+            }
+            if r.id == c.id {
+                if r.root == "ready" {
+                    self.error(
+                        &r.at,
+                        format!("child `{}` cannot wait for its own readiness", c.id),
+                    );
+                }
+                continue; // a child reading itself back (random_secret) waits for nothing
+            }
+            self.edges.push((c.id.clone(), r.id.clone(), r.at));
+            add(&mut needs, &r.id, r.root == "ready");
+        }
+        for (j, d) in c.depends_on.iter().enumerate() {
+            let here = [at, &[key("dependsOn"), Step::Index(j), key("id")]].concat();
+            if d.id == c.id {
+                self.error(&here, format!("child `{}` cannot depend on itself", c.id));
+            } else if !ids.contains(&d.id) {
+                self.error(
+                    &here,
+                    format!(
+                        "`{}` is not declared in spec.children (declared: {})",
+                        d.id,
+                        ids.join(", ")
+                    ),
+                );
+            } else {
+                self.edges.push((c.id.clone(), d.id.clone(), here));
+                add(&mut needs, &d.id, d.ready);
+            }
+        }
+        needs
+    }
+
+    /// The order children are rendered in: each after the children it waits
+    /// for, otherwise as written. A cycle is refused, spelled out.
+    fn order(&mut self, children: &[Child]) -> Vec<usize> {
+        let mut order: Vec<usize> = Vec::new();
+        while order.len() < children.len() {
+            let placed = |id: &str| {
+                order
+                    .iter()
+                    .any(|&k| children.get(k).is_some_and(|c| c.id == id))
+            };
+            let next = (0..children.len())
+                .find(|i| !order.contains(i) && children[*i].needs.iter().all(|n| placed(&n.id)));
+            match next {
+                Some(i) => order.push(i),
+                None => {
+                    let left: Vec<usize> =
+                        (0..children.len()).filter(|i| !order.contains(i)).collect();
+                    self.cycle(children, &left);
+                    order.extend(left);
+                }
+            }
+        }
+        order
+    }
+
+    /// Reports one cycle among `left` (children none of which can go first).
+    fn cycle(&mut self, children: &[Child], left: &[usize]) {
+        let id_of = |i: usize| children[i].id.clone();
+        let mut path: Vec<String> = left.first().map(|&i| id_of(i)).into_iter().collect();
+        loop {
+            let Some(last) = path.last().cloned() else {
+                return;
+            };
+            // Every child left waits for another child left.
+            let Some(next) = children
+                .iter()
+                .find(|c| c.id == last)
+                .and_then(|c| {
+                    c.needs
+                        .iter()
+                        .find(|n| left.iter().any(|&i| children[i].id == n.id))
+                })
+                .map(|n| n.id.clone())
+            else {
+                return;
+            };
+            if let Some(start) = path.iter().position(|p| *p == next) {
+                let mut cycle = path.split_off(start);
+                cycle.push(next.clone());
+                let at = self
+                    .edges
+                    .iter()
+                    .find(|(from, to, _)| *from == last && *to == next)
+                    .map(|(_, _, at)| at.clone())
+                    .unwrap_or_else(|| vec![key("spec"), key("children")]);
+                self.error(
+                    &at,
+                    format!(
+                        "children wait for each other in a cycle: {} (a child waits for the children its templates refer to as `children.<id>` or `ready.<id>`, and for its `dependsOn`)",
+                        cycle.join(" → ")
+                    ),
+                );
+                return;
+            }
+            path.push(next);
+        }
     }
 
     /// Checks a name templates refer to (`related.<name>`, `children.<id>`):
@@ -741,11 +931,28 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
+            if root == "vars"
+                && let Some(message) = self.var_reference(parts.clone().next())
+            {
+                self.error(at, message);
+                continue;
+            }
+            let var_names = self.var_names.clone();
             let declared = match root {
                 "related" => Some(("spec.watches", watches)),
-                "children" => Some(("spec.children", ids)),
+                "children" | "ready" => Some(("spec.children", ids)),
+                "vars" => Some(("spec.vars", var_names.as_slice())),
                 _ => None,
             };
+            if matches!(root, "children" | "ready")
+                && let (Some(refs), Some(id)) = (&mut self.child_refs, parts.clone().next())
+            {
+                refs.push(ChildRef {
+                    root: root.to_string(),
+                    id: id.to_string(),
+                    at: at.to_vec(),
+                });
+            }
             if let (Some((section, names)), Some(name)) = (declared, parts.next())
                 && !names.iter().any(|n| n == name)
             {
