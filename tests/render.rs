@@ -111,6 +111,26 @@ fn schedule_for_each() {
 }
 
 #[test]
+fn application_renders_what_waits_for_nothing_and_says_what_waits() {
+    insta::assert_snapshot!(render(&[
+        "--object",
+        "examples/application/application.yaml",
+    ]));
+}
+
+#[test]
+fn application_with_a_ready_deployment_renders_its_service_and_ingress() {
+    insta::assert_snapshot!(render(&[
+        "--object",
+        "examples/application/application.yaml",
+        "--observed",
+        "deployment=tests/fixtures/observed/my-awesome-app-deployment.yaml",
+        "--observed",
+        "service=tests/fixtures/observed/my-awesome-app-service.yaml",
+    ]));
+}
+
+#[test]
 fn webapp_without_its_required_secret_waits() {
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -143,6 +143,13 @@ fn print_rendered(
         }
         print!("{}", serde_norway::to_string(&child.object)?);
     }
+    for wait in &rendered.waiting {
+        println!(
+            "# child: {} waits for {}: not rendered yet (pass --observed ID=FILE for the children it waits for)",
+            wait.id,
+            wait.waits_for.join(" and ")
+        );
+    }
     if !children_only && !rule.status_fields.is_empty() {
         println!("---");
         println!(

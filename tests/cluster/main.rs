@@ -15,6 +15,7 @@ mod support;
 
 mod admission;
 mod declarative;
+mod dependencies;
 mod deploy;
 mod engine;
 mod examples;
