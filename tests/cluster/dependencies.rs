@@ -241,6 +241,23 @@ async fn the_ported_kro_application_orders_its_children_and_reports_their_readin
         scene.get(ingress.0, ingress.1, ingress.2).await.is_none(),
         "the Ingress came before the Deployment was ready"
     );
+    let rule_text =
+        std::fs::read_to_string(crate::support::repo_root().join("rules/application.yaml"))
+            .unwrap();
+    let explained = crate::explain::explain(
+        &scene,
+        app.0,
+        app.1,
+        app.2,
+        &[("application.yaml", rule_text)],
+    );
+    for line in [
+        "    deployment Deployment my-awesome-app: applied, not ready",
+        "    service Service my-awesome-app-service: applied, ready",
+        "    ingress: waits for `deployment` to be ready: not applied yet",
+    ] {
+        assert!(explained.contains(line), "no `{line}` in:\n{explained}");
+    }
 
     // The local control plane has no kubelet: play the Deployment controller.
     let deployments = crate::support::dynamic_api(
