@@ -958,4 +958,25 @@ mod tests {
             "spec.vars.host: undefined value: `self.spec.domain` is undefined"
         );
     }
+
+    #[test]
+    fn ready_of_a_for_each_child_holds_when_every_item_is_ready() {
+        let r = rule(
+            "    - id: items\n      forEach: self.spec.items\n      readyWhen: child.data.ok == 'yes'\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ item }}\"}}\n    - id: summary\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: s}, data: {all: \"{{ ready.items }}\"}}\n",
+        );
+        let mut inputs = primary(Some("t"), json!({"items": ["a", "b"]}));
+        let live = |name: &str, ok: &str| json!({"metadata": {"name": name}, "data": {"ok": ok}});
+        inputs
+            .observed
+            .insert("items".into(), json!([live("a", "yes"), live("b", "no")]));
+        let out = render(&r, &inputs, &well_known_scope).unwrap();
+        assert_eq!(out.waiting.len(), 1, "one item is not ready: {out:?}");
+        assert_eq!(out.waiting[0].waits_for, ["`items` to be ready"]);
+        inputs
+            .observed
+            .insert("items".into(), json!([live("a", "yes"), live("b", "yes")]));
+        let out = render(&r, &inputs, &well_known_scope).unwrap();
+        assert!(out.waiting.is_empty());
+        assert_eq!(out.children[2].object["data"]["all"], true);
+    }
 }

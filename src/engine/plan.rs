@@ -811,13 +811,14 @@ spec:
   for: {apiVersion: demo.kiln.dev/v1, kind: App}
   vars:
     base: "{{ self.metadata.name }}"
+    db_name: "{{ children.db.metadata.name | default('none') }}"
   children:
     - id: web
       template:
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: "{{ vars.base }}-web"}
-        data: {app_ready: "{{ ready.app }}"}
+        data: {app_ready: "{{ ready.app }}", db: "{{ vars.db_name }}"}
     - id: app
       readyWhen: child.data.up == 'yes'
       template:
@@ -862,7 +863,23 @@ spec:
 
     #[test]
     fn children_are_rendered_after_the_children_they_refer_to() {
-        assert_eq!(rule_from(CHAIN).order, [2, 1, 0, 3, 4]);
+        let rule = rule_from(CHAIN);
+        assert_eq!(rule.order, [2, 1, 0, 3, 4]);
+        let web = &rule.children[0];
+        assert_eq!(
+            web.needs,
+            [
+                rules::Need {
+                    id: "app".into(),
+                    ready: true
+                },
+                rules::Need {
+                    id: "db".into(),
+                    ready: false
+                }
+            ],
+            "`web` reads `db` through `vars.db_name`"
+        );
     }
 
     #[test]
@@ -874,7 +891,7 @@ spec:
             waiting_of(&plan),
             [
                 "`app` waits for `db` to exist",
-                "`web` waits for `app` to be ready"
+                "`web` waits for `app` to be ready and `db` to exist"
             ]
         );
         assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
@@ -895,6 +912,7 @@ spec:
         let plan = world.plan();
         assert_eq!(applied_ids(&plan), ["web"]);
         assert_eq!(plan.apply[0].object["data"]["app_ready"], true);
+        assert_eq!(plan.apply[0].object["data"]["db"], "shop-db");
         assert!(waiting_of(&plan).is_empty());
         assert_eq!(plan.status.fields.unwrap()["appReady"], true);
     }

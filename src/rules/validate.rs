@@ -105,6 +105,9 @@ struct Checker<'a> {
     /// While checking a child: the `children.<id>` and `ready.<id>` it
     /// refers to, each with where.
     child_refs: Option<Vec<ChildRef>>,
+    /// Var name → the children it reads (itself or through earlier vars):
+    /// a child using the var waits for them as if it read them itself.
+    var_children: HashMap<String, Vec<String>>,
     /// Child id → child id it waits for, with where that is said.
     edges: Vec<(String, String, Vec<Step>)>,
 }
@@ -135,6 +138,7 @@ impl<'a> Checker<'a> {
             var_names: raw.spec.vars.keys().cloned().collect(),
             var_limit: None,
             child_refs: None,
+            var_children: HashMap::new(),
             edges: Vec::new(),
         }
     }
@@ -589,7 +593,12 @@ impl<'a> Checker<'a> {
             let at = [key("spec"), key("vars"), key(name)];
             self.unique_identifier(&at, &mut seen, "var name", name, "vars.<name>");
             self.var_limit = Some(i);
-            if let Some(tree) = self.tree(&at, value, &scope, watches, ids) {
+            self.child_refs = Some(Vec::new());
+            let tree = self.tree(&at, value, &scope, watches, ids);
+            let read = self.child_refs.take().unwrap_or_default();
+            self.var_children
+                .insert(name.clone(), read.into_iter().map(|r| r.id).collect());
+            if let Some(tree) = tree {
                 out.push((name.clone(), tree));
             }
         }
@@ -944,14 +953,18 @@ impl<'a> Checker<'a> {
                 "vars" => Some(("spec.vars", var_names.as_slice())),
                 _ => None,
             };
-            if matches!(root, "children" | "ready")
-                && let (Some(refs), Some(id)) = (&mut self.child_refs, parts.clone().next())
-            {
-                refs.push(ChildRef {
+            if let (Some(refs), Some(name)) = (&mut self.child_refs, parts.clone().next()) {
+                let through_var = self.var_children.get(name).filter(|_| root == "vars");
+                let read: Vec<String> = match root {
+                    "children" | "ready" => vec![name.to_string()],
+                    _ => through_var.cloned().unwrap_or_default(),
+                };
+                let root = if root == "ready" { "ready" } else { "children" };
+                refs.extend(read.into_iter().map(|id| ChildRef {
                     root: root.to_string(),
-                    id: id.to_string(),
+                    id,
                     at: at.to_vec(),
-                });
+                }));
             }
             if let (Some((section, names)), Some(name)) = (declared, parts.next())
                 && !names.iter().any(|n| n == name)
