@@ -415,6 +415,31 @@ mod tests {
     }
 
     #[test]
+    fn a_child_waiting_for_another_sets_waiting_and_keeps_reconciled() {
+        let cs = conditions(
+            &Outcome::Applied {
+                not_ready: vec!["deployment/shop".into()],
+                waiting: vec!["`ingress` waits for `deployment` to be ready".into()],
+            },
+            &[],
+            "T1",
+            None,
+        );
+        assert_eq!(by_type(&cs, "Waiting")["status"], "True");
+        assert_eq!(by_type(&cs, "Waiting")["reason"], "WaitingForChildren");
+        assert_eq!(
+            by_type(&cs, "Waiting")["message"],
+            "waiting: `ingress` waits for `deployment` to be ready"
+        );
+        assert_eq!(by_type(&cs, "Ready")["status"], "False");
+        assert_eq!(
+            by_type(&cs, "Ready")["message"],
+            "not ready: deployment/shop, `ingress` waits for `deployment` to be ready"
+        );
+        assert_eq!(by_type(&cs, "Reconciled")["status"], "True");
+    }
+
+    #[test]
     fn transition_time_moves_only_on_a_status_change() {
         let first = conditions(
             &Outcome::Applied {
