@@ -266,10 +266,15 @@ fn render_on_stack(
 
     for child in rule.order.iter().filter_map(|&i| rule.children.get(i)) {
         ready.insert(child.id.clone(), Value::Bool(false));
+        let switched_off = |ctx: &JinjaValue| match &child.when {
+            Some(when) => set.eval_bool(when, ctx).map(|on| !on),
+            None => Ok(false),
+        };
         if child
             .needs
             .iter()
             .any(|n| left_out.contains(&n.id.as_str()))
+            || (child.when_first && switched_off(&with_vars(&base, &vars, &ready))?)
         {
             left_out.push(&child.id);
             continue;
@@ -297,9 +302,7 @@ fn render_on_stack(
             continue;
         }
         let ctx = with_vars(&base, &vars, &ready);
-        if let Some(when) = &child.when
-            && !set.eval_bool(when, &ctx)?
-        {
+        if !child.when_first && switched_off(&ctx)? {
             left_out.push(&child.id);
             continue;
         }

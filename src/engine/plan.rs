@@ -932,6 +932,30 @@ spec:
     }
 
     #[test]
+    fn a_child_switched_off_is_left_out_not_kept_waiting() {
+        let mut world = a_chain();
+        world.rule = rule_from(&CHAIN.replace(
+            "      dependsOn: [{id: opt}]\n",
+            "      dependsOn: [{id: opt}, {id: app, ready: true}]\n      when: self.spec.after | default(true)\n",
+        ));
+        let world = world.spec(json!({"opt": true})).converged().converged();
+        assert!(
+            waiting_of(&world.plan()).contains(&"`after_opt` waits for `app` to be ready".into())
+        );
+        let mut world = world;
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let world = world.converged();
+        assert!(world.plan().apply.is_empty() && waiting_of(&world.plan()).is_empty());
+        // `app` is not ready any more and `after_opt` is switched off: it
+        // is pruned, not kept as a child waiting.
+        let mut world = world.spec(json!({"opt": true, "after": false}));
+        world.live_mut("app")["data"]["up"] = json!("no");
+        let plan = world.plan();
+        assert_eq!(pruned(&plan), ["shop-after-opt"]);
+        assert!(!waiting_of(&plan).iter().any(|w| w.contains("after_opt")));
+    }
+
+    #[test]
     fn a_child_whose_dependency_is_left_out_is_left_out_too() {
         let world = a_chain();
         assert!(

@@ -198,6 +198,8 @@ pub struct Child {
     pub adopt: bool,
     /// Other children this one waits for, from its references and `dependsOn`.
     pub needs: Vec<Need>,
+    /// Whether `when` reads no other child, so is decided before waiting.
+    pub when_first: bool,
 }
 
 /// A child another child waits for before it is applied.

@@ -400,6 +400,12 @@ impl<'a> Checker<'a> {
                 .when
                 .as_ref()
                 .and_then(|e| self.expr(&with("when"), e, &plain, watches, ids));
+            // A `when` that reads no other child is decided before waiting:
+            // a child switched off is left out, not kept waiting.
+            let when_first = self
+                .child_refs
+                .as_ref()
+                .is_none_or(|refs| refs.iter().all(|r| r.id == c.id));
             let for_each = c
                 .for_each
                 .as_ref()
@@ -428,6 +434,7 @@ impl<'a> Checker<'a> {
                     ready_when,
                     adopt: c.adopt,
                     needs,
+                    when_first,
                 });
             }
         }
