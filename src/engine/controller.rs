@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
 use minijinja::Value as JinjaValue;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::Shared;
@@ -303,7 +303,7 @@ impl RuleController {
     fn on_primary(&self, change: &Change<'_>) {
         match change {
             Change::Applied(obj) => {
-                if !self.selects(obj) {
+                if !self.selects(obj) && !self.holds(obj) {
                     return;
                 }
                 let key = ObjKey::of(obj);
@@ -367,7 +367,21 @@ impl RuleController {
         let Some(obj) = self.wiring.primary.get(key) else {
             return Ok(Next::Done);
         };
-        if !self.selects(&obj) || obj.metadata.deletion_timestamp.is_some() {
+        let holds = self.holds(&obj);
+        let wanted = self.rule.ordered_deletion && self.selects(&obj);
+        if obj.metadata.deletion_timestamp.is_some() {
+            return match (holds, wanted) {
+                (true, true) => self.tear_down(&obj).await,
+                (true, false) => self.hold(&obj, false).await.map(|()| Next::Done),
+                _ => Ok(Next::Done),
+            };
+        }
+        if holds != wanted {
+            // Before any child exists, so none is ever left to the garbage
+            // collector's order; and let go as soon as it is not wanted.
+            self.hold(&obj, wanted).await?;
+        }
+        if !self.selects(&obj) {
             return Ok(Next::Done);
         }
         self.shared
@@ -448,7 +462,32 @@ impl RuleController {
             return Ok(observed);
         }
         self.gather_related(key, this, &mut observed)?;
+        let (children, mut by_id) = self.live_children(obj);
+        observed.children = children;
+        for child in &self.rule.children {
+            let Some(mut live) = by_id.remove(child.id.as_str()) else {
+                continue;
+            };
+            let value = if child.for_each.is_some() {
+                live.sort_by(|a, b| {
+                    a["metadata"]["name"]
+                        .as_str()
+                        .cmp(&b["metadata"]["name"].as_str())
+                });
+                Value::Array(live)
+            } else {
+                live.swap_remove(0)
+            };
+            observed.inputs.observed.insert(child.id.clone(), value);
+        }
+        Ok(observed)
+    }
+
+    /// The rule's live children of `obj`, and the objects of those whose id
+    /// and kind the rule has now, by id.
+    fn live_children(&self, obj: &DynamicObject) -> (Vec<LiveChild>, BTreeMap<&str, Vec<Value>>) {
         let uid = obj.uid().unwrap_or_default();
+        let mut children = Vec::new();
         let mut by_id: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
         for (gvk, informer) in &self.wiring.children {
             for child in informer.owned_by(&uid) {
@@ -470,7 +509,7 @@ impl RuleController {
                         .or_default()
                         .push(to_json(&child));
                 }
-                observed.children.push(LiveChild {
+                children.push(LiveChild {
                     id,
                     gvk: gvk.clone(),
                     key: ObjKey::of(&child),
@@ -479,23 +518,79 @@ impl RuleController {
                 });
             }
         }
-        for child in &self.rule.children {
-            let Some(mut live) = by_id.remove(child.id.as_str()) else {
-                continue;
-            };
-            let value = if child.for_each.is_some() {
-                live.sort_by(|a, b| {
-                    a["metadata"]["name"]
-                        .as_str()
-                        .cmp(&b["metadata"]["name"].as_str())
-                });
-                Value::Array(live)
-            } else {
-                live.swap_remove(0)
-            };
-            observed.inputs.observed.insert(child.id.clone(), value);
+        (children, by_id)
+    }
+
+    /// Keeps (`hold`) or lets go of this rule's ordered-deletion finalizer on
+    /// the primary, with a field manager of the rule's own: other rules'
+    /// and other controllers' finalizers are never touched.
+    async fn hold(&self, obj: &DynamicObject, hold: bool) -> Result<(), Failure> {
+        self.fence()?;
+        let gvk = &self.rule.primary.gvk;
+        let key = ObjKey::of(obj);
+        let finalizers: Vec<String> = if hold {
+            vec![plan::finalizer(&self.rule.name)]
+        } else {
+            Vec::new()
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert("name".into(), json!(key.name));
+        if let Some(ns) = &key.namespace {
+            meta.insert("namespace".into(), json!(ns));
         }
-        Ok(observed)
+        meta.insert("finalizers".into(), json!(finalizers));
+        let patch = json!({"apiVersion": gvk.api_version(), "kind": gvk.kind, "metadata": meta});
+        let manager = format!("kiln-finalizer-{}", self.rule.name);
+        let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
+        match api
+            .patch(
+                &key.name,
+                &PatchParams::apply(&manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, "updating the primary's finalizer", true)),
+        }
+    }
+
+    /// Whether the primary carries this rule's ordered-deletion finalizer.
+    fn holds(&self, obj: &DynamicObject) -> bool {
+        let finalizer = plan::finalizer(&self.rule.name);
+        obj.finalizers().contains(&finalizer)
+    }
+
+    /// One step of deleting a primary's children in reverse dependency
+    /// order: the children nothing live waits for are deleted; once none is
+    /// left, the finalizer goes and the primary with it.
+    async fn tear_down(&self, obj: &DynamicObject) -> Result<Next, Failure> {
+        // Never act on missing information: a child a blind cache lacks may exist.
+        if !self.blind().is_empty() {
+            return Ok(Next::After(self.rule.requeue.waiting));
+        }
+        let (live, _) = self.live_children(obj);
+        if live.is_empty() {
+            self.hold(obj, false).await?;
+            return Ok(Next::Done);
+        }
+        for prune in plan::teardown(&self.rule, &live) {
+            self.prune(obj, &prune).await?;
+        }
+        Ok(Next::After(self.rule.requeue.waiting))
+    }
+
+    /// Lets go of the finalizer on every primary holding it (the rule is
+    /// removed: nobody would remove it otherwise).
+    pub async fn release(&self) {
+        for obj in self.wiring.primary.list() {
+            if self.holds(&obj)
+                && let Err(failure) = self.hold(&obj, false).await
+            {
+                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(&obj), error = %failure, "could not remove the finalizer of a removed rule");
+            }
+        }
     }
 
     /// The caches of related and child kinds that cannot be trusted now.

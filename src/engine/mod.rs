@@ -250,8 +250,13 @@ impl Engine {
     pub async fn remove(&self, name: &str, prune: bool) {
         let controller = self.controller(name);
         self.stop(name).await;
-        if prune && let Some(c) = controller {
-            c.delete_all_children().await;
+        if let Some(c) = controller {
+            // A finalizer of a rule that no longer runs would hold its
+            // primaries forever.
+            c.release().await;
+            if prune {
+                c.delete_all_children().await;
+            }
         }
     }
 

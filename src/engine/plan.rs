@@ -330,6 +330,34 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
     }
 }
 
+/// The finalizer a rule with ordered deletion keeps on its primaries.
+pub fn finalizer(rule: &str) -> String {
+    format!("{rule}.kiln.dev/ordered-deletion")
+}
+
+/// What to delete now while a primary with ordered deletion goes away: the
+/// live children no other live child waits for (a child goes before the
+/// children it waits for). Nothing left alive means the finalizer may go.
+pub fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
+    let waited_for = |id: &str| {
+        live.iter().any(|other| {
+            other.id != id
+                && rule
+                    .children
+                    .iter()
+                    .any(|c| c.id == other.id && c.needs.iter().any(|n| n.id == id))
+        })
+    };
+    live.iter()
+        .filter(|c| !c.deleting && !waited_for(&c.id))
+        .map(|c| Prune {
+            gvk: c.gvk.clone(),
+            key: c.key.clone(),
+            uid: c.uid.clone(),
+        })
+        .collect()
+}
+
 /// The key of a desired child.
 pub fn key_of(child: &DesiredChild) -> ObjKey {
     ObjKey {
@@ -929,6 +957,37 @@ spec:
         let plan = world.plan();
         assert!(!plan.writes_children(), "{plan:?}");
         assert_eq!(waiting_of(&plan), ["`web` waits for `app` to be ready"]);
+    }
+
+    #[test]
+    fn ordered_deletion_deletes_a_child_only_once_nothing_live_waits_for_it() {
+        let mut world = a_chain().spec(json!({"opt": true})).converged().converged();
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let world = world.converged();
+        assert_eq!(world.observed.children.len(), 5, "every child is live");
+        let rule = &world.rule;
+        let mut live = world.observed.children.clone();
+        let ids = |p: Vec<Prune>| -> Vec<String> {
+            let mut names: Vec<String> = p.into_iter().map(|p| p.key.name).collect();
+            names.sort_unstable();
+            names
+        };
+        // `web` waits for `app` and `db`, `app` for `db`, `after_opt` for `opt`.
+        assert_eq!(ids(teardown(rule, &live)), ["shop-after-opt", "shop-web"]);
+        for c in &mut live {
+            if c.id == "web" || c.id == "after_opt" {
+                c.deleting = true;
+            }
+        }
+        assert!(
+            teardown(rule, &live).is_empty(),
+            "nothing more while they are still there (being deleted)"
+        );
+        live.retain(|c| !c.deleting);
+        assert_eq!(ids(teardown(rule, &live)), ["shop-app", "shop-opt"]);
+        live.retain(|c| c.id == "db");
+        assert_eq!(ids(teardown(rule, &live)), ["shop-db"]);
+        assert!(teardown(rule, &[]).is_empty());
     }
 
     #[test]

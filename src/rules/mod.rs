@@ -270,6 +270,9 @@ pub struct Rule {
     pub requeue: Requeue,
     /// Whether applies take over fields other managers own.
     pub force_conflicts: bool,
+    /// Whether children are deleted in reverse dependency order, with a
+    /// finalizer on the primary (`spec.deletion.ordered`).
+    pub ordered_deletion: bool,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
 }

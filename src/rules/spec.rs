@@ -72,6 +72,21 @@ pub struct RawSpec {
     /// How children are applied.
     #[serde(default)]
     pub apply: RawApply,
+    /// What happens to the children when a primary is deleted.
+    #[serde(default)]
+    pub deletion: Option<RawDeletion>,
+}
+
+/// What happens to the children when a primary is deleted.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeletion {
+    /// Delete the children in reverse dependency order (a child before the
+    /// children it waits for), each gone before the next, holding the
+    /// primary with a finalizer meanwhile. Default `false`: the garbage
+    /// collector deletes them, in no order, and kiln adds no finalizer.
+    #[serde(default)]
+    pub ordered: bool,
 }
 
 /// How children are applied (server-side apply).

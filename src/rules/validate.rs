@@ -188,6 +188,7 @@ impl<'a> Checker<'a> {
             status_fields,
             requeue,
             force_conflicts: raw.spec.apply.force_conflicts,
+            ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
             templates: self.set,
         })
     }

@@ -325,3 +325,119 @@ async fn the_ported_kro_application_orders_its_children_and_reports_their_readin
     );
     scene.end().await;
 }
+
+/// The chain above with ordered deletion: deleting a Widget deletes `app`
+/// (which waits for `db`) before `db`. (`web` waits for `app` to be ready,
+/// which nobody marks here.)
+fn ordered() -> String {
+    CHAIN
+        .replace("metadata: {name: chain}", "metadata: {name: ordered}")
+        .replace(
+            "  children:\n",
+            "  deletion: {ordered: true}\n  children:\n",
+        )
+}
+
+const FINALIZER: &str = "ordered.kiln.dev/ordered-deletion";
+
+fn finalizers(obj: &Value) -> Vec<&str> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Sets the test's own finalizers on ConfigMap `name`.
+async fn hold_configmap(scene: &Scene, name: &str, finalizers: &[&str]) {
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "finalizers": finalizers}}))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_deletion_deletes_a_child_before_the_children_it_waits_for() {
+    let scene = Scene::new("deps-delete").await.with_widgets().await;
+    scene.apply(widget("w", json!({}))).await;
+    let scene = scene.running(&[rule_from_yaml(&ordered())]).await;
+    scene.until("app", configmap("w-app"), |_| true).await;
+    scene.until("db", configmap("w-db"), |_| true).await;
+    let w = scene
+        .until("the finalizer", widget_at("w"), |w| {
+            finalizers(w).contains(&FINALIZER)
+        })
+        .await;
+    assert_eq!(finalizers(&w), [FINALIZER]);
+
+    // `app` cannot go away yet (a finalizer of the test's own).
+    hold_configmap(&scene, "w-app", &["test.kiln.dev/hold"]).await;
+    let widgets = crate::support::dynamic_api(
+        &scene.client,
+        &json!("test.kiln.dev/v1"),
+        &json!("Widget"),
+        Some(scene.ns()),
+    )
+    .await;
+    widgets.delete("w", &Default::default()).await.unwrap();
+    scene
+        .until("kiln to delete app", configmap("w-app"), |c| {
+            c["metadata"]["deletionTimestamp"].is_string()
+        })
+        .await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let db = scene.get("v1", "ConfigMap", "w-db").await;
+    assert!(
+        db.is_some_and(|d| d["metadata"]["deletionTimestamp"].is_null()),
+        "db was deleted while app, which waits for it, was still there"
+    );
+    assert!(scene.get("test.kiln.dev/v1", "Widget", "w").await.is_some());
+
+    // `app` goes: then `db`, then the Widget itself.
+    hold_configmap(&scene, "w-app", &[]).await;
+    crate::support::eventually(
+        "db and the Widget to be gone",
+        crate::support::scene::CONVERGE,
+        || async {
+            let db = scene.get("v1", "ConfigMap", "w-db").await;
+            let w = scene.get("test.kiln.dev/v1", "Widget", "w").await;
+            (db.is_none() && w.is_none()).then_some(())
+        },
+    )
+    .await;
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_that_stops_leaves_no_finalizer_behind() {
+    let scene = Scene::new("deps-release").await.with_widgets().await;
+    scene.apply(widget("w", json!({}))).await;
+    let scene = scene.running(&[rule_from_yaml(&ordered())]).await;
+    scene
+        .until("the finalizer", widget_at("w"), |w| {
+            finalizers(w).contains(&FINALIZER)
+        })
+        .await;
+    // The rule no longer orders deletion (a hot reload): the finalizer goes.
+    let unordered = ordered().replace("  deletion: {ordered: true}\n", "");
+    scene.engine().replace(rule_from_yaml(&unordered)).await;
+    scene
+        .until("the finalizer to go", widget_at("w"), |w| {
+            finalizers(w).is_empty()
+        })
+        .await;
+    // Ordered again, then removed: the finalizer goes with the rule.
+    scene.engine().replace(rule_from_yaml(&ordered())).await;
+    scene
+        .until("the finalizer again", widget_at("w"), |w| {
+            finalizers(w).contains(&FINALIZER)
+        })
+        .await;
+    scene.engine().remove("ordered", false).await;
+    let w = scene
+        .until("the finalizer to go with the rule", widget_at("w"), |w| {
+            finalizers(w).is_empty()
+        })
+        .await;
+    assert!(w["metadata"]["deletionTimestamp"].is_null());
+    scene.end().await;
+}
