@@ -43,6 +43,10 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
                 .or_default()
                 .extend(READ);
         }
+        if rule.ordered_deletion {
+            // Its ordered-deletion finalizer, applied to the primary itself.
+            grant(p, plural(p), &["patch"]);
+        }
         // blockOwnerDeletion on children's owner references.
         grant(p, format!("{}/finalizers", plural(p)), &["update"]);
         for w in &rule.watches {
@@ -278,5 +282,23 @@ mod tests {
             verbs("", "pods").is_empty(),
             "nothing the rules do not need"
         );
+    }
+
+    #[test]
+    fn ordered_deletion_may_patch_the_primary_for_its_finalizer() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        let rule = "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: Widget}\n  deletion: {ordered: ORDERED}\n";
+        let may_patch = |ordered: &str| {
+            std::fs::write(&file, rule.replace("ORDERED", ordered)).unwrap();
+            let set = crate::rules::load(std::slice::from_ref(&file)).unwrap();
+            let role = cluster_role(&set, "kiln", &guess_plural);
+            role["rules"].as_array().unwrap().iter().any(|r| {
+                r["resources"][0] == "widgets"
+                    && r["verbs"].as_array().unwrap().contains(&"patch".into())
+            })
+        };
+        assert!(may_patch("true"));
+        assert!(!may_patch("false"), "only what the rules need");
     }
 }

@@ -86,13 +86,26 @@ pub struct ChildReadiness {
     pub ready: bool,
 }
 
+/// A child not rendered yet because it waits for other children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildWait {
+    /// The child's id.
+    pub id: String,
+    /// What it waits for, for humans: "`service` to exist", "`db` to be ready".
+    pub waits_for: Vec<String>,
+}
+
 /// Everything a reconcile applies for one primary.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
-    /// Children to apply, in rule order.
+    /// Children to apply: each after the children it waits for, otherwise
+    /// in rule order.
     pub children: Vec<DesiredChild>,
     /// Readiness of each child, from the live objects given.
     pub readiness: Vec<ChildReadiness>,
+    /// Children not rendered because they wait for other children: the
+    /// engine neither applies nor prunes them this time.
+    pub waiting: Vec<ChildWait>,
     /// The rule's status fields.
     pub status: Map<String, Value>,
     /// The rule's own conditions.
@@ -116,7 +129,7 @@ pub struct RuleCondition {
 impl Rendered {
     /// True when every child exists and is ready.
     pub fn all_ready(&self) -> bool {
-        self.readiness.iter().all(|r| r.ready)
+        self.waiting.is_empty() && self.readiness.iter().all(|r| r.ready)
     }
 }
 
@@ -186,6 +199,33 @@ fn context_with(
     }
 }
 
+/// `base` with the rule's `vars` and the readiness of the children so far.
+fn with_vars(base: &JinjaValue, vars: &JinjaValue, ready: &Map<String, Value>) -> JinjaValue {
+    minijinja::context! {
+        vars => vars.clone(),
+        ready => JinjaValue::from(minijinja::value::Serde(ready)),
+        ..base.clone()
+    }
+}
+
+/// Evaluates `spec.vars` in order, each seeing the ones before it.
+fn eval_vars(
+    rule: &Rule,
+    base: &JinjaValue,
+    budget: &mut Budget,
+) -> Result<JinjaValue, RenderFailure> {
+    let mut vars = Map::new();
+    for (name, tree) in &rule.vars {
+        let ctx = minijinja::context! {
+            vars => JinjaValue::from(minijinja::value::Serde(&vars)),
+            ..base.clone()
+        };
+        let value = tree.render(&rule.templates, &ctx, budget)?;
+        vars.insert(name.clone(), value);
+    }
+    Ok(JinjaValue::from(minijinja::value::Serde(&vars)))
+}
+
 /// `children` with `object` added as the child `id` (appended to the list of
 /// a `forEach` child).
 fn with_child(
@@ -233,22 +273,65 @@ fn render_on_stack(
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
     let live_ctx = context(rule, this, inputs);
+    let set = &rule.templates;
+    let mut budget = Budget::default();
+    let vars = eval_vars(rule, &live_ctx, &mut budget)?;
     // Children as later children see them: the live ones, plus each child
     // created with values drawn now (so a template can key a hash with a
     // generated key on the first render too). Copied only once a value is
     // drawn: at steady state nothing is copied.
     let mut seen: Option<Map<String, Value>> = None;
-    let mut ctx = live_ctx.clone();
-    let set = &rule.templates;
-    let mut budget = Budget::default();
+    let mut base = live_ctx.clone();
     let owner = Owner::of(&inputs.primary, &rule.primary.gvk);
     let mut children = Vec::new();
     let mut readiness = Vec::new();
+    // Per child id: `ready.<id>`, whether all of it is there to be read,
+    // and the children left out (by `when`, or because what they wait for is).
+    let mut ready = Map::new();
+    let mut present: Vec<&str> = Vec::new();
+    let mut left_out: Vec<&str> = Vec::new();
+    let mut waiting = Vec::new();
 
-    for child in &rule.children {
-        if let Some(when) = &child.when
-            && !set.eval_bool(when, &ctx)?
+    for child in rule.order.iter().filter_map(|&i| rule.children.get(i)) {
+        ready.insert(child.id.clone(), Value::Bool(false));
+        let switched_off = |ctx: &JinjaValue| match &child.when {
+            Some(when) => set.eval_bool(when, ctx).map(|on| !on),
+            None => Ok(false),
+        };
+        if child
+            .needs
+            .iter()
+            .any(|n| left_out.contains(&n.id.as_str()))
+            || (child.when_first && switched_off(&with_vars(&base, &vars, &ready))?)
         {
+            left_out.push(&child.id);
+            continue;
+        }
+        let waits_for: Vec<String> = child
+            .needs
+            .iter()
+            .filter(|n| {
+                if n.ready {
+                    ready.get(&n.id) != Some(&Value::Bool(true))
+                } else {
+                    !present.contains(&n.id.as_str())
+                }
+            })
+            .map(|n| {
+                let what = if n.ready { "be ready" } else { "exist" };
+                format!("`{}` to {what}", n.id)
+            })
+            .collect();
+        if !waits_for.is_empty() {
+            waiting.push(ChildWait {
+                id: child.id.clone(),
+                waits_for,
+            });
+            continue;
+        }
+        let ctx = with_vars(&base, &vars, &ready);
+        if !child.when_first && switched_off(&ctx)? {
+            left_out.push(&child.id);
             continue;
         }
         let items: Vec<(JinjaValue, Option<Value>)> = match &child.for_each {
@@ -284,6 +367,7 @@ fn render_on_stack(
             }
         };
         let mut drew = false;
+        let (mut all_there, mut all_ready) = (true, true);
         for (item_ctx, item) in items {
             let (object, generated) = generate::drawing(inputs.draw, || {
                 child.template.render(set, &item_ctx, &mut budget)
@@ -299,12 +383,13 @@ fn render_on_stack(
                 let listed = child.for_each.is_some();
                 let before = seen.as_ref().unwrap_or(&inputs.observed);
                 let as_live = with_child(before, &child.id, listed, &object);
-                let base = context_with(rule, this, inputs, &as_live);
+                let again_base = context_with(rule, this, inputs, &as_live);
+                let again_base = with_vars(&again_base, &vars, &ready);
                 let again_ctx = match &item {
-                    None => base,
+                    None => again_base,
                     Some(item) => {
                         let index = item_ctx.get_attr("index").unwrap_or_default();
-                        minijinja::context! { item => to_jinja(item), index => index, ..base }
+                        minijinja::context! { item => to_jinja(item), index => index, ..again_base }
                     }
                 };
                 let (again, more) = generate::drawing(inputs.draw, || {
@@ -317,7 +402,7 @@ fn render_on_stack(
                 seen = Some(as_live);
                 drew = true;
             }
-            let ready = match (live, &child.ready_when) {
+            let ready_now = match (live, &child.ready_when) {
                 (None, _) => false,
                 (Some(_), None) => true,
                 (Some(live), Some(expr)) => {
@@ -325,10 +410,12 @@ fn render_on_stack(
                     set.eval_bool(expr, &c)?
                 }
             };
+            all_there &= live.is_some() || !generated.is_empty();
+            all_ready &= ready_now;
             readiness.push(ChildReadiness {
                 id: child.id.clone(),
                 name: name.clone(),
-                ready,
+                ready: ready_now,
             });
             if children.iter().any(|c: &DesiredChild| {
                 c.gvk == child.gvk && c.name == name && c.namespace == namespace
@@ -348,30 +435,36 @@ fn render_on_stack(
             });
         }
         if drew && let Some(seen) = &seen {
-            ctx = context_with(rule, this, inputs, seen);
+            base = context_with(rule, this, inputs, seen);
+        }
+        ready.insert(child.id.clone(), Value::Bool(all_ready));
+        if all_there {
+            present.push(&child.id);
         }
     }
 
     // Status sees the live children of a `forEach` in the order it renders
     // them (KRO keeps list order); templates before it see them by name.
-    let status_ctx = match in_rendered_order(rule, &inputs.observed, &children) {
+    let ordered = match in_rendered_order(rule, &inputs.observed, &children) {
         Some(observed) => minijinja::context! {
             children => JinjaValue::from(minijinja::value::Serde(&observed)),
             ..live_ctx.clone()
         },
-        None => live_ctx,
+        None => live_ctx.clone(),
     };
+    let status_ctx = with_vars(&ordered, &vars, &ready);
     let mut status = Map::new();
     for (name, tree) in &rule.status_fields {
         status.insert(name.clone(), tree.render(set, &status_ctx, &mut budget)?);
     }
     let mut conditions = Vec::new();
     for c in &rule.conditions {
-        conditions.push(render_condition(c, set, &ctx, &mut budget)?);
+        conditions.push(render_condition(c, set, &status_ctx, &mut budget)?);
     }
     Ok(Rendered {
         children,
         readiness,
+        waiting,
         status,
         conditions,
     })
@@ -740,10 +833,15 @@ mod tests {
     use crate::rules;
 
     fn rule(children: &str) -> Rule {
+        rule_with("", children)
+    }
+
+    /// A rule on `App` with `spec` text before its children (e.g. `vars`).
+    fn rule_with(before: &str, children: &str) -> Rule {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("r.yaml");
         let text = format!(
-            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: demo.kiln.dev/v1, kind: App}}\n  children:\n{children}"
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: demo.kiln.dev/v1, kind: App}}\n{before}  children:\n{children}"
         );
         std::fs::write(&file, text).unwrap();
         let mut set = rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
@@ -1095,5 +1193,74 @@ mod tests {
             err.to_string(),
             "spec.children[0].template.metadata.name: undefined value: `self.spec.name` is undefined"
         );
+    }
+
+    fn rule_with_vars(vars: &str, children: &str) -> Rule {
+        let status = "  status:\n    fields:\n      host: \"{{ vars.host }}\"\n";
+        rule_with(&format!("  vars:\n{vars}"), &format!("{children}{status}"))
+    }
+
+    #[test]
+    fn vars_are_evaluated_in_order_and_every_template_sees_them() {
+        let r = rule_with_vars(
+            "    name: \"{{ self.metadata.name }}-web\"\n    host: \"{{ vars.name }}.{{ self.spec.domain }}\"\n    ports: \"{{ self.spec.ports }}\"\n    labels: {app: \"{{ vars.name }}\"}\n",
+            "    - id: cm\n      when: vars.ports | length > 0\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ vars.name }}\", labels: \"{{ vars.labels }}\"}\n        data:\n          host: \"{{ vars.host }}\"\n          ports: \"{{ vars.ports | each('vars.name ~ \\\":\\\" ~ item') | join(',') }}\"\n",
+        );
+        let out = render(
+            &r,
+            &primary(
+                Some("t"),
+                json!({"domain": "example.com", "ports": [80, 443]}),
+            ),
+            &well_known_scope,
+        )
+        .unwrap();
+        let cm = &out.children[0].object;
+        assert_eq!(cm["metadata"]["name"], "a-web");
+        assert_eq!(cm["metadata"]["labels"]["app"], "a-web");
+        assert_eq!(cm["data"]["host"], "a-web.example.com");
+        assert_eq!(cm["data"]["ports"], "a-web:80,a-web:443");
+        assert_eq!(out.status["host"], "a-web.example.com");
+        let none = render(
+            &r,
+            &primary(Some("t"), json!({"domain": "x", "ports": []})),
+            &well_known_scope,
+        )
+        .unwrap();
+        assert!(none.children.is_empty(), "`when` sees vars too");
+    }
+
+    #[test]
+    fn a_failing_var_fails_the_render_naming_it() {
+        let r = rule_with_vars(
+            "    host: \"{{ self.spec.domain }}\"\n",
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+        );
+        let err = render(&r, &primary(Some("t"), json!({})), &well_known_scope).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "spec.vars.host: undefined value: `self.spec.domain` is undefined"
+        );
+    }
+
+    #[test]
+    fn ready_of_a_for_each_child_holds_when_every_item_is_ready() {
+        let r = rule(
+            "    - id: items\n      forEach: self.spec.items\n      readyWhen: child.data.ok == 'yes'\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ item }}\"}}\n    - id: summary\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: s}, data: {all: \"{{ ready.items }}\"}}\n",
+        );
+        let mut inputs = primary(Some("t"), json!({"items": ["a", "b"]}));
+        let live = |name: &str, ok: &str| json!({"metadata": {"name": name}, "data": {"ok": ok}});
+        inputs
+            .observed
+            .insert("items".into(), json!([live("a", "yes"), live("b", "no")]));
+        let out = render(&r, &inputs, &well_known_scope).unwrap();
+        assert_eq!(out.waiting.len(), 1, "one item is not ready: {out:?}");
+        assert_eq!(out.waiting[0].waits_for, ["`items` to be ready"]);
+        inputs
+            .observed
+            .insert("items".into(), json!([live("a", "yes"), live("b", "yes")]));
+        let out = render(&r, &inputs, &well_known_scope).unwrap();
+        assert!(out.waiting.is_empty());
+        assert_eq!(out.children[2].object["data"]["all"], true);
     }
 }

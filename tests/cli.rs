@@ -54,7 +54,7 @@ fn controlplane_down_without_a_running_one_says_so() {
 fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("ok: 5 rules in 5 files"), "{out}");
+    assert!(out.starts_with("ok: 6 rules in 6 files"), "{out}");
 }
 
 #[test]

@@ -124,6 +124,14 @@ fn default_network_policy_created_once() {
 }
 
 #[test]
+fn application_renders_what_waits_for_nothing_and_says_what_waits() {
+    insta::assert_snapshot!(render(&[
+        "--object",
+        "examples/application/application.yaml",
+    ]));
+}
+
+#[test]
 fn lifecycle_policies_created_once_and_orphaned() {
     insta::assert_snapshot!(render_fixture(
         "tests/fixtures/lifecycle/rules",
@@ -146,6 +154,18 @@ fn a_created_once_child_that_exists_is_not_written() {
         out.contains("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it"),
         "{out}"
     );
+}
+
+#[test]
+fn application_with_a_ready_deployment_renders_its_service_and_ingress() {
+    insta::assert_snapshot!(render(&[
+        "--object",
+        "examples/application/application.yaml",
+        "--observed",
+        "deployment=tests/fixtures/observed/my-awesome-app-deployment.yaml",
+        "--observed",
+        "service=tests/fixtures/observed/my-awesome-app-service.yaml",
+    ]));
 }
 
 #[test]

@@ -211,7 +211,17 @@ async fn children(
             child.id, child.gvk.kind, child.name
         ));
     }
+    for wait in &rendered.waiting {
+        out.push_str(&format!(
+            "    {}: waits for {}: not applied yet (kept as it is if it exists)\n",
+            wait.id,
+            wait.waits_for.join(" and ")
+        ));
+    }
     for (id, value) in &live {
+        if rendered.waiting.iter().any(|w| &w.id == id) {
+            continue;
+        }
         let items = match value {
             Value::Array(items) => items.iter().collect(),
             one => vec![one],

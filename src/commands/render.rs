@@ -183,6 +183,13 @@ fn print_rendered(
         }
         print!("{}", serde_norway::to_string(&child.object)?);
     }
+    for wait in &rendered.waiting {
+        println!(
+            "# child: {} waits for {}: not rendered yet (pass --observed ID=FILE for the children it waits for)",
+            wait.id,
+            wait.waits_for.join(" and ")
+        );
+    }
     let has_status = !rule.status_fields.is_empty() || !rule.conditions.is_empty();
     if !children_only && has_status {
         println!("---");

@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
 use minijinja::Value as JinjaValue;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::Shared;
@@ -318,9 +318,7 @@ impl RuleController {
     fn on_primary(&self, change: &Change<'_>) {
         match change {
             Change::Applied(obj) => {
-                // A primary the rule no longer selects is still reconciled
-                // while it holds the rule's finalizer, to release it.
-                if !self.selects(obj) && !self.holds_finalizer(obj) {
+                if !self.selects(obj) && !self.holds(obj) {
                     return;
                 }
                 let key = ObjKey::of(obj);
@@ -419,29 +417,22 @@ impl RuleController {
         let Some(obj) = self.wiring.primary.get(key) else {
             return Ok(Next::Done);
         };
-        let holds = self.holds_finalizer(&obj);
+        let holds = self.holds(&obj);
+        let wanted = self.needs_finalizer() && self.selects(&obj);
         if obj.metadata.deletion_timestamp.is_some() {
-            return if holds {
-                self.clean_up(&obj).await
-            } else {
-                Ok(Next::Done)
+            return match (holds, wanted) {
+                (true, true) => self.tear_down(&obj).await,
+                (true, false) => self.hold(&obj, false).await.map(|()| Next::Done),
+                _ => Ok(Next::Done),
             };
         }
-        if !self.selects(&obj) {
-            if holds {
-                self.set_finalizer(&obj, false).await?;
-            }
-            return Ok(Next::Done);
+        if holds != wanted {
+            // Before any child exists, so none is ever left to the garbage
+            // collector's order; and let go as soon as it is not wanted.
+            self.hold(&obj, wanted).await?;
         }
-        // The finalizer goes on before the first `outside` child is made,
-        // so that no such child outlives its primary.
-        let outside = self
-            .rule
-            .children
-            .iter()
-            .any(|c| c.outside && c.deletion_policy != crate::rules::DeletionPolicy::Orphan);
-        if outside && !holds {
-            self.set_finalizer(&obj, true).await?;
+        if !self.selects(&obj) {
+            return Ok(Next::Done);
         }
         self.shared
             .stats
@@ -454,116 +445,19 @@ impl RuleController {
         // Reading the watches and rendering run on one big stack (template limits).
         let (plan, secrets, decorations) =
             crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this));
-        let next = self.execute(&obj, &plan, &decorations, &secrets).await?;
-        if holds && !outside {
-            // The rule no longer has `outside` children: nothing to clean up.
-            self.set_finalizer(&obj, false).await?;
-        }
-        Ok(next)
+        self.execute(&obj, &plan, &decorations, &secrets).await
     }
 
-    /// The finalizer kiln puts on a primary whose rule has `outside`
-    /// children, so that it deletes them before the primary goes.
-    fn finalizer(&self) -> String {
-        format!("kiln.dev/{}", self.rule.name)
-    }
-
-    fn holds_finalizer(&self, obj: &DynamicObject) -> bool {
-        let mine = self.finalizer();
-        obj.finalizers().contains(&mine)
-    }
-
-    /// Adds or removes the rule's finalizer, as a field manager of its own
-    /// (so rules sharing a primary each keep theirs).
-    async fn set_finalizer(&self, obj: &DynamicObject, on: bool) -> Result<(), Failure> {
-        self.fence()?;
-        let key = ObjKey::of(obj);
-        let finalizers: Vec<String> = if on {
-            vec![self.finalizer()]
-        } else {
-            Vec::new()
-        };
-        let mut metadata = serde_json::json!({"name": key.name, "finalizers": finalizers});
-        if let Some(ns) = &key.namespace {
-            metadata["namespace"] = serde_json::json!(ns);
-        }
-        let body = serde_json::json!({
-            "apiVersion": self.rule.primary.gvk.api_version(),
-            "kind": self.rule.primary.gvk.kind,
-            "metadata": metadata,
-        });
-        let manager = format!(
-            "{}-cleanup.{}",
-            self.shared.options.field_manager, self.rule.name
-        );
-        let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
-        self.shared
-            .stats
-            .applies
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match api
-            .patch(
-                &key.name,
-                &PatchParams::apply(&manager),
-                &Patch::Apply(&body),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(Failure::of(&e, "setting kiln's finalizer", true)),
-        }
-    }
-
-    /// The primary is being deleted: deletes every child of this rule for it
-    /// (`outside` ones have no owner reference for the garbage collector),
-    /// waits until they are gone, then releases the finalizer. Never from a
-    /// cache kiln cannot fill.
-    async fn clean_up(&self, obj: &DynamicObject) -> Result<Next, Failure> {
-        let Some(uid) = obj.uid() else {
-            return Ok(Next::Done);
-        };
-        if !self.blind().is_empty() {
-            return Ok(Next::After(self.rule.requeue.waiting));
-        }
-        let mut left = 0;
-        for (gvk, informer) in &self.wiring.children {
-            if !informer.is_synced() {
-                return Ok(Next::After(self.rule.requeue.waiting));
-            }
-            for child in informer.owned_by(&uid) {
-                if child.labels().get(RULE_LABEL) != Some(&self.rule.name) {
-                    continue;
-                }
-                left += 1;
-                if child.metadata.deletion_timestamp.is_none() {
-                    let prune = Prune {
-                        gvk: gvk.clone(),
-                        key: ObjKey::of(&child),
-                        uid: child.uid(),
-                    };
-                    self.prune(obj, &prune).await?;
-                }
-            }
-        }
-        if left > 0 {
-            // Wait until they are gone (a Namespace takes its time).
-            return Ok(Next::After(std::time::Duration::from_secs(1)));
-        }
-        self.set_finalizer(obj, false).await?;
-        Ok(Next::Done)
-    }
-
-    /// Releases the rule's finalizer from every primary holding it (the rule
-    /// is removed: nothing would ever release it otherwise).
-    pub async fn release_finalizers(&self) {
-        for obj in self.wiring.primary.list() {
-            if self.holds_finalizer(&obj)
-                && let Err(error) = self.set_finalizer(&obj, false).await
-            {
-                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(&obj), %error, "could not release kiln's finalizer");
-            }
-        }
+    /// Whether the rule holds its finalizer on primaries: it deletes its
+    /// children in order, or it has `outside` children (no owner reference
+    /// lets the garbage collector delete those; kiln does).
+    fn needs_finalizer(&self) -> bool {
+        self.rule.ordered_deletion
+            || self
+                .rule
+                .children
+                .iter()
+                .any(|c| c.outside && c.deletion_policy != crate::rules::DeletionPolicy::Orphan)
     }
 
     /// Observes and plans; returns the plan and the Secret values it saw
@@ -644,7 +538,32 @@ impl RuleController {
             return Ok(observed);
         }
         self.gather_related(key, this, &mut observed)?;
+        let (children, mut by_id) = self.live_children(obj);
+        observed.children = children;
+        for child in &self.rule.children {
+            let Some(mut live) = by_id.remove(child.id.as_str()) else {
+                continue;
+            };
+            let value = if child.for_each.is_some() {
+                live.sort_by(|a, b| {
+                    a["metadata"]["name"]
+                        .as_str()
+                        .cmp(&b["metadata"]["name"].as_str())
+                });
+                Value::Array(live)
+            } else {
+                live.swap_remove(0)
+            };
+            observed.inputs.observed.insert(child.id.clone(), value);
+        }
+        Ok(observed)
+    }
+
+    /// The rule's live children of `obj`, and the objects of those whose id
+    /// and kind the rule has now, by id.
+    fn live_children(&self, obj: &DynamicObject) -> (Vec<LiveChild>, BTreeMap<&str, Vec<Value>>) {
         let uid = obj.uid().unwrap_or_default();
+        let mut children = Vec::new();
         let mut by_id: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
         for (gvk, informer) in &self.wiring.children {
             for child in informer.owned_by(&uid) {
@@ -666,7 +585,7 @@ impl RuleController {
                         .or_default()
                         .push(to_json(&child));
                 }
-                observed.children.push(LiveChild {
+                children.push(LiveChild {
                     id,
                     gvk: gvk.clone(),
                     key: ObjKey::of(&child),
@@ -676,23 +595,80 @@ impl RuleController {
                 });
             }
         }
-        for child in &self.rule.children {
-            let Some(mut live) = by_id.remove(child.id.as_str()) else {
-                continue;
-            };
-            let value = if child.for_each.is_some() {
-                live.sort_by(|a, b| {
-                    a["metadata"]["name"]
-                        .as_str()
-                        .cmp(&b["metadata"]["name"].as_str())
-                });
-                Value::Array(live)
-            } else {
-                live.swap_remove(0)
-            };
-            observed.inputs.observed.insert(child.id.clone(), value);
+        (children, by_id)
+    }
+
+    /// Keeps (`hold`) or lets go of this rule's ordered-deletion finalizer on
+    /// the primary, with a field manager of the rule's own: other rules'
+    /// and other controllers' finalizers are never touched.
+    async fn hold(&self, obj: &DynamicObject, hold: bool) -> Result<(), Failure> {
+        self.fence()?;
+        let gvk = &self.rule.primary.gvk;
+        let key = ObjKey::of(obj);
+        let finalizers: Vec<String> = if hold {
+            vec![plan::finalizer(&self.rule.name)]
+        } else {
+            Vec::new()
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert("name".into(), json!(key.name));
+        if let Some(ns) = &key.namespace {
+            meta.insert("namespace".into(), json!(ns));
         }
-        Ok(observed)
+        meta.insert("finalizers".into(), json!(finalizers));
+        let patch = json!({"apiVersion": gvk.api_version(), "kind": gvk.kind, "metadata": meta});
+        let manager = format!("kiln-finalizer-{}", self.rule.name);
+        let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
+        match api
+            .patch(
+                &key.name,
+                &PatchParams::apply(&manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, "updating the primary's finalizer", true)),
+        }
+    }
+
+    /// Whether the primary carries this rule's ordered-deletion finalizer.
+    fn holds(&self, obj: &DynamicObject) -> bool {
+        let finalizer = plan::finalizer(&self.rule.name);
+        obj.finalizers().contains(&finalizer)
+    }
+
+    /// One step of deleting a primary's children in reverse dependency
+    /// order: the children nothing live waits for are deleted; once none is
+    /// left, the finalizer goes and the primary with it.
+    async fn tear_down(&self, obj: &DynamicObject) -> Result<Next, Failure> {
+        // Never act on missing information: a child a blind cache lacks may exist.
+        if !self.blind().is_empty() {
+            return Ok(Next::After(self.rule.requeue.waiting));
+        }
+        let (live, _) = self.live_children(obj);
+        // Orphaned children stay: they never hold the primary back.
+        if live.iter().all(|c| plan::orphaned(&self.rule, c)) {
+            self.hold(obj, false).await?;
+            return Ok(Next::Done);
+        }
+        for prune in plan::teardown(&self.rule, &live) {
+            self.prune(obj, &prune).await?;
+        }
+        Ok(Next::After(self.rule.requeue.waiting))
+    }
+
+    /// Lets go of the finalizer on every primary holding it (the rule is
+    /// removed: nobody would remove it otherwise).
+    pub async fn release(&self) {
+        for obj in self.wiring.primary.list() {
+            if self.holds(&obj)
+                && let Err(failure) = self.hold(&obj, false).await
+            {
+                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(&obj), error = %failure, "could not remove the finalizer of a removed rule");
+            }
+        }
     }
 
     /// The caches of related and child kinds that cannot be trusted now.

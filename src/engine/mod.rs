@@ -259,11 +259,12 @@ impl Engine {
         let controller = self.controller(name);
         self.stop(name).await;
         if let Some(c) = controller {
+            // A finalizer of a rule that no longer runs would hold its
+            // primaries forever.
+            c.release().await;
             if prune {
                 c.delete_all_children().await;
             }
-            // A finalizer nothing would release blocks deleting the primary.
-            c.release_finalizers().await;
         }
     }
 

@@ -177,8 +177,10 @@ pub fn plan(
         .children
         .iter()
         .filter(|live| {
+            // A child waiting for another is kept as it is, not pruned.
             !live.deleting
                 && !orphaned(rule, live)
+                && !rendered.waiting.iter().any(|w| w.id == live.id)
                 && !rendered.children.iter().any(|c| {
                     c.gvk == live.gvk
                         && c.name == live.key.name
@@ -197,7 +199,12 @@ pub fn plan(
         .filter(|r| !r.ready)
         .map(|r| format!("{}/{}", r.id, r.name))
         .collect();
-    let next = if not_ready.is_empty() {
+    let waiting: Vec<String> = rendered
+        .waiting
+        .iter()
+        .map(|w| format!("`{}` waits for {}", w.id, w.waits_for.join(" and ")))
+        .collect();
+    let next = if not_ready.is_empty() && waiting.is_empty() {
         rule.requeue.resync.map_or(Next::Done, Next::After)
     } else {
         Next::After(rule.requeue.waiting)
@@ -217,7 +224,7 @@ pub fn plan(
         apply,
         prune,
         status: Part {
-            outcome: Outcome::Applied { not_ready },
+            outcome: Outcome::Applied { not_ready, waiting },
             fields: Some(rendered.status),
             conditions: rendered.conditions,
             generation,
@@ -234,7 +241,7 @@ fn policy<'r>(rule: &'r Rule, id: &str) -> Option<&'r crate::rules::Child> {
 /// Whether a live child is left behind rather than pruned: it was created
 /// without an owner reference, or the rule now says `deletionPolicy: Orphan`
 /// for its id.
-fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
+pub fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
     live.orphan || policy(rule, &live.id).is_some_and(|c| c.deletion_policy == Orphan)
 }
 
@@ -343,6 +350,35 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
         conditions: Vec::new(),
         generation,
     }
+}
+
+/// The finalizer a rule with ordered deletion keeps on its primaries.
+pub fn finalizer(rule: &str) -> String {
+    format!("{rule}.kiln.dev/ordered-deletion")
+}
+
+/// What to delete now while a primary with ordered deletion goes away: the
+/// live children no other live child waits for (a child goes before the
+/// children it waits for). Nothing left alive means the finalizer may go.
+pub fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
+    let waited_for = |id: &str| {
+        live.iter().any(|other| {
+            other.id != id
+                && rule
+                    .children
+                    .iter()
+                    .any(|c| c.id == other.id && c.needs.iter().any(|n| n.id == id))
+        })
+    };
+    // An orphaned child stays when its primary goes.
+    live.iter()
+        .filter(|c| !c.deleting && !waited_for(&c.id) && !orphaned(rule, c))
+        .map(|c| Prune {
+            gvk: c.gvk.clone(),
+            key: c.key.clone(),
+            uid: c.uid.clone(),
+        })
+        .collect()
 }
 
 /// The key of a desired child.
@@ -540,7 +576,13 @@ spec:
     fn converged_children_need_no_write() {
         let plan = an_app(base()).converged().plan();
         assert!(!plan.writes_children());
-        assert_eq!(plan.status.outcome, Outcome::Applied { not_ready: vec![] });
+        assert_eq!(
+            plan.status.outcome,
+            Outcome::Applied {
+                not_ready: vec![],
+                waiting: vec![]
+            }
+        );
         assert_eq!(plan.status.fields.unwrap()["size"], 2);
     }
 
@@ -631,7 +673,8 @@ spec:
         assert_eq!(
             plan.status.outcome,
             Outcome::Applied {
-                not_ready: vec!["extra/shop-extra".into()]
+                not_ready: vec!["extra/shop-extra".into()],
+                waiting: vec![]
             }
         );
         assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
@@ -851,7 +894,8 @@ spec:
         assert_eq!(
             plan.status.outcome,
             Outcome::Applied {
-                not_ready: vec!["extra/shop-extra".into()]
+                not_ready: vec!["extra/shop-extra".into()],
+                waiting: Vec::new(),
             }
         );
     }
@@ -919,5 +963,212 @@ spec:
         assert_eq!(plan.status.generation, Some(3));
         let failed = failed(&plan, reasons::INVALID, "no".into());
         assert_eq!(failed.fields, None, "a failed write claims no new status");
+    }
+
+    /// A ConfigMap `db`; `app` refers to it (waits until it exists), `web`
+    /// reads `ready.app` (waits until `app` is ready), `opt` is switched by
+    /// the spec and `after_opt` refers to it.
+    const CHAIN: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: chain}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  vars:
+    base: "{{ self.metadata.name }}"
+    db_name: "{{ children.db.metadata.name | default('none') }}"
+  children:
+    - id: web
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-web"}
+        data: {app_ready: "{{ ready.app }}", db: "{{ vars.db_name }}"}
+    - id: app
+      readyWhen: child.data.up == 'yes'
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-app"}
+        data: {db: "{{ children.db.metadata.name }}"}
+    - id: db
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-db"}
+    - id: opt
+      when: self.spec.opt | default(false)
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-opt"}
+    - id: after_opt
+      dependsOn: [{id: opt}]
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ vars.base }}-after-opt"}
+  status:
+    fields:
+      appReady: "{{ ready.app }}"
+"#;
+
+    fn a_chain() -> World {
+        let mut world = an_app(json!({}));
+        world.rule = rule_from(CHAIN);
+        world
+    }
+
+    fn waiting_of(plan: &Plan) -> Vec<String> {
+        match &plan.status.outcome {
+            Outcome::Applied { waiting, .. } => waiting.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn children_are_rendered_after_the_children_they_refer_to() {
+        let rule = rule_from(CHAIN);
+        assert_eq!(rule.order, [2, 1, 0, 3, 4]);
+        let web = &rule.children[0];
+        assert_eq!(
+            web.needs,
+            [
+                rules::Need {
+                    id: "app".into(),
+                    ready: true
+                },
+                rules::Need {
+                    id: "db".into(),
+                    ready: false
+                }
+            ],
+            "`web` reads `db` through `vars.db_name`"
+        );
+    }
+
+    #[test]
+    fn a_child_that_refers_to_another_waits_until_it_exists() {
+        let world = a_chain();
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["db"], "only what waits for nothing");
+        assert_eq!(
+            waiting_of(&plan),
+            [
+                "`app` waits for `db` to exist",
+                "`web` waits for `app` to be ready and `db` to exist"
+            ]
+        );
+        assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
+        assert_eq!(plan.status.fields.unwrap()["appReady"], false);
+        // The dependency exists: its dependent is applied, with its value.
+        let world = world.converged();
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["app"]);
+        assert_eq!(plan.apply[0].object["data"]["db"], "shop-db");
+        assert_eq!(waiting_of(&plan), ["`web` waits for `app` to be ready"]);
+    }
+
+    #[test]
+    fn a_child_that_reads_another_s_readiness_waits_until_it_is_ready() {
+        let mut world = a_chain().converged().converged();
+        assert!(!world.plan().apply.iter().any(|c| c.id == "web"));
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let plan = world.plan();
+        assert_eq!(applied_ids(&plan), ["web"]);
+        assert_eq!(plan.apply[0].object["data"]["app_ready"], true);
+        assert_eq!(plan.apply[0].object["data"]["db"], "shop-db");
+        assert!(waiting_of(&plan).is_empty());
+        assert_eq!(plan.status.fields.unwrap()["appReady"], true);
+    }
+
+    #[test]
+    fn a_child_waiting_again_is_kept_not_pruned() {
+        let mut world = a_chain().converged().converged();
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let world = world.converged();
+        assert!(!world.plan().writes_children());
+        // `app` stops being ready: `web` waits again, but stays as it is.
+        let mut world = world;
+        world.live_mut("app")["data"]["up"] = json!("no");
+        let plan = world.plan();
+        assert!(!plan.writes_children(), "{plan:?}");
+        assert_eq!(waiting_of(&plan), ["`web` waits for `app` to be ready"]);
+    }
+
+    #[test]
+    fn ordered_deletion_deletes_a_child_only_once_nothing_live_waits_for_it() {
+        let mut world = a_chain().spec(json!({"opt": true})).converged().converged();
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let world = world.converged();
+        assert_eq!(world.observed.children.len(), 5, "every child is live");
+        let rule = &world.rule;
+        let mut live = world.observed.children.clone();
+        let ids = |p: Vec<Prune>| -> Vec<String> {
+            let mut names: Vec<String> = p.into_iter().map(|p| p.key.name).collect();
+            names.sort_unstable();
+            names
+        };
+        // `web` waits for `app` and `db`, `app` for `db`, `after_opt` for `opt`.
+        assert_eq!(ids(teardown(rule, &live)), ["shop-after-opt", "shop-web"]);
+        for c in &mut live {
+            if c.id == "web" || c.id == "after_opt" {
+                c.deleting = true;
+            }
+        }
+        assert!(
+            teardown(rule, &live).is_empty(),
+            "nothing more while they are still there (being deleted)"
+        );
+        live.retain(|c| !c.deleting);
+        assert_eq!(ids(teardown(rule, &live)), ["shop-app", "shop-opt"]);
+        live.retain(|c| c.id == "db");
+        assert_eq!(ids(teardown(rule, &live)), ["shop-db"]);
+        assert!(teardown(rule, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_child_switched_off_is_left_out_not_kept_waiting() {
+        let mut world = a_chain();
+        world.rule = rule_from(&CHAIN.replace(
+            "      dependsOn: [{id: opt}]\n",
+            "      dependsOn: [{id: opt}, {id: app, ready: true}]\n      when: self.spec.after | default(true)\n",
+        ));
+        let world = world.spec(json!({"opt": true})).converged().converged();
+        assert!(
+            waiting_of(&world.plan()).contains(&"`after_opt` waits for `app` to be ready".into())
+        );
+        let mut world = world;
+        world.live_mut("app")["data"]["up"] = json!("yes");
+        let world = world.converged();
+        assert!(world.plan().apply.is_empty() && waiting_of(&world.plan()).is_empty());
+        // `app` is not ready any more and `after_opt` is switched off: it
+        // is pruned, not kept as a child waiting.
+        let mut world = world.spec(json!({"opt": true, "after": false}));
+        world.live_mut("app")["data"]["up"] = json!("no");
+        let plan = world.plan();
+        assert_eq!(pruned(&plan), ["shop-after-opt"]);
+        assert!(!waiting_of(&plan).iter().any(|w| w.contains("after_opt")));
+    }
+
+    #[test]
+    fn a_child_whose_dependency_is_left_out_is_left_out_too() {
+        let world = a_chain();
+        assert!(
+            !world.plan().apply.iter().any(|c| c.id == "after_opt"),
+            "`opt` is off: nothing to wait for, nothing to render"
+        );
+        let world = world.spec(json!({"opt": true}));
+        let plan = world.plan();
+        assert!(applied_ids(&plan).contains(&"opt"));
+        assert!(waiting_of(&plan).contains(&"`after_opt` waits for `opt` to exist".to_string()));
+        let world = world.converged();
+        assert!(applied_ids(&world.plan()).contains(&"after_opt"));
+        // Switched off again: both are pruned.
+        let world = world.converged().spec(json!({}));
+        let plan = world.plan();
+        let mut gone = pruned(&plan);
+        gone.sort_unstable();
+        assert_eq!(gone, ["shop-after-opt", "shop-opt"]);
     }
 }

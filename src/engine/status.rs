@@ -34,6 +34,8 @@ pub mod reasons {
     pub const DEPENDENCY_MISSING: &str = "DependencyMissing";
     /// Nothing to wait for.
     pub const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
+    /// A child waits for another child to exist or be ready.
+    pub const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
     /// A template failed for this object.
     pub const TEMPLATE_ERROR: &str = "TemplateError";
     /// The API server refused a write as forbidden.
@@ -61,6 +63,9 @@ pub enum Outcome {
     Applied {
         /// `id/name` of each child not ready.
         not_ready: Vec<String>,
+        /// Children not applied yet because they wait for other children,
+        /// e.g. "`ingress` waits for `service` to be ready".
+        waiting: Vec<String>,
     },
     /// Required related objects are missing (described for humans).
     Waiting {
@@ -156,12 +161,30 @@ impl Cond {
 /// Ready, Reconciled, Waiting for one outcome.
 fn triple(outcome: &Outcome) -> [Cond; 3] {
     match outcome {
-        Outcome::Applied { not_ready } if not_ready.is_empty() => [
+        Outcome::Applied { not_ready, waiting } if !waiting.is_empty() => {
+            let message = format!("waiting: {}", waiting.join("; "));
+            let mut unready = not_ready.clone();
+            unready.extend(waiting.iter().cloned());
+            [
+                Cond::new(
+                    false,
+                    reasons::CHILDREN_NOT_READY,
+                    format!("not ready: {}", unready.join(", ")),
+                ),
+                Cond::new(
+                    true,
+                    reasons::APPLIED,
+                    "every child not waiting for another applied".into(),
+                ),
+                Cond::new(true, reasons::WAITING_FOR_CHILDREN, message),
+            ]
+        }
+        Outcome::Applied { not_ready, .. } if not_ready.is_empty() => [
             Cond::new(true, reasons::ALL_READY, "all children are ready".into()),
             Cond::new(true, reasons::APPLIED, "all children applied".into()),
             Cond::new(false, reasons::DEPENDENCIES_PRESENT, String::new()),
         ],
-        Outcome::Applied { not_ready } => [
+        Outcome::Applied { not_ready, .. } => [
             Cond::new(
                 false,
                 reasons::CHILDREN_NOT_READY,
@@ -435,7 +458,15 @@ mod tests {
 
     #[test]
     fn ready_when_applied_and_all_children_ready() {
-        let cs = conditions(&Outcome::Applied { not_ready: vec![] }, &[], "T1", Some(3));
+        let cs = conditions(
+            &Outcome::Applied {
+                not_ready: vec![],
+                waiting: vec![],
+            },
+            &[],
+            "T1",
+            Some(3),
+        );
         assert_eq!(by_type(&cs, "Ready")["status"], "True");
         assert_eq!(by_type(&cs, "Reconciled")["reason"], "Applied");
         assert_eq!(by_type(&cs, "Waiting")["status"], "False");
@@ -443,10 +474,36 @@ mod tests {
     }
 
     #[test]
+    fn a_child_waiting_for_another_sets_waiting_and_keeps_reconciled() {
+        let cs = conditions(
+            &Outcome::Applied {
+                not_ready: vec!["deployment/shop".into()],
+                waiting: vec!["`ingress` waits for `deployment` to be ready".into()],
+            },
+            &[],
+            "T1",
+            None,
+        );
+        assert_eq!(by_type(&cs, "Waiting")["status"], "True");
+        assert_eq!(by_type(&cs, "Waiting")["reason"], "WaitingForChildren");
+        assert_eq!(
+            by_type(&cs, "Waiting")["message"],
+            "waiting: `ingress` waits for `deployment` to be ready"
+        );
+        assert_eq!(by_type(&cs, "Ready")["status"], "False");
+        assert_eq!(
+            by_type(&cs, "Ready")["message"],
+            "not ready: deployment/shop, `ingress` waits for `deployment` to be ready"
+        );
+        assert_eq!(by_type(&cs, "Reconciled")["status"], "True");
+    }
+
+    #[test]
     fn transition_time_moves_only_on_a_status_change() {
         let first = conditions(
             &Outcome::Applied {
                 not_ready: vec!["deployment/shop".into()],
+                waiting: vec![],
             },
             &[],
             "T1",
@@ -456,6 +513,7 @@ mod tests {
         let same = conditions(
             &Outcome::Applied {
                 not_ready: vec!["service/shop".into()],
+                waiting: vec![],
             },
             &first,
             "T2",
@@ -470,7 +528,15 @@ mod tests {
             by_type(&same, "Ready")["message"],
             "not ready: service/shop"
         );
-        let flipped = conditions(&Outcome::Applied { not_ready: vec![] }, &same, "T3", None);
+        let flipped = conditions(
+            &Outcome::Applied {
+                not_ready: vec![],
+                waiting: vec![],
+            },
+            &same,
+            "T3",
+            None,
+        );
         assert_eq!(by_type(&flipped, "Ready")["lastTransitionTime"], "T3");
         assert_eq!(
             by_type(&flipped, "Reconciled")["lastTransitionTime"],
@@ -489,7 +555,10 @@ mod tests {
     }
 
     fn ready() -> Outcome {
-        Outcome::Applied { not_ready: vec![] }
+        Outcome::Applied {
+            not_ready: vec![],
+            waiting: vec![],
+        }
     }
 
     #[test]

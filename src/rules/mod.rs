@@ -257,6 +257,10 @@ pub struct Child {
     /// Whether it lives outside the primary's namespace (tracked by labels,
     /// cleaned up through a finalizer).
     pub outside: bool,
+    /// Other children this one waits for, from its references and `dependsOn`.
+    pub needs: Vec<Need>,
+    /// Whether `when` reads no other child, so is decided before waiting.
+    pub when_first: bool,
 }
 
 /// What a decorator patches.
@@ -281,6 +285,15 @@ pub struct Decorator {
     pub patch: Tree,
     /// Whether fields other managers own are taken.
     pub force: bool,
+}
+
+/// A child another child waits for before it is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// The id of the child waited for.
+    pub id: String,
+    /// Whether it must be ready, not only exist.
+    pub ready: bool,
 }
 
 /// Exponential backoff bounds.
@@ -344,6 +357,11 @@ pub struct Rule {
     pub watches: Vec<Watch>,
     /// Children.
     pub children: Vec<Child>,
+    /// Indexes into `children` in the order they are rendered and applied:
+    /// every child after the children it waits for, otherwise as written.
+    pub order: Vec<usize>,
+    /// Named values (`vars.<name>`), in the order they are evaluated.
+    pub vars: Vec<(String, Tree)>,
     /// Status fields, in order.
     pub status_fields: Vec<(String, Tree)>,
     /// The rule's own conditions, in order.
@@ -354,6 +372,9 @@ pub struct Rule {
     pub force_conflicts: bool,
     /// Patches to objects kiln does not own.
     pub decorators: Vec<Decorator>,
+    /// Whether children are deleted in reverse dependency order, with a
+    /// finalizer on the primary (`spec.deletion.ordered`).
+    pub ordered_deletion: bool,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
 }

@@ -53,6 +53,13 @@ pub struct RawSpec {
     /// Objects a primary depends on (controller-runtime's `Watches`); templates see them as `related.<name>`.
     #[serde(default)]
     pub watches: Vec<RawWatch>,
+    /// Named values, evaluated once per reconcile in the order written;
+    /// every template sees them as `vars.<name>`. Each is a template (a
+    /// string that is one `{{ expr }}` keeps its type) that may read `self`,
+    /// `related`, `children`, `rule` and the vars before it.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub vars: serde_json::Map<String, Value>,
     /// Children rendered and owned for each primary (controller-runtime's `Owns`).
     #[serde(default)]
     pub children: Vec<RawChild>,
@@ -70,6 +77,9 @@ pub struct RawSpec {
     /// own, removing exactly its fields when it stops applying them.
     #[serde(default)]
     pub decorate: Vec<RawDecorator>,
+    /// What happens to the children when a primary is deleted.
+    #[serde(default)]
+    pub deletion: Option<RawDeletion>,
 }
 
 /// A decorator: fields kiln sets on an object it does not own.
@@ -95,6 +105,18 @@ pub struct RawDecorator {
     /// conflict is reported as `Conflict` and their value stays).
     #[serde(default)]
     pub force: bool,
+}
+
+/// What happens to the children when a primary is deleted.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeletion {
+    /// Delete the children in reverse dependency order (a child before the
+    /// children it waits for), each gone before the next, holding the
+    /// primary with a finalizer meanwhile. Default `false`: the garbage
+    /// collector deletes them, in no order, and kiln adds no finalizer.
+    #[serde(default)]
+    pub ordered: bool,
 }
 
 /// How children are applied (server-side apply).
@@ -273,6 +295,22 @@ pub struct RawChild {
     /// rule decides where it goes, not the primary's author.
     #[serde(default)]
     pub outside: bool,
+    /// Children this one waits for, besides those its templates refer to
+    /// (`children.<id>` waits until it exists, `ready.<id>` until it is
+    /// ready). A child waiting for another is not applied yet.
+    #[serde(default)]
+    pub depends_on: Vec<RawDependency>,
+}
+
+/// A child another child waits for.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDependency {
+    /// The id of the child waited for.
+    pub id: String,
+    /// Wait until it is ready (its `readyWhen` holds), not only until it exists.
+    #[serde(default)]
+    pub ready: bool,
 }
 
 /// When kiln writes a child that exists.

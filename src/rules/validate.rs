@@ -14,7 +14,7 @@ use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
 use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
 use super::{
-    Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector,
+    Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector, Need,
     Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
 };
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
@@ -115,6 +115,28 @@ struct Checker<'a> {
     raw: &'a RawRule,
     set: TemplateSet,
     errors: Vec<Diagnostic>,
+    /// The names of `spec.vars`, in order.
+    var_names: Vec<String>,
+    /// While checking var `i`: only the vars before it may be used.
+    var_limit: Option<usize>,
+    /// While checking a child: the `children.<id>` and `ready.<id>` it
+    /// refers to, each with where.
+    child_refs: Option<Vec<ChildRef>>,
+    /// Var name → the children it reads (itself or through earlier vars):
+    /// a child using the var waits for them as if it read them itself.
+    var_children: HashMap<String, Vec<String>>,
+    /// Child id → child id it waits for, with where that is said.
+    edges: Vec<(String, String, Vec<Step>)>,
+}
+
+/// A reference from a child's templates to another child.
+struct ChildRef {
+    /// `children` or `ready`.
+    root: String,
+    /// The id referred to.
+    id: String,
+    /// Where the reference is.
+    at: Vec<Step>,
 }
 
 /// What a template may refer to where it stands.
@@ -124,11 +146,17 @@ struct Scope<'a> {
 
 impl<'a> Checker<'a> {
     fn new(doc: &'a Document) -> Self {
+        let raw = &doc.raw;
         Self {
             doc,
-            raw: &doc.raw,
+            raw,
             set: TemplateSet::new(),
             errors: Vec::new(),
+            var_names: raw.spec.vars.keys().cloned().collect(),
+            var_limit: None,
+            child_refs: None,
+            var_children: HashMap::new(),
+            edges: Vec::new(),
         }
     }
 
@@ -149,7 +177,9 @@ impl<'a> Checker<'a> {
         let watch_names: Vec<String> = raw.spec.watches.iter().map(|w| w.name.clone()).collect();
         let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
         let watches = self.watches();
+        let vars = self.vars(&watch_names, &child_ids);
         let children = self.children(&watch_names, &child_ids);
+        let order = self.order(&children);
         let status_fields = self.status_fields(&watch_names, &child_ids);
         let conditions = self.conditions(&watch_names, &child_ids);
         let decorators = self.decorators(&watch_names, &child_ids);
@@ -172,11 +202,14 @@ impl<'a> Checker<'a> {
             primary,
             watches,
             children,
+            order,
+            vars,
             status_fields,
             conditions,
             requeue,
             force_conflicts: raw.spec.apply.force_conflicts,
             decorators,
+            ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
             templates: self.set,
         })
     }
@@ -413,8 +446,11 @@ impl<'a> Checker<'a> {
             let at = vec![key("spec"), key("children"), Step::Index(i)];
             let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
             self.unique_identifier(&with("id"), &mut seen, "child id", &c.id, "children.<id>");
-            let base: &[&str] = &["self", "related", "children", "rule"];
-            let item: &[&str] = &["self", "related", "children", "rule", "item", "index"];
+            self.child_refs = Some(Vec::new());
+            let base: &[&str] = &["self", "related", "children", "rule", "vars", "ready"];
+            let item: &[&str] = &[
+                "self", "related", "children", "rule", "vars", "ready", "item", "index",
+            ];
             let roots = if c.for_each.is_some() { item } else { base };
             // Only a child's template may draw a value (kept in the child).
             let drawing: Vec<&str> = roots.iter().copied().chain([DRAW]).collect();
@@ -424,6 +460,12 @@ impl<'a> Checker<'a> {
                 .when
                 .as_ref()
                 .and_then(|e| self.expr(&with("when"), e, &plain, watches, ids));
+            // A `when` that reads no other child is decided before waiting:
+            // a child switched off is left out, not kept waiting.
+            let when_first = self
+                .child_refs
+                .as_ref()
+                .is_none_or(|refs| refs.iter().all(|r| r.id == c.id));
             let for_each = c
                 .for_each
                 .as_ref()
@@ -452,6 +494,7 @@ impl<'a> Checker<'a> {
                     self.where_only_from_identity(tree);
                 }
             }
+            let needs = self.needs(&at, c, ids);
             if let Some((gvk, template)) = template {
                 out.push(Child {
                     id: c.id.clone(),
@@ -464,6 +507,8 @@ impl<'a> Checker<'a> {
                     update_policy: c.update_policy,
                     deletion_policy: c.deletion_policy,
                     outside: c.outside,
+                    needs,
+                    when_first,
                 });
             }
         }
@@ -720,7 +765,7 @@ impl<'a> Checker<'a> {
             return Vec::new();
         };
         let scope = Scope {
-            roots: &["self", "related", "children", "rule"],
+            roots: &["self", "related", "children", "rule", "vars", "ready"],
         };
         let mut out = Vec::new();
         for (name, value) in &status.fields {
@@ -744,7 +789,7 @@ impl<'a> Checker<'a> {
             return Vec::new();
         };
         let scope = Scope {
-            roots: &["self", "related", "children", "rule"],
+            roots: &["self", "related", "children", "rule", "vars", "ready"],
         };
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
@@ -804,6 +849,168 @@ impl<'a> Checker<'a> {
             }
         }
         out
+    }
+
+    /// `spec.vars`: each a template that may use the vars before it.
+    fn vars(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule", "vars"],
+        };
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, (name, value)) in self.raw.spec.vars.iter().enumerate() {
+            let at = [key("spec"), key("vars"), key(name)];
+            self.unique_identifier(&at, &mut seen, "var name", name, "vars.<name>");
+            self.var_limit = Some(i);
+            self.child_refs = Some(Vec::new());
+            let tree = self.tree(&at, value, &scope, watches, ids);
+            let read = self.child_refs.take().unwrap_or_default();
+            self.var_children
+                .insert(name.clone(), read.into_iter().map(|r| r.id).collect());
+            if let Some(tree) = tree {
+                out.push((name.clone(), tree));
+            }
+        }
+        self.var_limit = None;
+        out
+    }
+
+    /// Why a var being checked may not use `vars.<name>`: itself or a var
+    /// written after it (vars are evaluated in order, so no cycle can form).
+    fn var_reference(&self, name: Option<&str>) -> Option<String> {
+        let limit = self.var_limit?;
+        let name = name?;
+        let pos = self.var_names.iter().position(|n| n == name)?;
+        let current = &self.var_names[limit];
+        if pos == limit {
+            Some(format!("var `{current}` refers to itself"))
+        } else if pos > limit {
+            Some(format!(
+                "`vars.{name}` is written after `{current}`: a var can use only the vars before it (they are evaluated in order)"
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The children a child waits for: those its templates refer to
+    /// (`children.<id>`: until it exists; `ready.<id>`: until it is ready)
+    /// and those it names in `dependsOn`.
+    fn needs(&mut self, at: &[Step], c: &RawChild, ids: &[String]) -> Vec<Need> {
+        let mut needs: Vec<Need> = Vec::new();
+        let add = |needs: &mut Vec<Need>, id: &str, ready: bool| match needs
+            .iter_mut()
+            .find(|n| n.id == id)
+        {
+            Some(n) => n.ready |= ready,
+            None => needs.push(Need {
+                id: id.to_string(),
+                ready,
+            }),
+        };
+        for r in self.child_refs.take().unwrap_or_default() {
+            if !ids.contains(&r.id) {
+                continue; // reported as undeclared
+            }
+            if r.id == c.id {
+                if r.root == "ready" {
+                    self.error(
+                        &r.at,
+                        format!("child `{}` cannot wait for its own readiness", c.id),
+                    );
+                }
+                continue; // a child reading itself back (random_secret) waits for nothing
+            }
+            self.edges.push((c.id.clone(), r.id.clone(), r.at));
+            add(&mut needs, &r.id, r.root == "ready");
+        }
+        for (j, d) in c.depends_on.iter().enumerate() {
+            let here = [at, &[key("dependsOn"), Step::Index(j), key("id")]].concat();
+            if d.id == c.id {
+                self.error(&here, format!("child `{}` cannot depend on itself", c.id));
+            } else if !ids.contains(&d.id) {
+                self.error(
+                    &here,
+                    format!(
+                        "`{}` is not declared in spec.children (declared: {})",
+                        d.id,
+                        ids.join(", ")
+                    ),
+                );
+            } else {
+                self.edges.push((c.id.clone(), d.id.clone(), here));
+                add(&mut needs, &d.id, d.ready);
+            }
+        }
+        needs
+    }
+
+    /// The order children are rendered in: each after the children it waits
+    /// for, otherwise as written. A cycle is refused, spelled out.
+    fn order(&mut self, children: &[Child]) -> Vec<usize> {
+        let mut order: Vec<usize> = Vec::new();
+        while order.len() < children.len() {
+            let placed = |id: &str| {
+                order
+                    .iter()
+                    .any(|&k| children.get(k).is_some_and(|c| c.id == id))
+            };
+            let next = (0..children.len())
+                .find(|i| !order.contains(i) && children[*i].needs.iter().all(|n| placed(&n.id)));
+            match next {
+                Some(i) => order.push(i),
+                None => {
+                    let left: Vec<usize> =
+                        (0..children.len()).filter(|i| !order.contains(i)).collect();
+                    self.cycle(children, &left);
+                    order.extend(left);
+                }
+            }
+        }
+        order
+    }
+
+    /// Reports one cycle among `left` (children none of which can go first).
+    fn cycle(&mut self, children: &[Child], left: &[usize]) {
+        let id_of = |i: usize| children[i].id.clone();
+        let mut path: Vec<String> = left.first().map(|&i| id_of(i)).into_iter().collect();
+        loop {
+            let Some(last) = path.last().cloned() else {
+                return;
+            };
+            // Every child left waits for another child left.
+            let Some(next) = children
+                .iter()
+                .find(|c| c.id == last)
+                .and_then(|c| {
+                    c.needs
+                        .iter()
+                        .find(|n| left.iter().any(|&i| children[i].id == n.id))
+                })
+                .map(|n| n.id.clone())
+            else {
+                return;
+            };
+            if let Some(start) = path.iter().position(|p| *p == next) {
+                let mut cycle = path.split_off(start);
+                cycle.push(next.clone());
+                let at = self
+                    .edges
+                    .iter()
+                    .find(|(from, to, _)| *from == last && *to == next)
+                    .map(|(_, _, at)| at.clone())
+                    .unwrap_or_else(|| vec![key("spec"), key("children")]);
+                self.error(
+                    &at,
+                    format!(
+                        "children wait for each other in a cycle: {} (a child waits for the children its templates refer to as `children.<id>` or `ready.<id>`, and for its `dependsOn`)",
+                        cycle.join(" → ")
+                    ),
+                );
+                return;
+            }
+            path.push(next);
+        }
     }
 
     /// Checks a name templates refer to (`related.<name>`, `children.<id>`):
@@ -1002,11 +1209,32 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
+            if root == "vars"
+                && let Some(message) = self.var_reference(parts.clone().next())
+            {
+                self.error(at, message);
+                continue;
+            }
+            let var_names = self.var_names.clone();
             let declared = match root {
                 "related" => Some(("spec.watches", watches)),
-                "children" => Some(("spec.children", ids)),
+                "children" | "ready" => Some(("spec.children", ids)),
+                "vars" => Some(("spec.vars", var_names.as_slice())),
                 _ => None,
             };
+            if let (Some(refs), Some(name)) = (&mut self.child_refs, parts.clone().next()) {
+                let through_var = self.var_children.get(name).filter(|_| root == "vars");
+                let read: Vec<String> = match root {
+                    "children" | "ready" => vec![name.to_string()],
+                    _ => through_var.cloned().unwrap_or_default(),
+                };
+                let root = if root == "ready" { "ready" } else { "children" };
+                refs.extend(read.into_iter().map(|id| ChildRef {
+                    root: root.to_string(),
+                    id,
+                    at: at.to_vec(),
+                }));
+            }
             if let (Some((section, names)), Some(name)) = (declared, parts.next())
                 && !names.iter().any(|n| n == name)
             {

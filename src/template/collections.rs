@@ -20,8 +20,8 @@ fn invalid(message: impl Into<String>) -> Error {
 }
 
 /// `list | each("expr")`: a new list, `expr` evaluated once per item with
-/// `item` and `index` bound, and `self`, `related`, `children` and `vars`
-/// as in the template (KRO's `.map()`):
+/// `item` and `index` bound, and `self`, `related`, `children`, `vars` and
+/// `ready` as in the template (KRO's `.map()`):
 /// `self.spec.ports | each("{'name': 'p' ~ index, 'port': item}")`.
 pub fn each(state: &State, list: &Value, expr: &str) -> Result<Value, Error> {
     let items = items_of(list, "each")?;
@@ -38,6 +38,7 @@ pub fn each(state: &State, list: &Value, expr: &str) -> Result<Value, Error> {
             related => state.lookup("related"),
             children => state.lookup("children"),
             vars => state.lookup("vars"),
+            ready => state.lookup("ready"),
         };
         let value = compiled.eval(ctx)?;
         check(&value, "a value of `each`")?;

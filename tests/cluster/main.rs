@@ -17,6 +17,7 @@ mod admission;
 mod collections;
 mod declarative;
 mod decorators;
+mod dependencies;
 mod deploy;
 mod engine;
 mod examples;

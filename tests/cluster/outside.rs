@@ -29,7 +29,7 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
         .await;
     let w = scene
         .until("the finalizer", widget_at("w"), |w| {
-            w["metadata"]["finalizers"] == json!(["kiln.dev/space"])
+            w["metadata"]["finalizers"] == json!(["space.kiln.dev/ordered-deletion"])
         })
         .await;
     let uid = w["metadata"]["uid"].as_str().unwrap().to_string();
