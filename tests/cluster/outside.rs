@@ -45,6 +45,7 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
     .await;
     assert_eq!(settings["data"]["team"], "blue");
     assert_eq!(settings["metadata"]["labels"]["kiln.dev/owner-uid"], uid);
+    scene.ready("w").await;
     assert_eq!(
         scene.writes_during_resync("space", 1).await,
         0,
