@@ -2,8 +2,6 @@
 //! object and why the others do not, each child as the cluster holds it
 //! against what the rule renders now, the conditions and kiln's Events.
 
-use std::process::Command;
-
 use serde_json::json;
 
 use crate::support::scene::{Scene, condition};
@@ -70,33 +68,14 @@ async fn kiln_explain_shows_selection_children_conditions_and_events() {
     .await;
     services.delete("shop", &Default::default()).await.unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, support::kubeconfig_yaml()).unwrap();
-    let rules = dir.path().join("rules");
-    std::fs::create_dir(&rules).unwrap();
-    std::fs::copy(
-        support::repo_root().join("rules/webapp.yaml"),
-        rules.join("webapp.yaml"),
-    )
-    .unwrap();
-    std::fs::write(rules.join("picky.yaml"), PICKY).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("explain")
-        .args([
-            "demo.kiln.dev/v1",
-            "WebApp",
-            &format!("{}/shop", scene.ns()),
-        ])
-        .arg("--rules")
-        .arg(&rules)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let webapp_rule =
+        std::fs::read_to_string(support::repo_root().join("rules/webapp.yaml")).unwrap();
+    let stdout = support::kiln_explain(
+        "demo.kiln.dev/v1",
+        "WebApp",
+        &format!("{}/shop", scene.ns()),
+        &[("webapp.yaml", &webapp_rule), ("picky.yaml", PICKY)],
+    );
     for line in [
         format!("WebApp {}/shop (uid", scene.ns()),
         "  webapp: selects it".to_string(),
