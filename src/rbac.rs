@@ -301,4 +301,27 @@ mod tests {
         assert!(may_patch("true"));
         assert!(!may_patch("false"), "only what the rules need");
     }
+
+    #[test]
+    fn a_namespace_selector_needs_to_read_namespaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: App, namespaceSelector: {matchLabels: {tier: gold}}}\n",
+        )
+        .unwrap();
+        let set = crate::rules::load(&[file]).unwrap();
+        let role = cluster_role(&set, "kiln", &guess_plural);
+        let namespaces = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["apiGroups"][0] == "" && r["resources"][0] == "namespaces")
+            .map(|r| r["verbs"].clone());
+        assert_eq!(
+            namespaces,
+            Some(serde_json::json!(["get", "list", "watch"]))
+        );
+    }
 }

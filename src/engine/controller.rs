@@ -392,22 +392,8 @@ impl RuleController {
 
     fn selects(&self, obj: &DynamicObject) -> bool {
         let primary = &self.rule.primary;
-        let namespace = obj.namespace();
-        primary.selects(namespace.as_deref(), obj.labels())
-            && match (&self.wiring.namespaces, namespace) {
-                (Some(namespaces), Some(ns)) => {
-                    let found = namespaces.get(&ObjKey {
-                        namespace: None,
-                        name: ns.clone(),
-                    });
-                    // Not in the cache (yet): not taken; the Namespace's
-                    // arrival queues it again.
-                    let labels = found.as_ref().map(|n| n.labels());
-                    primary.namespace_refusal(&ns, labels).is_none()
-                }
-                (Some(_), None) => false,
-                (None, _) => true,
-            }
+        primary.selects(obj.namespace().as_deref(), obj.labels())
+            && namespace_takes(primary, obj, self.wiring.namespaces.as_deref())
     }
 
     // --- reconcile: observe, plan, execute ------------------------------
@@ -1100,7 +1086,17 @@ impl RuleController {
             return Ok(());
         }
         let gvk = &self.rule.primary.gvk;
-        let rules = self.shared.board.selecting(gvk, obj);
+        let namespaces = self
+            .shared
+            .informers
+            .running(&crate::rules::namespace_gvk());
+        let rules: Vec<Arc<Rule>> = self
+            .shared
+            .board
+            .selecting(gvk, obj)
+            .into_iter()
+            .filter(|r| namespace_takes(&r.primary, obj, namespaces.as_deref()))
+            .collect();
         if rules.len() <= 1 {
             let (fields, conditions) = status_names(&self.rule);
             let me = Contributor {
@@ -1220,6 +1216,29 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
             f(&this, change);
         }
     })
+}
+
+/// Whether `spec.for.namespaceSelector` (if any) takes `obj`, by the labels
+/// of its Namespace in `namespaces` (the shared Namespace cache). A
+/// Namespace not in the cache (yet) takes nothing; its arrival queues the
+/// object again.
+fn namespace_takes(
+    primary: &crate::rules::Primary,
+    obj: &DynamicObject,
+    namespaces: Option<&Informer>,
+) -> bool {
+    if primary.namespace_selector.is_none() {
+        return true;
+    }
+    let (Some(namespaces), Some(ns)) = (namespaces, obj.namespace()) else {
+        return false;
+    };
+    let found = namespaces.get(&ObjKey {
+        namespace: None,
+        name: ns.clone(),
+    });
+    let labels = found.as_ref().map(|n| n.labels());
+    primary.namespace_refusal(&ns, labels).is_none()
 }
 
 /// Whether a child of the primary `uid` was left to outlive it: found by

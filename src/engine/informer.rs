@@ -681,6 +681,14 @@ impl Registry {
         });
     }
 
+    /// The informer for `gvk`, when a rule uses it now.
+    pub fn running(&self, gvk: &crate::rules::Gvk) -> Option<Arc<Informer>> {
+        self.lock()
+            .get(gvk)
+            .filter(|e| e.users > 0)
+            .map(|e| e.informer.clone())
+    }
+
     /// How many watches run (one per GVK, whatever the number of rules).
     pub fn watches(&self) -> usize {
         self.lock().values().filter(|e| e.users > 0).count()

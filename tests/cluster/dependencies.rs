@@ -244,12 +244,11 @@ async fn the_ported_kro_application_orders_its_children_and_reports_their_readin
     let rule_text =
         std::fs::read_to_string(crate::support::repo_root().join("rules/application.yaml"))
             .unwrap();
-    let explained = crate::explain::explain(
-        &scene,
+    let explained = crate::support::kiln_explain(
         app.0,
         app.1,
-        app.2,
-        &[("application.yaml", rule_text)],
+        &format!("{}/{}", scene.ns(), app.2),
+        &[("application.yaml", &rule_text)],
     );
     for line in [
         "    deployment Deployment my-awesome-app: applied, not ready",

@@ -2,8 +2,6 @@
 //! object and why the others do not, each child as the cluster holds it
 //! against what the rule renders now, the conditions and kiln's Events.
 
-use std::process::Command;
-
 use serde_json::json;
 
 use crate::support::scene::{Scene, condition};
@@ -70,14 +68,14 @@ async fn kiln_explain_shows_selection_children_conditions_and_events() {
     .await;
     services.delete("shop", &Default::default()).await.unwrap();
 
-    let rules = [
-        (
-            "webapp.yaml",
-            std::fs::read_to_string(support::repo_root().join("rules/webapp.yaml")).unwrap(),
-        ),
-        ("picky.yaml", PICKY.to_string()),
-    ];
-    let stdout = explain(&scene, "demo.kiln.dev/v1", "WebApp", "shop", &rules);
+    let webapp_rule =
+        std::fs::read_to_string(support::repo_root().join("rules/webapp.yaml")).unwrap();
+    let stdout = support::kiln_explain(
+        "demo.kiln.dev/v1",
+        "WebApp",
+        &format!("{}/shop", scene.ns()),
+        &[("webapp.yaml", &webapp_rule), ("picky.yaml", PICKY)],
+    );
     for line in [
         format!("WebApp {}/shop (uid", scene.ns()),
         "  webapp: selects it".to_string(),
@@ -95,36 +93,4 @@ async fn kiln_explain_shows_selection_children_conditions_and_events() {
         assert!(!stdout.contains(secret), "{secret} in:\n{stdout}");
     }
     scene.end().await;
-}
-
-/// `kiln explain` of one object in the scene's namespace, with these rule
-/// files (name, text); its standard output, once it succeeded.
-pub fn explain(
-    scene: &Scene,
-    api_version: &str,
-    kind: &str,
-    name: &str,
-    rule_files: &[(&str, String)],
-) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, support::kubeconfig_yaml()).unwrap();
-    let rules = dir.path().join("rules");
-    std::fs::create_dir(&rules).unwrap();
-    for (file, text) in rule_files {
-        std::fs::write(rules.join(file), text).unwrap();
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("explain")
-        .args([api_version, kind, &format!("{}/{name}", scene.ns())])
-        .arg("--rules")
-        .arg(&rules)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    stdout
 }

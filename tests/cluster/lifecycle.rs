@@ -82,6 +82,20 @@ async fn a_created_once_child_keeps_a_users_edit_and_ignores_a_new_render() {
     );
     scene.ready("w").await;
 
+    // kiln explain says so, and writes nothing.
+    let explained = support::kiln_explain(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{}/w", scene.ns()),
+        &[("once.yaml", ONCE)],
+    );
+    assert!(
+        explained.contains(
+            "    defaults ConfigMap w: created once: kiln does not write it again, ready"
+        ),
+        "{explained}"
+    );
+
     // Level-based: a created-once child someone deletes is created again,
     // from what the rule renders now.
     support::delete(&scene.client, ("v1", "ConfigMap"), Some(scene.ns()), "w").await;
@@ -154,6 +168,18 @@ async fn an_orphaned_child_outlives_its_when_and_its_primary() {
         })
         .await;
     assert_eq!(scene.writes_during_resync("orphan", 1).await, 0);
+
+    // kiln explain finds it as the widget's child, without an owner reference.
+    let explained = support::kiln_explain(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{}/w", scene.ns()),
+        &[("orphan.yaml", ORPHAN)],
+    );
+    assert!(
+        explained.contains("    kept ConfigMap w-kept: applied, ready"),
+        "{explained}"
+    );
 
     // `when` turns false: an orphan is not pruned.
     scene

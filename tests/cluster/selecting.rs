@@ -96,7 +96,7 @@ spec:
       template:
         apiVersion: v1
         kind: ConfigMap
-        metadata: {{name: "{{{{ self.metadata.name }}}}"}}
+        metadata: {{name: "{{{{ rule.name }}}}-{{{{ self.metadata.name }}}}"}}
 "#
     )
 }
@@ -117,11 +117,11 @@ async fn an_excluded_namespace_is_never_reconciled() {
     let rule = support::rule_from_yaml(&widget_rule("excluding", &exclude));
     let scene = scene.running(&[rule]).await;
     scene
-        .until("the child here", configmap("w"), |_| true)
+        .until("the child here", configmap("excluding-w"), |_| true)
         .await;
     scene.ready("w").await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let there = support::get(&client, "v1", "ConfigMap", excluded.name(), "w").await;
+    let there = support::get(&client, "v1", "ConfigMap", excluded.name(), "excluding-w").await;
     assert!(
         there.is_none(),
         "a widget in an excluded namespace got a child"
@@ -157,11 +157,15 @@ async fn a_namespace_selector_takes_primaries_only_where_the_namespace_matches()
         .running(&[support::rule_from_yaml(&widget_rule("gold", GOLD))])
         .await;
     scene
-        .until("the child in the gold namespace", configmap("w"), |_| true)
+        .until(
+            "the child in the gold namespace",
+            configmap("gold-w"),
+            |_| true,
+        )
         .await;
     scene.ready("w").await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let there = support::get(&client, "v1", "ConfigMap", plain.name(), "w").await;
+    let there = support::get(&client, "v1", "ConfigMap", plain.name(), "gold-w").await;
     assert!(
         there.is_none(),
         "a widget outside the selected namespaces got a child"
@@ -171,9 +175,38 @@ async fn a_namespace_selector_takes_primaries_only_where_the_namespace_matches()
     crate::support::eventually(
         "the child once the namespace matches",
         crate::support::scene::CONVERGE,
-        || async { support::get(&client, "v1", "ConfigMap", plain.name(), "w").await },
+        || async { support::get(&client, "v1", "ConfigMap", plain.name(), "gold-w").await },
     )
     .await;
     scene.end().await;
     plain.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_whose_namespace_selector_does_not_take_an_object_has_no_say_in_its_status() {
+    let scene = Scene::new("sel-share").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let rules = [
+        support::rule_from_yaml(&widget_rule("plain", "")),
+        support::rule_from_yaml(&widget_rule("gold", GOLD)),
+    ];
+    let scene = scene.running(&rules).await;
+    scene
+        .until("plain's child", configmap("plain-w"), |_| true)
+        .await;
+    let w = scene.ready("w").await;
+    let types: Vec<&str> = w["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert!(
+        !types.iter().any(|t| t.starts_with("gold.")),
+        "a rule that does not take the widget shows in its status: {types:?}"
+    );
+    assert!(scene.get("v1", "ConfigMap", "gold-w").await.is_none());
+    scene.end().await;
 }

@@ -561,3 +561,29 @@ pub async fn service_account_token(
         .token;
     token.unwrap()
 }
+
+/// Runs `kiln explain API_VERSION KIND OBJECT` with the admin kubeconfig
+/// and `rules` (file name, text) as its rule directory; returns stdout,
+/// having checked it succeeded.
+pub fn kiln_explain(api_version: &str, kind: &str, object: &str, rules: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, kubeconfig_yaml()).unwrap();
+    let rules_dir = dir.path().join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    for (file, text) in rules {
+        std::fs::write(rules_dir.join(file), text).unwrap();
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["explain", api_version, kind, object])
+        .arg("--rules")
+        .arg(&rules_dir)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    stdout
+}
