@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager and kubectl from their Go
+# Builds etcd, kube-apiserver, kube-controller-manager, kubectl, and for the
+# single node (NODE.md) kube-scheduler, kubelet and kube-proxy, from their Go
 # modules into a cache directory outside the repository and prints that
 # directory. A cache hit costs nothing; the key covers the versions and the
 # wrapper sources, so editing a wrapper rebuilds.
@@ -22,7 +23,7 @@ sources_hash="$(cd "$here" && find versions.env build.sh lifeline kube etcd -typ
   | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-8)"
 root="${KILN_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/controlplane}"
 out="$root/${K8S_VERSION}-${ETCD_VERSION}-${sources_hash}"
-bins=(etcd kube-apiserver kube-controller-manager kubectl)
+bins=(etcd kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy)
 
 complete() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }
 if complete; then echo "$out"; exit 0; fi
@@ -42,7 +43,8 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "kiln controlplane: building kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $out (first time only)" >&2
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$staging/etcd" .)
-(cd "$here/kube" && go build -trimpath -ldflags "$ldflags" -o "$staging/" ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kubectl)
+(cd "$here/kube" && go build -trimpath -ldflags "$ldflags" -o "$staging/" ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kubectl \
+  ./cmd/kube-scheduler ./cmd/kubelet ./cmd/kube-proxy)
 "$staging/kube-apiserver" --version >&2
 
 rm -rf "$out"
