@@ -37,7 +37,7 @@ lint: ## rustfmt and clippy (warnings are errors); go vet of the benchmark's Go 
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	cd tests/bench/controller-runtime && go vet -mod=readonly ./...
 
-controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl, kube-scheduler, kubelet, kube-proxy from Go modules (cached)
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl from Go modules (cached)
 	@bash tests/controlplane/build.sh >/dev/null
 
 cluster-up: controlplane ## Start a local control plane in the background; prints the KUBECONFIG to use

@@ -17,7 +17,7 @@ cp_dir="$(cd "${2:?usage: up.sh NODE_DIR CP_DIR}" && pwd)"
 [ "$(id -u)" = 0 ] || { echo "up.sh: the node needs root (containerd, CNI, cgroups)" >&2; exit 1; }
 mkdir -p "$node"
 node="$(cd "$node" && pwd)"
-bins="${KILN_CONTROLPLANE_BIN_DIR:-$(bash "$here/../build.sh")}"
+bins="${KILN_CONTROLPLANE_BIN_DIR:-$(bash "$here/../build.sh" --node)}"
 kubeconfig="$cp_dir/kubeconfig"
 kubectl=("$bins/kubectl" --kubeconfig "$kubeconfig")
 name=kiln-node
