@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz bench lint controlplane cluster-up cluster-down deploy-manifests clean
+.PHONY: help build run test fuzz bench lint controlplane cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,6 +50,10 @@ cluster-down: ## Stop the control plane started by cluster-up
 deploy-manifests: ## Regenerate deploy/clusterrole.yaml and deploy/rules-configmap.yaml from rules/
 	$(KILN) rbac --rules rules/ > deploy/clusterrole.yaml
 	$(KILN) configmap --rules rules/ > deploy/rules-configmap.yaml
+
+image: ## OCI image archive of the release binary, no Docker or registry (umoci): target/image/kiln-VERSION.oci.tar
+	$(CARGO) build --locked --release --bin kiln
+	bash deploy/image.sh $(TARGET_DIR)/release/kiln $(TARGET_DIR)/image
 
 clean: ## Remove build outputs (the control-plane cache outside the repo stays)
 	$(CARGO) clean

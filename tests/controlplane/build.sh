@@ -2,9 +2,13 @@
 # Builds etcd, kube-apiserver, kube-controller-manager and kubectl from their Go
 # modules into a cache directory outside the repository and prints that
 # directory. A cache hit costs nothing; the key covers the versions and the
-# wrapper sources, so editing a wrapper rebuilds.
+# wrapper sources, so editing a wrapper rebuilds. With --node it also builds
+# what the single node of NODE.md runs: kube-scheduler, kubelet, kube-proxy
+# (about 10 more minutes cold on 2 cores; under a minute once the control
+# plane's packages are in Go's build cache).
 #
 #   tests/controlplane/build.sh            # prints e.g. ~/.cache/kiln/controlplane/v1.36.3-v3.6.16-1a2b3c4d
+#   tests/controlplane/build.sh --node     # the same directory, with the node's binaries too
 #
 # Honours KILN_CONTROLPLANE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/kiln/controlplane).
 set -euo pipefail
@@ -23,6 +27,11 @@ sources_hash="$(cd "$here" && find versions.env build.sh lifeline kube etcd -typ
 root="${KILN_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/controlplane}"
 out="$root/${K8S_VERSION}-${ETCD_VERSION}-${sources_hash}"
 bins=(etcd kube-apiserver kube-controller-manager kubectl)
+case "${1:-}" in
+  "") ;;
+  --node) bins+=(kube-scheduler kubelet kube-proxy) ;;
+  *) echo "usage: build.sh [--node]" >&2; exit 2 ;;
+esac
 
 complete() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }
 if complete; then echo "$out"; exit 0; fi
@@ -42,11 +51,18 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "kiln controlplane: building kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $out (first time only)" >&2
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$staging/etcd" .)
-(cd "$here/kube" && go build -trimpath -ldflags "$ldflags" -o "$staging/" ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kubectl)
+cmds=(); for b in "${bins[@]}"; do [ "$b" = etcd ] || cmds+=("./cmd/$b"); done
+(cd "$here/kube" && go build -trimpath -ldflags "$ldflags" -o "$staging/" "${cmds[@]}")
 "$staging/kube-apiserver" --version >&2
 
-rm -rf "$out"
-mv "$staging" "$out"
+if [ -d "$out" ]; then
+  # --node after a plain build: others may be running binaries from $out, so
+  # add files one by one (each mv is atomic) instead of replacing the directory.
+  for f in "$staging"/*; do mv -f "$f" "$out/"; done
+  rm -rf "$staging"
+else
+  mv "$staging" "$out"
+fi
 trap - EXIT
 echo "kiln controlplane: built in $((SECONDS - started))s" >&2
 echo "$out"

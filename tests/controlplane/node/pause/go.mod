@@ -1,0 +1,3 @@
+module kiln.dev/controlplane/pause
+
+go 1.25
