@@ -183,15 +183,85 @@ pub fn guarded(
         for arg in &args {
             check(arg, &format!("the input of `{name}`"))?;
         }
+        // A result checked only once built may be too large to build: the
+        // filters whose output can outgrow their inputs many times over are
+        // sized from their inputs first.
+        if estimate(name, &args).is_some_and(|n| n > VALUE_LIMIT) {
+            return Err(Exceeded::Size.into_error(&format!("the result of `{name}`")));
+        }
         let out = filter.call(state, &args)?;
         check(&out, &format!("the result of `{name}`"))?;
         Ok(out)
     }
 }
 
+/// The size of what filter `name` would return for `args`, for the filters
+/// whose output can be many times their inputs' (`replace`, `join`,
+/// `indent`); `None` for the others.
+fn estimate(name: &str, args: &[Value]) -> Option<usize> {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().len();
+    match name {
+        "replace" => {
+            let s = args.first()?.as_str()?;
+            let old = args.get(1).and_then(Value::as_str).unwrap_or_default();
+            let hits = if old.is_empty() {
+                s.chars().count() + 1
+            } else {
+                s.matches(old).count()
+            };
+            let hits = match args.get(3).and_then(|c| usize::try_from(c.clone()).ok()) {
+                Some(count) => hits.min(count),
+                None => hits,
+            };
+            Some(
+                s.len()
+                    .saturating_add(hits.saturating_mul(text(args.get(2)))),
+            )
+        }
+        "join" => {
+            let items = args.first()?.len()?;
+            let parts = measure(args.first()?).unwrap_or(VALUE_LIMIT);
+            Some(parts.saturating_add(items.saturating_mul(text(args.get(1)))))
+        }
+        "indent" => {
+            let s = args.first()?.as_str()?;
+            let width = match args.get(1) {
+                Some(w) if w.as_str().is_some() => text(Some(w)),
+                Some(w) => usize::try_from(w.clone()).unwrap_or(0),
+                None => 4,
+            };
+            let lines = s.lines().count() + 1;
+            Some(s.len().saturating_add(lines.saturating_mul(width)))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_that_multiply_their_input_are_sized_before_they_run() {
+        let big = Value::from("x".repeat(1_000_000));
+        let half = Value::from("y".repeat(1_000_000));
+        assert!(
+            estimate("replace", &[big.clone(), Value::from("x"), half.clone()]).unwrap()
+                > VALUE_LIMIT
+        );
+        assert_eq!(
+            estimate(
+                "replace",
+                &[Value::from("a-b"), Value::from("-"), Value::from("+")]
+            ),
+            Some(4)
+        );
+        let many = Value::from(vec![Value::from("a"); 100_000]);
+        assert!(estimate("join", &[many, half.clone()]).unwrap() > VALUE_LIMIT);
+        let lines = Value::from("l\n".repeat(100_000));
+        assert!(estimate("indent", &[lines, Value::from(1000)]).unwrap() > VALUE_LIMIT);
+        assert_eq!(estimate("upper", &[big]), None);
+    }
 
     #[test]
     fn measures_strings_lists_and_maps() {

@@ -480,6 +480,18 @@ mod tests {
     }
 
     #[test]
+    fn a_filter_that_would_multiply_a_huge_input_fails_before_it_runs() {
+        fails_with(
+            expr("('x' * 1000000) | replace('x', 'y' * 1000000)"),
+            "value too large: the result of `replace`",
+        );
+        fails_with(
+            expr("(['a'] * 100000) | join('z' * 1000000)"),
+            "value too large: the result of `join`",
+        );
+    }
+
+    #[test]
     fn python_style_methods_work_and_stay_bounded() {
         assert_eq!(
             expr("'a.b.c'.split('.')").unwrap(),
