@@ -144,11 +144,21 @@ impl Scene {
             .to_string()
     }
 
-    /// Forces a resync of `rule` and waits until it reconciled `n` more
-    /// times, plus a second for the echo; returns the writes it caused.
+    /// Waits until the engine writes nothing for 1.5 s, forces a resync of
+    /// `rule` and waits until it reconciled `n` more times, plus a second
+    /// for the echo; returns the writes the resync caused.
     pub async fn writes_during_resync(&self, rule: &str, n: u64) -> u64 {
         use std::sync::atomic::Ordering::SeqCst;
         let stats = self.engine().stats();
+        // Settled first: a write still on its way from the convergence the
+        // caller waited for (a status after a child's echo) is not the
+        // resync's.
+        eventually("the engine to settle", CONVERGE, || async {
+            let before = self.writes();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            (self.writes() == before).then_some(())
+        })
+        .await;
         let reconciles = stats.reconciles.load(SeqCst);
         let before = self.writes();
         self.engine().resync(rule);
