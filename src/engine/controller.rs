@@ -596,13 +596,9 @@ impl RuleController {
         } else {
             Vec::new()
         };
-        let mut meta = serde_json::Map::new();
-        meta.insert("name".into(), json!(key.name));
-        if let Some(ns) = &key.namespace {
-            meta.insert("namespace".into(), json!(ns));
-        }
-        meta.insert("finalizers".into(), json!(finalizers));
-        let patch = json!({"apiVersion": gvk.api_version(), "kind": gvk.kind, "metadata": meta});
+        let mut fields = serde_json::Map::new();
+        fields.insert("metadata".into(), json!({ "finalizers": finalizers }));
+        let patch = decorate::apply_body(gvk, key.namespace.as_deref(), &key.name, &fields);
         let manager = format!("kiln-finalizer-{}", self.rule.name);
         let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
         match api

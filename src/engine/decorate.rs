@@ -101,7 +101,7 @@ pub fn plan(
                 continue;
             }
             out.apply.push(Decoration {
-                body: body(&gvk, namespace.as_deref(), &name, fields),
+                body: apply_body(&gvk, namespace.as_deref(), &name, fields),
                 manager: manager.clone(),
                 gvk,
                 namespace,
@@ -129,7 +129,7 @@ pub fn plan(
                 continue;
             }
             out.take_back.push(Decoration {
-                body: body(&gvk, namespace.as_deref(), &name, &Map::new()),
+                body: apply_body(&gvk, namespace.as_deref(), &name, &Map::new()),
                 manager: held,
                 gvk: gvk.clone(),
                 namespace: namespace.clone(),
@@ -184,7 +184,14 @@ fn identity(object: &Value) -> (Option<String>, String) {
     )
 }
 
-fn body(gvk: &Gvk, namespace: Option<&str>, name: &str, fields: &Map<String, Value>) -> Value {
+/// The body of a server-side apply to the object `gvk` `namespace/name`
+/// setting `fields` (which may add to `metadata`).
+pub(super) fn apply_body(
+    gvk: &Gvk,
+    namespace: Option<&str>,
+    name: &str,
+    fields: &Map<String, Value>,
+) -> Value {
     let mut meta = Map::new();
     meta.insert("name".into(), json!(name));
     if let Some(ns) = namespace {

@@ -10,7 +10,7 @@ use minijinja::value::{Rest, Value, ValueKind};
 use minijinja::{Error, ErrorKind, State};
 use sha2::{Digest, Sha256};
 
-use super::limits::{VALUE_LIMIT, check};
+use super::limits::{VALUE_LIMIT, check, estimate};
 
 /// Most items `each` and `product` may give.
 pub const MAX_ITEMS: usize = 10_000;
@@ -229,37 +229,28 @@ pub fn method(
     name: &str,
     args: &[Value],
 ) -> Result<Value, Error> {
-    match (name, value.as_str()) {
-        ("format", _) => {
-            return Err(Error::new(
-                ErrorKind::UnknownMethod,
-                "str.format is not available; use `~` or the `format` filter",
-            ));
-        }
-        ("replace", Some(s)) => {
-            let old = args.first().and_then(Value::as_str).unwrap_or_default();
-            let new = args.get(1).and_then(Value::as_str).unwrap_or_default();
-            let hits = if old.is_empty() {
-                s.chars().count() + 1
-            } else {
-                s.matches(old).count()
-            };
-            let grows = hits.saturating_mul(new.len());
-            if s.len().saturating_add(grows) > VALUE_LIMIT {
-                return Err(invalid(format!(
-                    "value too large: `replace` would give more than {VALUE_LIMIT} bytes"
-                )));
-            }
-        }
-        ("join", Some(sep)) => {
-            let items = args.first().map(|v| v.len().unwrap_or(0)).unwrap_or(0);
-            if sep.len().saturating_mul(items) > VALUE_LIMIT {
-                return Err(invalid(format!(
-                    "value too large: `join` would give more than {VALUE_LIMIT} bytes"
-                )));
-            }
-        }
-        _ => {}
+    if name == "format" {
+        return Err(Error::new(
+            ErrorKind::UnknownMethod,
+            "str.format is not available; use `~` or the `format` filter",
+        ));
+    }
+    // Sized like the filters of the same name (their arguments in filter order).
+    let as_filter: Option<Vec<Value>> = match name {
+        "replace" => Some(
+            std::iter::once(value.clone())
+                .chain(args.iter().cloned())
+                .collect(),
+        ),
+        "join" => args.first().map(|items| vec![items.clone(), value.clone()]),
+        _ => None,
+    };
+    if let Some(filter_args) = as_filter
+        && estimate(name, &filter_args).is_some_and(|n| n > VALUE_LIMIT)
+    {
+        return Err(invalid(format!(
+            "value too large: `{name}` would give more than {VALUE_LIMIT} bytes"
+        )));
     }
     for arg in args {
         check(arg, &format!("an argument of `.{name}()`"))?;

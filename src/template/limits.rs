@@ -198,7 +198,7 @@ pub fn guarded(
 /// The size of what filter `name` would return for `args`, for the filters
 /// whose output can be many times their inputs' (`replace`, `join`,
 /// `indent`); `None` for the others.
-fn estimate(name: &str, args: &[Value]) -> Option<usize> {
+pub(super) fn estimate(name: &str, args: &[Value]) -> Option<usize> {
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().len();
     match name {
         "replace" => {

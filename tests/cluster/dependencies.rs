@@ -259,13 +259,7 @@ async fn the_ported_kro_application_orders_its_children_and_reports_their_readin
     }
 
     // The local control plane has no kubelet: play the Deployment controller.
-    let deployments = crate::support::dynamic_api(
-        &scene.client,
-        &json!("apps/v1"),
-        &json!("Deployment"),
-        Some(scene.ns()),
-    )
-    .await;
+    let deployments = scene.api("apps/v1", "Deployment").await;
     let available = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "my-awesome-app"},
         "status": {"replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
             "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "up"}]}});
@@ -370,14 +364,13 @@ async fn ordered_deletion_deletes_a_child_before_the_children_it_waits_for() {
 
     // `app` cannot go away yet (a finalizer of the test's own).
     hold_configmap(&scene, "w-app", &["test.kiln.dev/hold"]).await;
-    let widgets = crate::support::dynamic_api(
+    crate::support::delete(
         &scene.client,
-        &json!("test.kiln.dev/v1"),
-        &json!("Widget"),
+        ("test.kiln.dev/v1", "Widget"),
         Some(scene.ns()),
+        "w",
     )
     .await;
-    widgets.delete("w", &Default::default()).await.unwrap();
     scene
         .until("kiln to delete app", configmap("w-app"), |c| {
             c["metadata"]["deletionTimestamp"].is_string()

@@ -59,14 +59,7 @@ async fn kiln_explain_shows_selection_children_conditions_and_events() {
     let mut changed = support::example("examples/webapp/webapp.yaml");
     changed["spec"]["image"] = json!("nginx:1.28");
     scene.apply(changed).await;
-    let services = support::dynamic_api(
-        &scene.client,
-        &json!("v1"),
-        &json!("Service"),
-        Some(scene.ns()),
-    )
-    .await;
-    services.delete("shop", &Default::default()).await.unwrap();
+    support::delete(&scene.client, ("v1", "Service"), Some(scene.ns()), "shop").await;
 
     let webapp_rule =
         std::fs::read_to_string(support::repo_root().join("rules/webapp.yaml")).unwrap();

@@ -53,8 +53,13 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
     );
 
     // Deleted: kiln deletes what it made outside, waits, then lets go.
-    let widgets = scene.api("test.kiln.dev/v1", "Widget").await;
-    widgets.delete("w", &Default::default()).await.unwrap();
+    support::delete(
+        &scene.client,
+        ("test.kiln.dev/v1", "Widget"),
+        Some(scene.ns()),
+        "w",
+    )
+    .await;
     eventually("the Widget gone", Duration::from_secs(90), || async {
         scene
             .get("test.kiln.dev/v1", "Widget", "w")
