@@ -123,6 +123,15 @@ pub struct RunArgs {
     /// How often replicas read the Lease (and the leader renews it).
     #[arg(long, default_value = "2s")]
     pub leader_elect_retry_period: String,
+    /// Share the primaries with the other replicas of the shard group: each
+    /// holds a Lease of its own (in `--leader-elect-namespace`, with the
+    /// `--leader-elect-*` timings) and reconciles, caches and writes only
+    /// its share. Instead of `--leader-elect`.
+    #[arg(long, conflicts_with = "leader_elect")]
+    pub shards: bool,
+    /// The shard group: replicas of one group share the primaries.
+    #[arg(long, default_value = "kiln")]
+    pub shard_group: String,
 }
 
 /// `kiln demo`

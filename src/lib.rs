@@ -29,6 +29,7 @@ pub mod reload;
 pub mod render;
 pub mod rules;
 pub mod serve;
+pub mod shard;
 pub mod template;
 pub mod version;
 pub mod yaml;

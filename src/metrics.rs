@@ -79,6 +79,14 @@ pub struct Metrics {
     pub last_good_load: Gauge<f64, AtomicU64>,
     /// `kiln_leader` (1 while this replica leads or runs without election).
     pub leader: Gauge,
+    /// `kiln_shard_members`: live members of the shard group (sharded runs).
+    pub shard_members: Gauge,
+    /// `kiln_shard_buckets`: buckets (of 64) this replica holds.
+    pub shard_buckets: Gauge,
+    /// `kiln_shard_primaries`: primaries in this replica's share.
+    pub shard_primaries: Gauge,
+    /// `kiln_shard_handovers_total{direction="in"|"out"}`: buckets taken over and handed away.
+    pub shard_handovers: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -119,6 +127,10 @@ impl Metrics {
             reload_total: Family::default(),
             last_good_load: Gauge::default(),
             leader: Gauge::default(),
+            shard_members: Gauge::default(),
+            shard_buckets: Gauge::default(),
+            shard_primaries: Gauge::default(),
+            shard_handovers: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -221,6 +233,26 @@ impl Metrics {
             "kiln_leader",
             "1 while this replica is the leader (or runs without leader election)",
             m.leader.clone(),
+        );
+        r.register(
+            "kiln_shard_members",
+            "Live members of the shard group, this replica included (0 unless sharded)",
+            m.shard_members.clone(),
+        );
+        r.register(
+            "kiln_shard_buckets",
+            "Buckets (of 64) this replica holds (0 unless sharded)",
+            m.shard_buckets.clone(),
+        );
+        r.register(
+            "kiln_shard_primaries",
+            "Primaries in this replica's share (0 unless sharded)",
+            m.shard_primaries.clone(),
+        );
+        r.register(
+            "kiln_shard_handovers",
+            "Buckets this replica took over (in) and handed away (out)",
+            m.shard_handovers.clone(),
         );
         Self { registry, ..m }
     }

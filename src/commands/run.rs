@@ -27,7 +27,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("--metrics-bind-address {e}"))?;
     let health_addr = serve::parse_bind(&args.health_probe_bind_address)
         .map_err(|e| anyhow::anyhow!("--health-probe-bind-address {e}"))?;
-    let lease = if args.leader_elect {
+    let lease = if args.leader_elect || args.shards {
         Some(lease_timing(args)?)
     } else {
         None
@@ -74,6 +74,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         let active = Active {
             client: client.clone(),
             options,
+            scope: None,
             set,
             sources,
             source,
@@ -100,6 +101,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 probe.leader.set(1);
                 active.run_until(&probe, stop_rx).await;
             }
+            Some(times) if args.shards => {
+                run_sharded(args, client, times, active, &probe, stop_rx).await?;
+            }
             Some(times) => run_with_election(args, client, times, active, &probe, stop_rx).await?,
         }
         signals.abort();
@@ -111,6 +115,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 struct Active {
     client: Client,
     options: Options,
+    /// This replica's share, when sharded.
+    scope: Option<Arc<kiln::shard::scope::Scope>>,
     set: RuleSet,
     sources: Vec<Source>,
     source: RuleSource,
@@ -141,7 +147,11 @@ impl Active {
         tokio::task::JoinHandle<()>,
         oneshot::Sender<()>,
     ) {
-        let engine = Arc::new(Engine::new(self.client.clone(), self.options.clone()));
+        let engine = Arc::new(Engine::sharded(
+            self.client.clone(),
+            self.options.clone(),
+            self.scope.clone(),
+        ));
         if let Some(fence) = fence {
             engine.set_fence(fence);
         }
@@ -178,11 +188,7 @@ async fn run_with_election(
     probe: &RunProbe,
     mut stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
-    let namespace = args
-        .leader_elect_namespace
-        .clone()
-        .unwrap_or_else(own_namespace);
-    let identity = identity();
+    let (namespace, identity) = lease_place(args);
     let mut elector =
         lease::Elector::new(client, &namespace, &args.leader_elect_id, &identity, timing);
     tracing::info!(lease = %format!("{namespace}/{}", args.leader_elect_id), %identity, "waiting to lead");
@@ -224,6 +230,81 @@ async fn run_with_election(
     Ok(())
 }
 
+/// Shares the primaries with the other members of the shard group: joins
+/// (its own Lease), runs the engine on its share from the start, hands
+/// buckets over as members come and go, and on shutdown stops writing,
+/// leaves the group (so the others take over at once), then stops.
+async fn run_sharded(
+    args: &RunArgs,
+    client: Client,
+    timing: lease::Timing,
+    mut active: Active,
+    probe: &RunProbe,
+    mut stop: oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    use kiln::shard::{Shard, member::Member, scope::Scope};
+    let (namespace, identity) = lease_place(args);
+    let shard = Shard::new(timing.renew_deadline);
+    let retry = timing.retry_period;
+    let mut member = Member::new(
+        client,
+        &namespace,
+        &args.shard_group,
+        &identity,
+        timing,
+        shard.clone(),
+    );
+    loop {
+        match member.join().await {
+            Ok(()) => break,
+            Err(error) => tracing::warn!(%error, "joining the shard group failed; retrying"),
+        }
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            () = tokio::time::sleep(retry) => {}
+        }
+    }
+    tracing::info!(group = %args.shard_group, lease = %format!("{namespace}/{identity}"), "joined the shard group");
+    active.scope = Some(Arc::new(Scope::new(shard.clone())));
+    probe.set_shard(Some(shard));
+    probe.leader.set(1);
+    let (engine, reloading, stop_reload) = active.start(probe, None);
+    let (left_tx, left_rx) = oneshot::channel::<()>();
+    let caches: Arc<dyn kiln::shard::member::Caches> = Arc::new(EngineCaches(engine.clone()));
+    let membership = tokio::spawn(member.run(caches, async move {
+        let _ = left_rx.await;
+    }));
+    let _ = (&mut stop).await;
+    tracing::info!(
+        "shutting down: handing the share over, then letting in-flight reconciles finish"
+    );
+    let _ = left_tx.send(());
+    let _ = membership.await;
+    let _ = stop_reload.send(());
+    let _ = reloading.await;
+    engine.shutdown().await;
+    probe.set_engine(None);
+    probe.leader.set(0);
+    Ok(())
+}
+
+/// The engine's caches, as the shard handover sees them.
+struct EngineCaches(Arc<Engine>);
+
+impl kiln::shard::member::Caches for EngineCaches {
+    fn rescope(&self) -> u64 {
+        self.0.informers().rescope()
+    }
+
+    fn covered_since(&self, epoch: u64) -> bool {
+        self.0.informers().covered_since(epoch)
+    }
+
+    fn resync(&self) {
+        self.0.resync_all();
+    }
+}
+
 fn lease_timing(args: &RunArgs) -> anyhow::Result<lease::Timing> {
     let timing = lease::Timing {
         lease_duration: duration(
@@ -245,6 +326,15 @@ fn lease_timing(args: &RunArgs) -> anyhow::Result<lease::Timing> {
 
 fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     rules::duration::parse(text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
+/// The namespace of the Leases and this replica's identity.
+fn lease_place(args: &RunArgs) -> (String, String) {
+    let namespace = args
+        .leader_elect_namespace
+        .clone()
+        .unwrap_or_else(own_namespace);
+    (namespace, identity())
 }
 
 fn own_namespace() -> String {
@@ -275,6 +365,7 @@ fn reload_options(args: &RunArgs) -> ReloadOptions {
 #[derive(Default)]
 struct RunProbe {
     engine: Mutex<Option<Arc<Engine>>>,
+    shard: Mutex<Option<Arc<kiln::shard::Shard>>>,
     idle_metrics: Metrics,
     leader: prometheus_client::metrics::gauge::Gauge,
 }
@@ -287,6 +378,20 @@ impl RunProbe {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = engine;
     }
 
+    fn set_shard(&self, shard: Option<Arc<kiln::shard::Shard>>) {
+        *self
+            .shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = shard;
+    }
+
+    fn shard(&self) -> Option<Arc<kiln::shard::Shard>> {
+        self.shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn engine(&self) -> Option<Arc<Engine>> {
         self.engine
             .lock()
@@ -297,13 +402,32 @@ impl RunProbe {
 
 impl Probe for RunProbe {
     fn metrics(&self) -> String {
-        let metrics = self.engine().map(|e| e.metrics());
+        let engine = self.engine();
+        let metrics = engine.as_ref().map(|e| e.metrics());
         let m = metrics.as_deref().unwrap_or(&self.idle_metrics);
         m.leader.set(self.leader.get());
+        if let Some(shard) = self.shard() {
+            m.shard_members
+                .set(i64::try_from(shard.members()).unwrap_or(i64::MAX));
+            m.shard_buckets.set(i64::from(shard.active().count_ones()));
+            let owned = engine.as_ref().map_or(0, |e| e.primaries_owned());
+            m.shard_primaries
+                .set(i64::try_from(owned).unwrap_or(i64::MAX));
+            let (taken, given) = shard.handovers();
+            for (direction, total) in [("in", taken), ("out", given)] {
+                let c = m
+                    .shard_handovers
+                    .get_or_create(&kiln::metrics::label("direction", direction));
+                c.inc_by(total.saturating_sub(c.get()));
+            }
+        }
         m.encode()
     }
 
     fn ready(&self) -> Result<(), String> {
+        if let Some(shard) = self.shard() {
+            shard.readiness()?;
+        }
         match self.engine() {
             // A standby is ready: it is doing its job, which is to wait.
             None => Ok(()),

@@ -167,6 +167,11 @@ impl RuleController {
         &self.rule
     }
 
+    /// The cache of the rule's primaries.
+    pub fn primaries(&self) -> &Arc<Informer> {
+        &self.wiring.primary
+    }
+
     /// Queues every primary the rule selects (start-up, resync, rule change).
     pub fn enqueue_all(&self) {
         for obj in self.wiring.primary.list() {
@@ -218,6 +223,26 @@ impl RuleController {
                 if !made_by_kiln(&child) {
                     continue;
                 }
+                // Sharded: only the children of this replica's share.
+                let primary_uid = child
+                    .labels()
+                    .get(render::OWNER_UID_LABEL)
+                    .cloned()
+                    .or_else(|| {
+                        child
+                            .owner_references()
+                            .iter()
+                            .find(|o| o.controller == Some(true))
+                            .map(|o| o.uid.clone())
+                    })
+                    .unwrap_or_default();
+                let _permit = match &self.shared.shard {
+                    Some(scope) => match scope.shard().permit(&primary_uid) {
+                        Some(permit) => Some(permit),
+                        None => continue,
+                    },
+                    None => None,
+                };
                 let key = ObjKey::of(&child);
                 let api = self.api(informer.kind(), key.namespace.as_deref());
                 match api.delete(&key.name, &DeleteParams::background()).await {
@@ -403,6 +428,13 @@ impl RuleController {
         let Some(obj) = self.wiring.primary.get(key) else {
             return Ok(Next::Done);
         };
+        if !self
+            .shared
+            .owns(obj.metadata.uid.as_deref().unwrap_or_default())
+        {
+            // Another replica's share (sharded): it reconciles this one.
+            return Ok(Next::Done);
+        }
         let holds = self.holds(&obj);
         let wanted = self.needs_finalizer() && self.selects(&obj);
         if obj.metadata.deletion_timestamp.is_some() {
@@ -588,7 +620,7 @@ impl RuleController {
     /// the primary, with a field manager of the rule's own: other rules'
     /// and other controllers' finalizers are never touched.
     async fn hold(&self, obj: &DynamicObject, hold: bool) -> Result<(), Failure> {
-        self.fence()?;
+        let _permit = self.fence(obj)?;
         let gvk = &self.rule.primary.gvk;
         let key = ObjKey::of(obj);
         let finalizers: Vec<String> = if hold {
@@ -782,7 +814,7 @@ impl RuleController {
             }
         }
         let decorated = match decorations {
-            Ok(d) => self.decorate(d).await,
+            Ok(d) => self.decorate(obj, d).await,
             Err(message) => Err(Failure::new(
                 Category::Invalid,
                 format!("decorating: {message}"),
@@ -823,9 +855,13 @@ impl RuleController {
 
     /// Applies each decoration as its decorator's field manager: fields
     /// set, or taken back.
-    async fn decorate(&self, decorations: &Decorations) -> Result<(), Failure> {
+    async fn decorate(
+        &self,
+        obj: &DynamicObject,
+        decorations: &Decorations,
+    ) -> Result<(), Failure> {
         for d in decorations.apply.iter().chain(&decorations.take_back) {
-            self.fence()?;
+            let _permit = self.fence(obj)?;
             let kind = self.shared.kinds.resolve(&d.gvk).await.map_err(|e| {
                 Failure::new(Category::Transient, format!("decorating {}: {e}", d.gvk))
             })?;
@@ -960,13 +996,26 @@ impl RuleController {
     }
 
     /// Refuses every write once this replica may no longer make one (its
-    /// lease is not known to be held right now).
-    fn fence(&self) -> Result<(), Failure> {
-        if self.shared.may_write() {
-            Ok(())
-        } else {
-            Err(Failure::new(Category::LeaseLost, "the lease is not held"))
+    /// lease is not known to be held right now; sharded: or the primary is
+    /// not in its share any more). Hold the permit until the write returns:
+    /// the share is not handed over while a write is in flight.
+    fn fence(&self, primary: &DynamicObject) -> Result<Option<crate::shard::Permit>, Failure> {
+        if !self.shared.may_write() {
+            return Err(Failure::new(Category::LeaseLost, "the lease is not held"));
         }
+        let Some(scope) = &self.shared.shard else {
+            return Ok(None);
+        };
+        scope
+            .shard()
+            .permit(primary.metadata.uid.as_deref().unwrap_or_default())
+            .map(Some)
+            .ok_or_else(|| {
+                Failure::new(
+                    Category::LeaseLost,
+                    "this replica's shard Lease or this primary's bucket is not held",
+                )
+            })
     }
 
     /// Server-side applies one child, and remembers how the server stored it.
@@ -974,7 +1023,7 @@ impl RuleController {
         let Some(informer) = self.wiring.children.get(&child.gvk) else {
             return Ok(());
         };
-        self.fence()?;
+        let _permit = self.fence(obj)?;
         let pp = PatchParams::apply(&self.shared.options.field_manager);
         let pp = if self.rule.force_conflicts {
             pp.force()
@@ -983,7 +1032,11 @@ impl RuleController {
         };
         let ckey = plan::key_of(child);
         let api = self.api(informer.kind(), ckey.namespace.as_deref());
-        if !child.generated.is_empty() {
+        // A sharded cache holds only kiln's children of this replica's
+        // share: an object its cache does not show may be one kiln's labels
+        // were copied onto, so it is looked up before being written.
+        let unseen = self.shared.shard.is_some() && informer.get(&ckey).is_none();
+        if !child.generated.is_empty() || unseen {
             self.absent(&api, child, &ckey).await?;
         }
         self.shared
@@ -1047,7 +1100,7 @@ impl RuleController {
         let Some(informer) = self.wiring.children.get(&prune.gvk) else {
             return Ok(());
         };
-        self.fence()?;
+        let _permit = self.fence(obj)?;
         let api = self.api(informer.kind(), prune.key.namespace.as_deref());
         let dp = DeleteParams {
             preconditions: prune.uid.clone().map(|uid| Preconditions {
@@ -1143,7 +1196,7 @@ impl RuleController {
         if status::converged(&live, &desired, &owned) {
             return Ok(());
         }
-        self.fence()?;
+        let _permit = self.fence(obj)?;
         let key = ObjKey::of(obj);
         let patch = serde_json::json!({
             "apiVersion": self.rule.primary.gvk.api_version(),
@@ -1191,6 +1244,12 @@ impl RuleController {
     }
 
     async fn publish(&self, obj: &DynamicObject, kind: EventType, reason: &str, message: &str) {
+        if !self
+            .shared
+            .owns(obj.metadata.uid.as_deref().unwrap_or_default())
+        {
+            return;
+        }
         let reference = obj.object_ref(&self.wiring.primary.kind().ar);
         let event = KubeEvent {
             type_: kind,

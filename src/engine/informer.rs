@@ -148,7 +148,20 @@ pub struct Informer {
     undecodable: Mutex<HashSet<ObjKey>>,
     /// Told about each object that cannot be decoded.
     sink: Option<UndecodableSink>,
+    /// Which objects the cache keeps (sharding); `None`: all.
+    scope: Option<Keep>,
+    /// How to (re)start the watch streams.
+    apis: Vec<Api<Incoming>>,
+    status_manager: String,
+    /// The scope epoch the streams were (re)started in, and the last epoch
+    /// every stream has listed in.
+    epoch: AtomicU64,
+    listed_epoch: watch::Sender<u64>,
 }
+
+/// Decides whether the cache of a kind keeps an object (a sharded replica
+/// keeps only its share); asked at ingest, before the store.
+pub type Keep = Arc<dyn Fn(&crate::rules::Gvk, &DynamicObject) -> bool + Send + Sync>;
 
 /// An object the API server holds but kiln cannot decode (nested past the
 /// decoder's limit): left out of the cache, reported once.
@@ -176,12 +189,26 @@ impl fmt::Debug for Informer {
 impl Informer {
     /// An informer that watches nothing yet: `start` adds the watch tasks;
     /// tests feed it events by hand.
+    #[cfg(test)]
     fn unstarted(
         kind: Arc<Kind>,
         scopes: Vec<Option<String>>,
         sink: Option<UndecodableSink>,
     ) -> Arc<Self> {
+        Self::unstarted_with(kind, scopes, sink, None, Vec::new(), String::new(), 0)
+    }
+
+    fn unstarted_with(
+        kind: Arc<Kind>,
+        scopes: Vec<Option<String>>,
+        sink: Option<UndecodableSink>,
+        scope: Option<Keep>,
+        apis: Vec<Api<Incoming>>,
+        status_manager: String,
+        epoch: u64,
+    ) -> Arc<Self> {
         let (synced_tx, _) = watch::channel(false);
+        let (listed_epoch, _) = watch::channel(0);
         Arc::new(Self {
             kind,
             store: RwLock::default(),
@@ -196,6 +223,11 @@ impl Informer {
             health: Mutex::default(),
             undecodable: Mutex::default(),
             sink,
+            scope,
+            apis,
+            status_manager,
+            epoch: AtomicU64::new(epoch),
+            listed_epoch,
         })
     }
 
@@ -204,12 +236,20 @@ impl Informer {
     /// for the status entries of `status_manager` (kiln's own: they tell which
     /// status fields kiln wrote, so one it stops writing can be removed).
     /// Objects that cannot be decoded are left out and told to `sink` once.
+    /// Starts watching `kind`: cluster-wide, or in each of `namespaces` for a
+    /// namespaced kind when any are given. Managed fields are dropped, but
+    /// for the status entries of `status_manager` (kiln's own: they tell which
+    /// status fields kiln wrote, so one it stops writing can be removed).
+    /// Objects that cannot be decoded are left out and told to `sink` once;
+    /// with a `scope`, only the objects it keeps are cached (scope epoch `epoch`).
     pub fn start(
         client: &Client,
         kind: Arc<Kind>,
         namespaces: &[String],
         status_manager: &str,
         sink: Option<UndecodableSink>,
+        scope: Option<Keep>,
+        epoch: u64,
     ) -> Arc<Self> {
         let scopes: Vec<Option<String>> = if kind.namespaced && !namespaces.is_empty() {
             namespaces.iter().cloned().map(Some).collect()
@@ -223,13 +263,46 @@ impl Informer {
                 None => Api::all_with(client.clone(), &kind.ar),
             })
             .collect();
-        let this = Self::unstarted(kind, scopes, sink);
+        let this = Self::unstarted_with(
+            kind,
+            scopes,
+            sink,
+            scope,
+            apis,
+            status_manager.to_string(),
+            epoch,
+        );
+        this.spawn_streams();
+        this
+    }
+
+    /// Lists and watches again from scratch in scope epoch `epoch` (the
+    /// scope changed): the re-list keeps what the scope keeps now, and
+    /// objects it no longer keeps leave the cache as if deleted.
+    pub fn restart(self: &Arc<Self>, epoch: u64) {
+        self.epoch.store(epoch, Ordering::SeqCst);
+        self.stop();
+        self.streams_synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        self.spawn_streams();
+    }
+
+    /// The last scope epoch in which every stream completed a list.
+    pub fn listed_epoch(&self) -> u64 {
+        *self.listed_epoch.borrow()
+    }
+
+    fn spawn_streams(self: &Arc<Self>) {
         let tasks =
-            apis.into_iter()
+            self.apis
+                .iter()
+                .cloned()
                 .enumerate()
                 .map(|(stream, api)| {
-                    let weak = Arc::downgrade(&this);
-                    let keep = status_manager.to_string();
+                    let weak = Arc::downgrade(self);
+                    let keep = self.status_manager.clone();
                     tokio::spawn(async move {
                         let events = watcher(api, watcher::Config::default().any_semantic())
                             .modify(move |o: &mut Incoming| {
@@ -263,11 +336,10 @@ impl Informer {
                     })
                 })
                 .collect();
-        *this
+        *self
             .tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
-        this
     }
 
     /// A list or watch of `stream` failed: note it, log it (rate-limited,
@@ -347,7 +419,7 @@ impl Informer {
     fn decoded(&self, incoming: Incoming) -> Option<DynamicObject> {
         let Some(why) = incoming.undecodable else {
             self.forget_undecodable(&incoming.object);
-            return Some(incoming.object);
+            return self.in_scope(incoming.object);
         };
         let object = incoming.object;
         let key = ObjKey::of(&object);
@@ -366,6 +438,22 @@ impl Informer {
                 kind: self.kind.clone(),
                 why,
             });
+        }
+        None
+    }
+
+    /// The object, when the scope keeps it; otherwise it leaves the cache
+    /// (a sharded replica keeps only its share).
+    fn in_scope(&self, object: DynamicObject) -> Option<DynamicObject> {
+        let Some(keep) = &self.scope else {
+            return Some(object);
+        };
+        if keep(&self.kind.gvk, &object) {
+            return Some(object);
+        }
+        let removed = self.write().remove(&ObjKey::of(&object));
+        if let Some(old) = removed {
+            self.emit(&Change::Deleted(&old));
         }
         None
     }
@@ -437,6 +525,8 @@ impl Informer {
                 done.insert(stream);
                 if done.len() == self.streams.len() {
                     self.synced_tx.send_replace(true);
+                    self.listed_epoch
+                        .send_replace(self.epoch.load(Ordering::SeqCst));
                 }
             }
             Event::Apply(obj) => {
@@ -589,6 +679,10 @@ pub struct Registry {
     starts: Mutex<HashMap<crate::rules::Gvk, u64>>,
     status_manager: String,
     sink: Option<UndecodableSink>,
+    /// Which objects the caches keep (sharding).
+    scope: Option<Keep>,
+    /// The scope epoch: bumped each time the scope changes.
+    epoch: AtomicU64,
 }
 
 impl Registry {
@@ -607,6 +701,35 @@ impl Registry {
             sink: Some(sink),
             ..self
         }
+    }
+
+    /// The caches keep only what `scope` keeps (a sharded replica).
+    #[must_use]
+    pub fn scoped(self, scope: Keep) -> Self {
+        Self {
+            scope: Some(scope),
+            ..self
+        }
+    }
+
+    /// The scope changed: every informer lists again under it. Returns the
+    /// new epoch, for [`covered_since`](Self::covered_since).
+    pub fn rescope(&self) -> u64 {
+        let entries = self.lock();
+        let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        for entry in entries.values() {
+            entry.informer.restart(epoch);
+        }
+        epoch
+    }
+
+    /// Whether every informer a rule uses has listed in scope epoch `epoch`
+    /// or later.
+    pub fn covered_since(&self, epoch: u64) -> bool {
+        self.lock()
+            .values()
+            .filter(|e| e.users > 0)
+            .all(|e| e.informer.listed_epoch() >= epoch && e.informer.is_synced())
     }
 
     /// Why some watch makes kiln unready, if one does.
@@ -646,6 +769,8 @@ impl Registry {
                     namespaces,
                     &self.status_manager,
                     self.sink.clone(),
+                    self.scope.clone(),
+                    self.epoch.load(Ordering::SeqCst),
                 ),
                 users: 0,
                 idle_since: None,

@@ -107,6 +107,8 @@ pub struct Shared {
     pub board: board::Board,
     /// Whether this replica may write right now (its lease is held); unset: always.
     pub fence: std::sync::OnceLock<Fence>,
+    /// This replica's share of the primaries, when sharded (`kiln run --shards`).
+    pub shard: Option<Arc<crate::shard::scope::Scope>>,
 }
 
 /// Answers whether this replica may write right now.
@@ -116,6 +118,14 @@ impl Shared {
     /// Whether a write may be sent now: no fence is set, or it says yes.
     pub fn may_write(&self) -> bool {
         self.fence.get().is_none_or(|f| f())
+    }
+
+    /// Whether this replica reconciles the primary with this uid: always,
+    /// unless sharded and the primary is another replica's.
+    pub fn owns(&self, primary_uid: &str) -> bool {
+        self.shard
+            .as_ref()
+            .is_none_or(|s| s.shard().owns(primary_uid))
     }
 }
 
@@ -150,6 +160,16 @@ pub struct Engine {
 impl Engine {
     /// An engine with no rules yet.
     pub fn new(client: Client, options: Options) -> Self {
+        Self::sharded(client, options, None)
+    }
+
+    /// An engine that reconciles, caches and writes only `shard`'s share of
+    /// the primaries (`None`: all of them).
+    pub fn sharded(
+        client: Client,
+        options: Options,
+        shard: Option<Arc<crate::shard::scope::Scope>>,
+    ) -> Self {
         let reporter = Reporter {
             controller: "kiln".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -157,9 +177,14 @@ impl Engine {
         let recorder = Recorder::new(client.clone(), reporter);
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let sink = undecodable::sink(recorder.clone(), metrics.clone());
+        let mut informers = Registry::keeping_status_of(&options.field_manager).reporting_to(sink);
+        if let Some(scope) = &shard {
+            let scope = scope.clone();
+            informers = informers.scoped(Arc::new(move |gvk, obj| scope.keeps(gvk, obj)));
+        }
         let shared = Arc::new(Shared {
             kinds: Kinds::new(client.clone()),
-            informers: Registry::keeping_status_of(&options.field_manager).reporting_to(sink),
+            informers,
             recorder,
             client,
             options,
@@ -167,6 +192,7 @@ impl Engine {
             metrics,
             board: board::Board::default(),
             fence: std::sync::OnceLock::new(),
+            shard,
         });
         Self {
             shared,
@@ -182,6 +208,11 @@ impl Engine {
 
     /// Starts every rule of `set`.
     pub fn start_all(&self, set: &RuleSet) {
+        if let Some(scope) = &self.shared.shard {
+            for rule in &set.rules {
+                scope.set_rule(rule);
+            }
+        }
         for rule in &set.rules {
             self.start(rule.clone());
         }
@@ -189,6 +220,12 @@ impl Engine {
 
     /// Starts one rule (replacing a running rule of the same name).
     pub fn start(&self, rule: Arc<Rule>) {
+        if let Some(scope) = &self.shared.shard
+            && scope.set_rule(&rule)
+        {
+            // A kind changed roles (now read by a rule, say): list it in full.
+            self.shared.informers.rescope();
+        }
         let (stop, stop_rx) = watch::channel(false);
         let state = Arc::new(Mutex::new(RuleState::Syncing));
         let controller = Arc::new(Mutex::new(None));
@@ -216,6 +253,11 @@ impl Engine {
     /// kind reconcile their objects again, so the status parts of the rule
     /// that stopped leave the objects they shared.
     pub async fn stop(&self, name: &str) {
+        // A kind may be sharded now; its cache, fuller than it needs to be,
+        // is not listed again for that.
+        if let Some(scope) = &self.shared.shard {
+            scope.remove_rule(name);
+        }
         let running = self.lock().remove(name);
         if let Some(r) = running {
             let gvk = self.controller_of(&r).map(|c| c.rule().primary.gvk.clone());
@@ -372,6 +414,54 @@ impl Engine {
             Some(why) => Err(why),
             None => Ok(()),
         }
+    }
+
+    /// Whether this replica runs the cluster-wide singletons (the rules
+    /// ConfigMap's Warning Events): always, unless sharded and another
+    /// member holds bucket 0.
+    pub fn runs_singletons(&self) -> bool {
+        self.shared
+            .shard
+            .as_ref()
+            .is_none_or(|s| s.shard().singleton())
+    }
+
+    /// Queues every primary of every rule (a sharded replica took over buckets).
+    pub fn resync_all(&self) {
+        let controllers: Vec<Arc<RuleController>> = self
+            .lock()
+            .values()
+            .filter_map(|r| self.controller_of(r))
+            .collect();
+        for c in controllers {
+            c.enqueue_all();
+        }
+    }
+
+    /// Primaries this replica reconciles (sharded: its share), over every
+    /// primary kind.
+    pub fn primaries_owned(&self) -> usize {
+        let mut kinds: HashMap<Gvk, Arc<informer::Informer>> = HashMap::new();
+        for r in self.lock().values() {
+            if let Some(c) = self.controller_of(r) {
+                kinds
+                    .entry(c.rule().primary.gvk.clone())
+                    .or_insert_with(|| c.primaries().clone());
+            }
+        }
+        kinds
+            .values()
+            .flat_map(|i| i.list())
+            .filter(|o| {
+                self.shared
+                    .owns(o.metadata.uid.as_deref().unwrap_or_default())
+            })
+            .count()
+    }
+
+    /// The informers (sharding re-scopes them).
+    pub fn informers(&self) -> &Registry {
+        &self.shared.informers
     }
 
     /// Whether [`readiness`](Self::readiness) is fine.

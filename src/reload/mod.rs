@@ -262,7 +262,10 @@ impl Reloader {
             kiln_rules_reload_total_error = m.reloads("error"),
             "the new rules are invalid; the last good rules keep running"
         );
-        if let Some((recorder, reference)) = &self.events {
+        // Sharded: one member (the one holding bucket 0) tells, not every replica.
+        if let Some((recorder, reference)) = &self.events
+            && self.engine.runs_singletons()
+        {
             let summary: Vec<String> = diagnostics
                 .iter()
                 .take(5)

@@ -1,0 +1,245 @@
+//! Several replicas sharing the primaries (`kiln run --shards`), on
+//! Kubernetes' own mechanisms: one Lease per replica, a deterministic ring
+//! over the live Leases, and a handover published in the Leases themselves.
+//!
+//! - [`ring`]: a primary's bucket (FNV-1a of its uid) and which member a
+//!   bucket goes to (rendezvous hashing).
+//! - [`handover`]: per round, which buckets to release, claim and activate.
+//! - [`member`]: the loop that renews this replica's Lease and runs the rounds.
+//! - [`scope`]: which objects the caches keep (the ingest filter).
+//!
+//! [`Shard`] is what the engine sees: the write guard ([`Shard::permit`])
+//! and the cache scope.
+
+pub mod handover;
+pub mod member;
+pub mod ring;
+pub mod scope;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use ring::{BUCKETS, Buckets};
+
+/// This replica's share, as the engine sees it.
+#[derive(Debug)]
+pub struct Shard {
+    /// Buckets this replica writes for.
+    active: AtomicU64,
+    /// Buckets the caches keep (active, listed or assigned).
+    interest: AtomicU64,
+    /// Per bucket: writes in flight.
+    in_flight: [AtomicU32; BUCKETS as usize],
+    /// When the Lease was last renewed (sent), on the monotonic clock.
+    renewed: Mutex<Option<Instant>>,
+    /// Writes stop this long after the last renew (the renew deadline).
+    deadline: Duration,
+    /// Members seen live at the last round.
+    members: AtomicU64,
+    /// Buckets assigned at the last round.
+    assigned: AtomicU64,
+    /// Buckets handed over (released and activated) since start.
+    handovers_in: AtomicU64,
+    handovers_out: AtomicU64,
+}
+
+/// A write in flight for one bucket; the bucket is not released while one is.
+#[derive(Debug)]
+pub struct Permit {
+    shard: Arc<Shard>,
+    bucket: u32,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.shard.in_flight[self.bucket as usize].fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Shard {
+    /// A member holding nothing yet; its writes stop `deadline` after its
+    /// last renew.
+    pub fn new(deadline: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            active: AtomicU64::new(0),
+            interest: AtomicU64::new(0),
+            in_flight: std::array::from_fn(|_| AtomicU32::new(0)),
+            renewed: Mutex::new(None),
+            deadline,
+            members: AtomicU64::new(0),
+            assigned: AtomicU64::new(0),
+            handovers_in: AtomicU64::new(0),
+            handovers_out: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether the Lease is fresh: renewed less than the renew deadline ago,
+    /// by this process's monotonic clock (which runs on while the process is
+    /// paused, so a replica waking from SIGSTOP is refused at once).
+    pub fn lease_fresh(&self) -> bool {
+        let last = *self.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+        crate::lease::held(last, Instant::now(), self.deadline)
+    }
+
+    /// Whether this replica reconciles the primary with this uid now.
+    pub fn owns(&self, uid: &str) -> bool {
+        ring::contains(self.active.load(Ordering::SeqCst), ring::bucket_of(uid))
+            && self.lease_fresh()
+    }
+
+    /// A permit to write for the primary with this uid, or `None` when this
+    /// replica may not: its Lease is not fresh, or it does not hold the
+    /// primary's bucket. Hold the permit until the write has returned.
+    pub fn permit(self: &Arc<Self>, uid: &str) -> Option<Permit> {
+        let bucket = ring::bucket_of(uid);
+        if !self.owns(uid) {
+            return None;
+        }
+        self.in_flight[bucket as usize].fetch_add(1, Ordering::SeqCst);
+        let permit = Permit {
+            shard: self.clone(),
+            bucket,
+        };
+        // Released meanwhile: the releaser may have seen no write in flight.
+        self.owns(uid).then_some(permit)
+    }
+
+    /// Whether the cache keeps objects of the primary with this uid.
+    pub fn interested(&self, uid: &str) -> bool {
+        ring::contains(self.interest.load(Ordering::SeqCst), ring::bucket_of(uid))
+    }
+
+    /// Whether this replica runs the cluster-wide singletons (the rules
+    /// ConfigMap's Warning Events): the one holding bucket 0.
+    pub fn singleton(&self) -> bool {
+        ring::contains(self.active.load(Ordering::SeqCst), 0) && self.lease_fresh()
+    }
+
+    /// The buckets this replica writes for.
+    pub fn active(&self) -> Buckets {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// The buckets the caches keep.
+    pub fn interest(&self) -> Buckets {
+        self.interest.load(Ordering::SeqCst)
+    }
+
+    /// Live members at the last round.
+    pub fn members(&self) -> u64 {
+        self.members.load(Ordering::Relaxed)
+    }
+
+    /// Buckets received and handed away since start.
+    pub fn handovers(&self) -> (u64, u64) {
+        (
+            self.handovers_in.load(Ordering::Relaxed),
+            self.handovers_out.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Ready: the Lease is fresh and the buckets held are those assigned.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.lease_fresh() {
+            return Err("shard: this replica's Lease is not renewed".into());
+        }
+        let (active, assigned) = (self.active(), self.assigned.load(Ordering::SeqCst));
+        if active != assigned {
+            return Err(format!(
+                "shard: handing over ({} buckets held, {} assigned)",
+                active.count_ones(),
+                assigned.count_ones()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stops writing for `buckets` and waits until no write for them is in flight.
+    pub async fn release(&self, buckets: Buckets) {
+        if buckets == 0 {
+            return;
+        }
+        self.active.fetch_and(!buckets, Ordering::SeqCst);
+        self.handovers_out
+            .fetch_add(u64::from(buckets.count_ones()), Ordering::Relaxed);
+        while ring::members_of(buckets)
+            .any(|b| self.in_flight[b as usize].load(Ordering::SeqCst) > 0)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn activate(&self, buckets: Buckets) {
+        self.active.fetch_or(buckets, Ordering::SeqCst);
+        self.handovers_in
+            .fetch_add(u64::from(buckets.count_ones()), Ordering::Relaxed);
+    }
+
+    fn set_interest(&self, buckets: Buckets) {
+        self.interest.store(buckets, Ordering::SeqCst);
+    }
+
+    fn renewed_at(&self, at: Option<Instant>) {
+        *self.renewed.lock().unwrap_or_else(PoisonError::into_inner) = at;
+    }
+
+    fn saw(&self, members: usize, assigned: Buckets) {
+        self.members.store(members as u64, Ordering::Relaxed);
+        self.assigned.store(assigned, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid_in(bucket: u32) -> String {
+        (0..)
+            .map(|i| format!("uid-{i}"))
+            .find(|u| ring::bucket_of(u) == bucket)
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn writes_need_a_fresh_lease_and_the_bucket() {
+        let shard = Shard::new(Duration::from_secs(10));
+        let (a, b) = (uid_in(3), uid_in(5));
+        assert!(shard.permit(&a).is_none(), "nothing held yet");
+        shard.activate(1 << 3);
+        assert!(shard.permit(&a).is_none(), "never renewed");
+        shard.renewed_at(Some(Instant::now()));
+        assert!(shard.permit(&a).is_some());
+        assert!(shard.permit(&b).is_none(), "another bucket");
+        shard.renewed_at(Some(Instant::now() - Duration::from_secs(11)));
+        assert!(shard.permit(&a).is_none(), "paused past the renew deadline");
+    }
+
+    #[tokio::test]
+    async fn a_release_waits_for_the_writes_in_flight() {
+        let shard = Shard::new(Duration::from_secs(10));
+        shard.renewed_at(Some(Instant::now()));
+        shard.activate(1 << 3);
+        let permit = shard.permit(&uid_in(3));
+        assert!(permit.is_some());
+        let s = shard.clone();
+        let releasing = tokio::spawn(async move { s.release(1 << 3).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !releasing.is_finished(),
+            "released while a write is in flight"
+        );
+        assert!(
+            shard.permit(&uid_in(3)).is_none(),
+            "no new write once releasing"
+        );
+        drop(permit);
+        tokio::time::timeout(Duration::from_secs(2), releasing)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
