@@ -39,4 +39,5 @@ mod outside;
 mod ownership;
 mod reload;
 mod selecting;
+mod sharding;
 mod status_schema;

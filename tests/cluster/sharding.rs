@@ -1,0 +1,482 @@
+//! Sharding (issue 17): several `kiln run --shards` processes share 300
+//! Widgets. Each replica runs with a field manager of its own, so every
+//! write names its writer: a child's `data` owned by two kiln managers at
+//! once means both applied it (a double write), and the history of the
+//! child's owner, recorded from a watch, shows every handover.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kiln::shard::member::{BUCKETS_ANNOTATION, GROUP_LABEL, parse};
+use kiln::shard::ring;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+
+use crate::engine::{WIDGET_RULE, widget};
+use crate::support::scene::Scene;
+use crate::support::{self, KilnProcess, eventually};
+
+const PRIMARIES: usize = 300;
+const CONVERGE: Duration = Duration::from_secs(180);
+/// The Lease timings of every replica.
+const LEASE: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "1s",
+];
+
+/// Per child: when its `data` changed owners or value, the kiln managers
+/// owning it then, and the value.
+type History = Arc<Mutex<BTreeMap<String, Vec<(Instant, Vec<String>, String)>>>>;
+
+/// One `kiln run --shards` process and its field manager.
+struct Replica {
+    manager: String,
+    kiln: KilnProcess,
+}
+
+impl Replica {
+    fn start(ns: &str, index: usize) -> Self {
+        let manager = format!("kiln-r{index}");
+        let mut args = vec![
+            "--namespace",
+            ns,
+            "--shards",
+            "--shard-group",
+            "widgets",
+            "--leader-elect-namespace",
+            ns,
+            "--field-manager",
+            &manager,
+        ];
+        args.extend(LEASE);
+        let kiln = KilnProcess::start(WIDGET_RULE, &args);
+        Self { manager, kiln }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.kiln.child.id()).unwrap())
+    }
+
+    async fn ready(&self) -> bool {
+        support::http_get(self.kiln.health, "/readyz")
+            .await
+            .is_some_and(|(code, _)| code == 200)
+    }
+}
+
+/// Who writes, as the cluster shows it.
+struct Group {
+    scene: Scene,
+    replicas: Vec<Replica>,
+    /// Per child: the kiln managers owning its `data`, at each change seen.
+    history: History,
+    recorder: tokio::task::JoinHandle<()>,
+}
+
+impl Group {
+    async fn start(prefix: &str, replicas: usize) -> Self {
+        let scene = Scene::new(prefix).await.with_widgets().await;
+        let history = Arc::new(Mutex::new(BTreeMap::new()));
+        let recorder = tokio::spawn(record(
+            scene.client.clone(),
+            scene.ns().to_string(),
+            history.clone(),
+        ));
+        let ns = scene.ns().to_string();
+        let replicas = (0..replicas).map(|i| Replica::start(&ns, i)).collect();
+        let group = Self {
+            scene,
+            replicas,
+            history,
+            recorder,
+        };
+        group.set_values("v1").await;
+        group
+    }
+
+    fn widgets(&self) -> Api<DynamicObject> {
+        let ar = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("test.kiln.dev", "v1", "Widget"),
+            "widgets",
+        );
+        Api::namespaced_with(self.scene.client.clone(), self.scene.ns(), &ar)
+    }
+
+    /// Widgets w0..w299 with `value` = `{prefix}-{i}`.
+    async fn set_values(&self, prefix: &str) {
+        let api = self.widgets();
+        let pp = PatchParams::apply("shard-test").force();
+        for i in 0..PRIMARIES {
+            let name = format!("w{i}");
+            let obj: DynamicObject =
+                serde_json::from_value(widget(&name, json!({"value": format!("{prefix}-{i}")})))
+                    .unwrap();
+            api.patch(&name, &pp, &Patch::Apply(&obj)).await.unwrap();
+        }
+    }
+
+    /// Every child holds `{prefix}-{i}`, written by exactly one kiln
+    /// manager, and every Widget's status shows it.
+    async fn converged(&self, prefix: &str) {
+        let cms: Api<ConfigMap> = Api::namespaced(self.scene.client.clone(), self.scene.ns());
+        eventually(
+            &format!("{PRIMARIES} widgets at {prefix}"),
+            CONVERGE,
+            || async {
+                let children = cms
+                    .list(&ListParams::default().labels("kiln.dev/rule=widgets"))
+                    .await
+                    .ok()?;
+                let ok = children.items.len() == PRIMARIES
+                    && children.items.iter().all(|cm| {
+                        let name = cm.name_any();
+                        cm.data.as_ref().and_then(|d| d.get("value"))
+                            == Some(&format!("{prefix}-{}", &name[1..]))
+                    });
+                let widgets = self.widgets().list(&ListParams::default()).await.ok()?;
+                let status = widgets.items.iter().all(|w| {
+                    w.data["status"]["value"].as_str()
+                        == Some(&format!("{prefix}-{}", &w.name_any()[1..]))
+                });
+                (ok && status).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Primary name → the kiln managers owning its child's `data` now.
+    async fn writers(&self) -> HashMap<String, Vec<String>> {
+        let cms: Api<ConfigMap> = Api::namespaced(self.scene.client.clone(), self.scene.ns());
+        let children = cms
+            .list(&ListParams::default().labels("kiln.dev/rule=widgets"))
+            .await
+            .unwrap();
+        children
+            .items
+            .iter()
+            .map(|cm| (cm.name_any(), data_owners(cm)))
+            .collect()
+    }
+
+    /// Primary name → its bucket.
+    async fn buckets(&self) -> HashMap<String, u32> {
+        let widgets = self.widgets().list(&ListParams::default()).await.unwrap();
+        widgets
+            .items
+            .iter()
+            .map(|w| (w.name_any(), ring::bucket_of(&w.uid().unwrap())))
+            .collect()
+    }
+
+    /// Manager → the buckets its replica's Lease lists (held Leases only).
+    async fn leases(&self) -> HashMap<String, u64> {
+        let api: Api<Lease> = Api::namespaced(self.scene.client.clone(), self.scene.ns());
+        let leases = api
+            .list(&ListParams::default().labels(&format!("{GROUP_LABEL}=widgets")))
+            .await
+            .unwrap();
+        let mut out = HashMap::new();
+        for lease in leases.items {
+            let Some(holder) = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()) else {
+                continue;
+            };
+            let Some(r) = self
+                .replicas
+                .iter()
+                .find(|r| holder.ends_with(&format!("-{}", r.kiln.child.id())))
+            else {
+                continue;
+            };
+            let listed = parse(
+                lease
+                    .annotations()
+                    .get(BUCKETS_ANNOTATION)
+                    .map_or("", String::as_str),
+            );
+            out.insert(r.manager.clone(), listed);
+        }
+        out
+    }
+
+    /// Waits until `n` replicas are ready (Lease renewed, buckets held as
+    /// assigned) and their Leases list every bucket exactly once.
+    async fn settled(&self, live: &[usize]) {
+        eventually("the shard group to settle", CONVERGE, || async {
+            for &i in live {
+                if !self.replicas[i].ready().await {
+                    return None;
+                }
+            }
+            let leases = self.leases().await;
+            let sets: Vec<u64> = live
+                .iter()
+                .map(|&i| leases.get(&self.replicas[i].manager).copied().unwrap_or(0))
+                .collect();
+            let total: u32 = sets.iter().map(|s| s.count_ones()).sum();
+            let union = sets.iter().fold(0, |a, s| a | s);
+            (union == u64::MAX && total == 64).then_some(())
+        })
+        .await;
+    }
+
+    /// Every child's `data` is owned by exactly one kiln manager, the one
+    /// whose Lease lists its primary's bucket now.
+    async fn each_written_by_its_owner(&self) -> HashMap<String, String> {
+        let (writers, buckets, leases) = (
+            self.writers().await,
+            self.buckets().await,
+            self.leases().await,
+        );
+        let mut out = HashMap::new();
+        for (name, owners) in writers {
+            assert_eq!(owners.len(), 1, "{name} has data written by {owners:?}");
+            let bucket = buckets[&name];
+            let holder = leases
+                .iter()
+                .find(|(_, set)| ring::contains(**set, bucket))
+                .map(|(m, _)| m.clone());
+            assert_eq!(
+                holder.as_ref(),
+                Some(&owners[0]),
+                "{name} (bucket {bucket}) was written by {} but is held by {holder:?}",
+                owners[0]
+            );
+            out.insert(name, owners[0].clone());
+        }
+        out
+    }
+
+    /// No child's writer ever went back to a replica it had moved away
+    /// from, and no change showed two writers at once.
+    fn no_double_writes(&self) {
+        for (name, changes) in self.history.lock().unwrap().iter() {
+            let mut seen: Vec<&String> = Vec::new();
+            for (_, owners, _) in changes {
+                assert!(owners.len() <= 1, "{name}: written by {owners:?} at once");
+                if let Some(w) = owners.first()
+                    && seen.last() != Some(&w)
+                {
+                    assert!(
+                        !seen.contains(&w),
+                        "{name}: writers went back and forth: {changes:?}"
+                    );
+                    seen.push(w);
+                }
+            }
+        }
+    }
+
+    async fn metric_sum(&self, live: &[usize], prefix: &str) -> f64 {
+        let mut sum = 0.0;
+        for &i in live {
+            sum += self.replicas[i].kiln.metric(prefix).await.unwrap_or(0.0);
+        }
+        sum
+    }
+
+    async fn end(self) {
+        self.recorder.abort();
+        drop(self.replicas);
+        self.scene.end().await;
+    }
+}
+
+/// The kiln managers (`kiln-r*`) owning fields under `data`.
+fn data_owners(cm: &ConfigMap) -> Vec<String> {
+    let mut owners: Vec<String> = cm
+        .managed_fields()
+        .iter()
+        .filter(|m| {
+            m.manager
+                .as_deref()
+                .is_some_and(|n| n.starts_with("kiln-r"))
+        })
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:data").is_some())
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    owners.sort();
+    owners.dedup();
+    owners
+}
+
+/// Records, per child, each change of who owns its `data` (and the value).
+async fn record(client: Client, ns: String, history: History) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let events = watcher(
+        api,
+        watcher::Config::default().labels("kiln.dev/rule=widgets"),
+    );
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let (watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) = (match event {
+            Ok(e) => e,
+            Err(_) => continue,
+        }) else {
+            continue;
+        };
+        let owners = data_owners(&cm);
+        let value = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .cloned()
+            .unwrap_or_default();
+        let mut h = history.lock().unwrap();
+        let changes = h.entry(cm.name_any()).or_default();
+        if changes
+            .last()
+            .is_none_or(|(_, o, v)| *o != owners || *v != value)
+        {
+            changes.push((Instant::now(), owners, value));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_the_primaries_and_a_fourth_takes_about_a_quarter() {
+    let mut group = Group::start("shard-share", 3).await;
+    group.converged("v1").await;
+    group.settled(&[0, 1, 2]).await;
+    let before = group.each_written_by_its_owner().await;
+    // Each replica reconciled only its share: its writes are its children's.
+    for r in &group.replicas {
+        let mine = before.values().filter(|m| **m == r.manager).count();
+        assert!(
+            (40..=180).contains(&mine),
+            "{} wrote {mine} of {PRIMARIES} children",
+            r.manager
+        );
+        let owned = r.kiln.metric("kiln_shard_primaries ").await.unwrap_or(0.0);
+        assert!(owned > 0.0, "{} reports no primaries", r.manager);
+    }
+    assert_eq!(
+        group.metric_sum(&[0, 1, 2], "kiln_shard_primaries ").await,
+        PRIMARIES as f64,
+        "the shares add up to every primary, once"
+    );
+    assert_eq!(
+        group.metric_sum(&[0, 1, 2], "kiln_shard_members ").await,
+        9.0
+    );
+
+    // A fourth joins; every value changes while the buckets move.
+    let ns = group.scene.ns().to_string();
+    group.replicas.push(Replica::start(&ns, 3));
+    group.set_values("v2").await;
+    group.converged("v2").await;
+    group.settled(&[0, 1, 2, 3]).await;
+    group.set_values("v3").await;
+    group.converged("v3").await;
+    let after = group.each_written_by_its_owner().await;
+    let moved = after.iter().filter(|(k, m)| before[*k] != **m).count();
+    assert!(
+        (40..=120).contains(&moved),
+        "{moved} of {PRIMARIES} primaries moved when a fourth replica joined (about a quarter expected)"
+    );
+    assert!(
+        after
+            .iter()
+            .filter(|(k, m)| before[*k] != **m)
+            .all(|(_, m)| m == "kiln-r3"),
+        "primaries moved between the first three replicas"
+    );
+    group.no_double_writes();
+    group.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replica_s_share_is_taken_over_once_its_lease_expired() {
+    let group = Group::start("shard-kill", 3).await;
+    group.converged("v1").await;
+    group.settled(&[0, 1, 2]).await;
+    let before = group.each_written_by_its_owner().await;
+    let dead: Vec<String> = before
+        .iter()
+        .filter(|(_, m)| *m == "kiln-r0")
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(!dead.is_empty());
+    kill(group.replicas[0].pid(), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    group.set_values("v2").await;
+    group.converged("v2").await;
+    group.settled(&[1, 2]).await;
+    for (name, owners) in group.writers().await {
+        assert_eq!(owners.len(), 1, "{name} written by {owners:?}");
+        assert_ne!(owners[0], "kiln-r0", "{name} still the dead replica's");
+    }
+    // Nobody wrote the dead replica's primaries before its Lease could have
+    // expired (4 s, less one retry period of the observers' clocks).
+    let first = {
+        let history = group.history.lock().unwrap();
+        dead.iter()
+            .filter_map(|name| {
+                history[name]
+                    .iter()
+                    .find(|(_, owners, _)| owners.iter().any(|o| o != "kiln-r0"))
+                    .map(|(at, _, _)| *at)
+            })
+            .min()
+            .unwrap()
+    };
+    let waited = first.saturating_duration_since(killed);
+    assert!(
+        waited >= Duration::from_secs(3),
+        "the dead replica's share was written {waited:?} after SIGKILL, before its Lease expired"
+    );
+    group.no_double_writes();
+    group.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_writes_nothing_after_its_lease_expired() {
+    let group = Group::start("shard-pause", 3).await;
+    group.converged("v1").await;
+    group.settled(&[0, 1, 2]).await;
+    let before = group.each_written_by_its_owner().await;
+    let pid = group.replicas[0].pid();
+    kill(pid, Signal::SIGSTOP).unwrap();
+    // The others see its Lease expire and take its share.
+    eventually("the others to take the paused share", CONVERGE, || async {
+        (group.metric_sum(&[1, 2], "kiln_shard_members ").await == 4.0).then_some(())
+    })
+    .await;
+    group.settled(&[1, 2]).await;
+    // Work it will see when it wakes: every value changes.
+    group.set_values("v2").await;
+    group.converged("v2").await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    group.settled(&[0, 1, 2]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = group.writers().await;
+    let paused: Vec<&String> = before
+        .iter()
+        .filter(|(_, m)| *m == "kiln-r0")
+        .map(|(k, _)| k)
+        .collect();
+    for name in paused {
+        assert_eq!(after[name].len(), 1, "{name} written by {:?}", after[name]);
+        assert_ne!(
+            after[name][0], "kiln-r0",
+            "the paused replica wrote {name} after waking"
+        );
+    }
+    group.no_double_writes();
+    group.end().await;
+}
