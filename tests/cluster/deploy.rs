@@ -17,10 +17,15 @@ const CONVERGE: Duration = Duration::from_secs(30);
 
 /// `kubectl kustomize deploy/`, with the kubectl built beside the control plane.
 fn kustomize() -> Vec<Value> {
+    kustomize_dir(&support::repo_root().join("deploy"))
+}
+
+/// `kubectl kustomize` of `dir`.
+fn kustomize_dir(dir: &std::path::Path) -> Vec<Value> {
     let bins = Binaries::locate(&Binaries::default_source()).unwrap();
     let out = std::process::Command::new(bins.path("kubectl"))
         .arg("kustomize")
-        .arg(support::repo_root().join("deploy"))
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
@@ -220,4 +225,90 @@ spec:
     assert_eq!(engine.state("webapp"), Some(RuleState::Running));
     engine.shutdown().await;
     ns.delete().await;
+}
+
+/// `deploy/` with the `deploy/sharded` component, as a user's kustomization
+/// (kustomize takes only relative paths to them).
+fn kustomize_sharded() -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let root = support::repo_root();
+    let root = root.to_str().unwrap().trim_start_matches('/');
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{up}{root}/deploy]\ncomponents: [{up}{root}/deploy/sharded]\n"
+        ),
+    )
+    .unwrap();
+    kustomize_dir(dir.path())
+}
+
+/// Issue 17: the sharded component runs three replicas with `--shards`
+/// instead of `--leader-elect`, and its RBAC is enough for a member to join
+/// the group as the kiln ServiceAccount (create its Lease, list the group's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_component_runs_three_members_the_role_lets_join() {
+    let admin = support::admin_client().await;
+    let objects = kustomize_sharded();
+    for ns in of_kind(&objects, &["Namespace"]) {
+        apply(&admin, ns, false).await.unwrap();
+    }
+    for obj in &objects {
+        apply(&admin, obj, true)
+            .await
+            .unwrap_or_else(|e| panic!("{} {} refused: {e}", obj["kind"], obj["metadata"]["name"]));
+    }
+    let deployment = of_kind(&objects, &["Deployment"])[0];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    assert!(args.contains(&json!("--shards")));
+    assert!(!args.contains(&json!("--leader-elect")));
+
+    for obj in of_kind(
+        &objects,
+        &[
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ],
+    ) {
+        apply(&admin, obj, false).await.unwrap();
+    }
+    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "kiln-system");
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = sas
+        .create_token_request("kiln", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .expect("a token");
+    let as_kiln = support::token_client(&token).await;
+    let group = format!("deploy-test-{}", std::process::id());
+    for _ in 0..2 {
+        // The second join takes its own Lease back (get and update).
+        let shard = kiln::shard::Shard::new(Duration::from_secs(10));
+        let mut member = kiln::shard::member::Member::new(
+            as_kiln.clone(),
+            "kiln-system",
+            &group,
+            &group,
+            kiln::lease::Timing::default(),
+            shard.clone(),
+        );
+        member.join().await.unwrap();
+        assert!(shard.lease_fresh());
+        assert_eq!(shard.members(), 1);
+    }
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(admin, "kiln-system");
+    let _ = leases.delete(&group, &Default::default()).await;
 }
