@@ -21,8 +21,8 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use crate::engine::{WIDGET_RULE, widget};
-use crate::support::scene::Scene;
-use crate::support::{self, KilnProcess, eventually};
+use crate::support::{self, KilnProcess, TestNamespace, eventually};
+use kiln::controlplane::{Binaries, ControlPlane, Options as ControlPlaneOptions};
 
 const PRIMARIES: usize = 300;
 const CONVERGE: Duration = Duration::from_secs(180);
@@ -47,7 +47,7 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(ns: &str, index: usize) -> Self {
+    fn start(kubeconfig: &str, ns: &str, index: usize) -> Self {
         let manager = format!("kiln-r{index}");
         let mut args = vec![
             "--namespace",
@@ -61,7 +61,7 @@ impl Replica {
             &manager,
         ];
         args.extend(LEASE);
-        let kiln = KilnProcess::start(WIDGET_RULE, &args);
+        let kiln = KilnProcess::start_on(kubeconfig, WIDGET_RULE, &args);
         Self { manager, kiln }
     }
 
@@ -78,7 +78,11 @@ impl Replica {
 
 /// Who writes, as the cluster shows it.
 struct Group {
-    scene: Scene,
+    client: Client,
+    ns: TestNamespace,
+    kubeconfig: String,
+    /// A control plane of its own, when the test needs one.
+    _control_plane: Option<ControlPlane>,
     replicas: Vec<Replica>,
     /// Per child: the kiln managers owning its `data`, at each change seen.
     history: History,
@@ -86,18 +90,43 @@ struct Group {
 }
 
 impl Group {
+    /// `replicas` replicas on the shared test cluster.
     async fn start(prefix: &str, replicas: usize) -> Self {
-        let scene = Scene::new(prefix).await.with_widgets().await;
+        Self::start_on(
+            support::kubeconfig_yaml().to_string(),
+            None,
+            prefix,
+            replicas,
+        )
+        .await
+    }
+
+    /// `replicas` replicas on the cluster of `kubeconfig`.
+    async fn start_on(
+        kubeconfig: String,
+        control_plane: Option<ControlPlane>,
+        prefix: &str,
+        replicas: usize,
+    ) -> Self {
+        let client = kiln::controlplane::client_from_kubeconfig(&kubeconfig)
+            .await
+            .unwrap();
+        support::install_crds(&client, "tests/fixtures/crds").await;
+        let ns = TestNamespace::new(&client, prefix).await;
         let history = Arc::new(Mutex::new(BTreeMap::new()));
         let recorder = tokio::spawn(record(
-            scene.client.clone(),
-            scene.ns().to_string(),
+            client.clone(),
+            ns.name().to_string(),
             history.clone(),
         ));
-        let ns = scene.ns().to_string();
-        let replicas = (0..replicas).map(|i| Replica::start(&ns, i)).collect();
+        let replicas = (0..replicas)
+            .map(|i| Replica::start(&kubeconfig, ns.name(), i))
+            .collect();
         let group = Self {
-            scene,
+            client,
+            ns,
+            kubeconfig,
+            _control_plane: control_plane,
             replicas,
             history,
             recorder,
@@ -106,12 +135,16 @@ impl Group {
         group
     }
 
+    fn ns(&self) -> &str {
+        self.ns.name()
+    }
+
     fn widgets(&self) -> Api<DynamicObject> {
         let ar = kube::api::ApiResource::from_gvk_with_plural(
             &kube::api::GroupVersionKind::gvk("test.kiln.dev", "v1", "Widget"),
             "widgets",
         );
-        Api::namespaced_with(self.scene.client.clone(), self.scene.ns(), &ar)
+        Api::namespaced_with(self.client.clone(), self.ns(), &ar)
     }
 
     /// Widgets w0..w299 with `value` = `{prefix}-{i}`.
@@ -130,7 +163,7 @@ impl Group {
     /// Every child holds `{prefix}-{i}`, written by exactly one kiln
     /// manager, and every Widget's status shows it.
     async fn converged(&self, prefix: &str) {
-        let cms: Api<ConfigMap> = Api::namespaced(self.scene.client.clone(), self.scene.ns());
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.ns());
         eventually(
             &format!("{PRIMARIES} widgets at {prefix}"),
             CONVERGE,
@@ -158,7 +191,7 @@ impl Group {
 
     /// Primary name → the kiln managers owning its child's `data` now.
     async fn writers(&self) -> HashMap<String, Vec<String>> {
-        let cms: Api<ConfigMap> = Api::namespaced(self.scene.client.clone(), self.scene.ns());
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.ns());
         let children = cms
             .list(&ListParams::default().labels("kiln.dev/rule=widgets"))
             .await
@@ -182,7 +215,7 @@ impl Group {
 
     /// Manager → the buckets its replica's Lease lists (held Leases only).
     async fn leases(&self) -> HashMap<String, u64> {
-        let api: Api<Lease> = Api::namespaced(self.scene.client.clone(), self.scene.ns());
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), self.ns());
         let leases = api
             .list(&ListParams::default().labels(&format!("{GROUP_LABEL}=widgets")))
             .await
@@ -289,7 +322,7 @@ impl Group {
     async fn end(self) {
         self.recorder.abort();
         drop(self.replicas);
-        self.scene.end().await;
+        self.ns.delete().await;
     }
 }
 
@@ -376,8 +409,9 @@ async fn three_replicas_share_the_primaries_and_a_fourth_takes_about_a_quarter()
     );
 
     // A fourth joins; every value changes while the buckets move.
-    let ns = group.scene.ns().to_string();
-    group.replicas.push(Replica::start(&ns, 3));
+    let ns = group.ns().to_string();
+    let fourth = Replica::start(&group.kubeconfig, &ns, 3);
+    group.replicas.push(fourth);
     group.set_values("v2").await;
     group.converged("v2").await;
     group.settled(&[0, 1, 2, 3]).await;
@@ -477,6 +511,32 @@ async fn a_paused_replica_writes_nothing_after_its_lease_expired() {
             "the paused replica wrote {name} after waking"
         );
     }
+    group.no_double_writes();
+    group.end().await;
+}
+
+/// With the API server's `ShardedListAndWatch` gate on, the shares are the
+/// same: kiln filters its caches itself (see the README), whatever the server offers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shares_hold_with_the_sharded_list_and_watch_gate_on() {
+    let mut opts = ControlPlaneOptions::new(Binaries::locate(&Binaries::default_source()).unwrap());
+    opts.apiserver_args = vec!["--feature-gates=ShardedListAndWatch=true".to_string()];
+    let cp = ControlPlane::start(opts).await.unwrap();
+    let group = Group::start_on(cp.kubeconfig_yaml().to_string(), Some(cp), "shard-gate", 3).await;
+    group.converged("v1").await;
+    group.settled(&[0, 1, 2]).await;
+    let writers = group.each_written_by_its_owner().await;
+    for r in &group.replicas {
+        assert!(
+            writers.values().any(|m| *m == r.manager),
+            "{} wrote nothing",
+            r.manager
+        );
+    }
+    assert_eq!(
+        group.metric_sum(&[0, 1, 2], "kiln_shard_primaries ").await,
+        PRIMARIES as f64
+    );
     group.no_double_writes();
     group.end().await;
 }

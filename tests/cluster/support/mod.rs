@@ -430,9 +430,14 @@ pub struct KilnProcess {
 impl KilnProcess {
     /// Starts `kiln run` on the test cluster with `rule_yaml` and extra args.
     pub fn start(rule_yaml: &str, extra: &[&str]) -> Self {
+        Self::start_on(kubeconfig_yaml(), rule_yaml, extra)
+    }
+
+    /// Starts `kiln run` on the cluster of `kubeconfig`.
+    pub fn start_on(kubeconfig: &str, rule_yaml: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rule.yaml"), rule_yaml).unwrap();
-        std::fs::write(dir.path().join("kubeconfig"), kubeconfig_yaml()).unwrap();
+        std::fs::write(dir.path().join("kubeconfig"), kubeconfig).unwrap();
         let (metrics, health) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("kiln.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
