@@ -157,6 +157,9 @@ pub struct Informer {
     /// every stream has listed in.
     epoch: AtomicU64,
     listed_epoch: watch::Sender<u64>,
+    /// Set by [`restart`](Informer::restart): the re-list hands on only
+    /// the objects that changed, so a new scope costs no reconcile storm.
+    quiet_relist: AtomicBool,
 }
 
 /// Decides whether the cache of a kind keeps an object (a sharded replica
@@ -228,6 +231,7 @@ impl Informer {
             status_manager,
             epoch: AtomicU64::new(epoch),
             listed_epoch,
+            quiet_relist: AtomicBool::new(false),
         })
     }
 
@@ -281,6 +285,7 @@ impl Informer {
     /// objects it no longer keeps leave the cache as if deleted.
     pub fn restart(self: &Arc<Self>, epoch: u64) {
         self.epoch.store(epoch, Ordering::SeqCst);
+        self.quiet_relist.store(true, Ordering::SeqCst);
         self.stop();
         self.streams_synced
             .lock()
@@ -514,9 +519,14 @@ impl Informer {
                         self.emit(&Change::Deleted(&obj));
                     }
                 }
+                let quiet = self.quiet_relist.load(Ordering::SeqCst);
                 for (_, obj) in listed {
-                    self.write().insert(obj.clone());
-                    self.emit(&Change::Applied(&obj));
+                    let old = self.write().insert(obj.clone());
+                    let unchanged = quiet
+                        && old.is_some_and(|o| o.resource_version() == obj.resource_version());
+                    if !unchanged {
+                        self.emit(&Change::Applied(&obj));
+                    }
                 }
                 let mut done = self
                     .streams_synced
@@ -524,6 +534,7 @@ impl Informer {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 done.insert(stream);
                 if done.len() == self.streams.len() {
+                    self.quiet_relist.store(false, Ordering::SeqCst);
                     self.synced_tx.send_replace(true);
                     self.listed_epoch
                         .send_replace(self.epoch.load(Ordering::SeqCst));
@@ -922,5 +933,41 @@ mod tests {
             })
             .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn a_rescope_relist_hands_on_only_what_changed_and_marks_its_epoch() {
+        let i = informer();
+        i.handle(0, Event::Init);
+        i.handle(0, Event::InitApply(cm("a", Some("u1"))));
+        i.handle(0, Event::InitApply(cm("b", Some("u1"))));
+        i.handle(0, Event::InitDone);
+        assert_eq!(i.listed_epoch(), 0);
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let log = seen.clone();
+        i.subscribe(Arc::new(move |c: &Change<'_>| {
+            let entry = match c {
+                Change::Applied(o) => format!("+{}", o.name_any()),
+                Change::Deleted(o) => format!("-{}", o.name_any()),
+            };
+            log.lock().unwrap().push(entry);
+        }));
+        // The share changed: b is out of scope now, c came in, a is as it was.
+        i.restart(1);
+        i.handle(0, Event::Init);
+        i.handle(0, Event::InitApply(cm("a", Some("u1"))));
+        i.handle(0, Event::InitApply(cm("c", Some("u2"))));
+        i.handle(0, Event::InitDone);
+        let mut events = seen.lock().unwrap().clone();
+        events.sort();
+        assert_eq!(events, ["+c", "-b"], "an unchanged object queued work");
+        assert_eq!(i.listed_epoch(), 1);
+        // A later re-list (a 410) hands everything on again.
+        seen.lock().unwrap().clear();
+        i.handle(0, Event::Init);
+        i.handle(0, Event::InitApply(cm("a", Some("u1"))));
+        i.handle(0, Event::InitApply(cm("c", Some("u2"))));
+        i.handle(0, Event::InitDone);
+        assert_eq!(seen.lock().unwrap().len(), 2);
     }
 }
