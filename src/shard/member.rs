@@ -153,12 +153,11 @@ impl Member {
             caches.resync();
         }
         if step.interest != self.shard.interest() {
-            let gained = step.interest & !self.shard.interest() != 0;
+            // Grown: the caches list what they lacked; shrunk: they drop
+            // what left (a re-list queues only what changed).
             self.shard.set_interest(step.interest);
             self.covered &= step.interest;
-            if gained {
-                self.interest_epoch = caches.rescope();
-            }
+            self.interest_epoch = caches.rescope();
         }
         let sent = Instant::now();
         self.write(step.listed).await?;
