@@ -36,6 +36,8 @@ pub struct Request {
     pub verb: String,
     /// When the API server received it, in seconds since the Unix epoch.
     pub at: f64,
+    /// Whether it was about a Lease (a sharded kiln's membership, not work).
+    pub lease: bool,
 }
 
 impl Request {
@@ -55,6 +57,14 @@ struct Event {
     audit_id: String,
     verb: String,
     request_received_timestamp: String,
+    #[serde(default)]
+    object_ref: Option<ObjectRef>,
+}
+
+#[derive(Deserialize)]
+struct ObjectRef {
+    #[serde(default)]
+    resource: Option<String>,
 }
 
 /// Errors reading the audit log.
@@ -129,9 +139,14 @@ fn parse(text: &str) -> Result<Vec<Request>, Error> {
         let at = rfc3339_seconds(&event.request_received_timestamp).ok_or_else(|| {
             parse_error(format!("timestamp {}", event.request_received_timestamp))
         })?;
+        let lease = event
+            .object_ref
+            .and_then(|o| o.resource)
+            .is_some_and(|r| r == "leases");
         requests.push(Request {
             verb: event.verb,
             at,
+            lease,
         });
     }
     Ok(requests)
@@ -146,11 +161,12 @@ pub fn by_verb(requests: &[Request], from: f64, to: f64) -> BTreeMap<String, u64
     counts
 }
 
-/// Writes among the requests received in `[from, to)`.
+/// Writes among the requests received in `[from, to)`, Leases' renewals left
+/// out (they keep a sharded kiln's membership; they are not work).
 pub fn writes(requests: &[Request], from: f64, to: f64) -> u64 {
     requests
         .iter()
-        .filter(|r| r.at >= from && r.at < to && r.is_write())
+        .filter(|r| r.at >= from && r.at < to && r.is_write() && !r.lease)
         .count() as u64
 }
 
@@ -212,6 +228,17 @@ mod tests {
         assert_eq!(all.values().sum::<u64>(), 3);
         assert_eq!(writes(&reqs, t0, t0 + 10.0), 1);
         assert_eq!(writes(&reqs, t0 + 2.5, t0 + 10.0), 0);
+    }
+
+    #[test]
+    fn lease_renewals_are_requests_but_not_writes() {
+        let log = r#"{"auditID":"a","verb":"update","objectRef":{"resource":"leases"},"requestReceivedTimestamp":"2026-11-21T00:00:01Z"}
+{"auditID":"b","verb":"patch","objectRef":{"resource":"configmaps"},"requestReceivedTimestamp":"2026-11-21T00:00:01Z"}
+"#;
+        let reqs = parse(log).unwrap();
+        let t0 = 1_795_219_200.0;
+        assert_eq!(by_verb(&reqs, t0, t0 + 10.0).values().sum::<u64>(), 2);
+        assert_eq!(writes(&reqs, t0, t0 + 10.0), 1);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod cluster;
 mod observe;
 mod procstat;
 mod report;
+mod sharded;
 mod workload;
 
 use std::collections::HashMap;
@@ -69,7 +70,7 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kiln,kube-rs,controller-runtime,ceiling"
+        default_value = "kiln,kiln-sharded,kube-rs,controller-runtime,ceiling"
     )]
     contenders: Vec<Contender>,
     /// Where results.md, results.json and the logs go.
@@ -95,6 +96,8 @@ impl RunArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Contender {
     Kiln,
+    /// Three `kiln run --shards` replicas (`sharded.rs`).
+    KilnSharded,
     KubeRs,
     ControllerRuntime,
     Ceiling,
@@ -104,6 +107,7 @@ impl Contender {
     fn name(self) -> &'static str {
         match self {
             Self::Kiln => "kiln",
+            Self::KilnSharded => "kiln-sharded",
             Self::KubeRs => "kube-rs",
             Self::ControllerRuntime => "controller-runtime",
             Self::Ceiling => "ceiling",
@@ -172,7 +176,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.controller_runtime.as_ref(),
         ),
     ] {
-        if args.contenders.contains(&contender) && !path.is_some_and(|p| p.is_file()) {
+        let wanted = args.contenders.contains(&contender)
+            || (contender == Contender::Kiln && args.contenders.contains(&Contender::KilnSharded));
+        if wanted && !path.is_some_and(|p| p.is_file()) {
             bail!(
                 "no binary for {} (have {path:?}); `make bench` builds them all",
                 contender.name()
@@ -241,6 +247,8 @@ fn unix_now() -> f64 {
 /// The process being measured (none for the ceiling between its phases).
 struct Measured {
     child: Option<Child>,
+    /// The other replicas of a sharded contender.
+    others: Vec<Child>,
     /// CPU and peak RSS of finished ceiling processes.
     finished_cpu: f64,
     finished_rss: u64,
@@ -248,24 +256,36 @@ struct Measured {
 
 impl Measured {
     fn sample(&self) -> procstat::Sample {
-        let live = self
-            .child
-            .as_ref()
-            .and_then(Child::id)
-            .and_then(|pid| procstat::sample(Some(pid)))
-            .unwrap_or_default();
+        let each = self.replica_samples();
+        let live = procstat::Sample {
+            cpu_seconds: each.iter().map(|s| s.cpu_seconds).sum(),
+            peak_rss_bytes: each.iter().map(|s| s.peak_rss_bytes).sum(),
+        };
         procstat::Sample {
             cpu_seconds: live.cpu_seconds + self.finished_cpu,
             peak_rss_bytes: live.peak_rss_bytes.max(self.finished_rss),
         }
     }
 
+    /// Each live process's figures (one, or a sharded contender's replicas).
+    fn replica_samples(&self) -> Vec<procstat::Sample> {
+        self.child
+            .iter()
+            .chain(&self.others)
+            .map(|c| {
+                c.id()
+                    .and_then(|pid| procstat::sample(Some(pid)))
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
     /// Fails when the controller exited before it was told to.
     fn check_alive(&mut self, log: &Path) -> anyhow::Result<()> {
-        if let Some(child) = &mut self.child
-            && let Some(status) = child.try_wait()?
-        {
-            bail!("exited early ({status}); see {}", log.display());
+        for child in self.child.iter_mut().chain(&mut self.others) {
+            if let Some(status) = child.try_wait()? {
+                bail!("exited early ({status}); see {}", log.display());
+            }
         }
         Ok(())
     }
@@ -290,11 +310,14 @@ async fn measure(
     };
     let wall_start = unix_now();
     let start = Instant::now();
+    let mut children = match contender {
+        Contender::Ceiling => Vec::new(),
+        _ => spawn(contender, args, &cluster, &dir, &log)?,
+    };
+    let first = (!children.is_empty()).then(|| children.remove(0));
     let mut measured = Measured {
-        child: match contender {
-            Contender::Ceiling => None,
-            _ => Some(spawn(contender, args, &cluster, &dir, &log)?),
-        },
+        child: first,
+        others: children,
         finished_cpu: 0.0,
         finished_rss: 0,
     };
@@ -365,7 +388,19 @@ async fn measure(
     fig.phases.insert("end".into(), unix_now());
     fig.cpu_seconds_total = last.cpu_seconds;
     fig.peak_rss_mib = last.peak_rss_bytes as f64 / (1024.0 * 1024.0);
-    if let Some(child) = measured.child.take() {
+    if !measured.others.is_empty() {
+        fig.replica_peak_rss_mib = measured
+            .replica_samples()
+            .iter()
+            .map(|s| s.peak_rss_bytes as f64 / (1024.0 * 1024.0))
+            .collect();
+    }
+    for child in measured
+        .child
+        .take()
+        .into_iter()
+        .chain(measured.others.drain(..))
+    {
         stop(child).await;
     }
     drop(observer);
@@ -416,15 +451,16 @@ fn spawn(
     cluster: &Cluster,
     dir: &Path,
     log: &Path,
-) -> anyhow::Result<Child> {
+) -> anyhow::Result<Vec<Child>> {
     let concurrency = args.concurrency.to_string();
     let resync = args.resync().to_string();
-    let mut cmd = match contender {
-        Contender::Kiln => {
-            let rule = dir.join("webapp.yaml");
-            std::fs::write(&rule, bench_rule(args.resync())?)?;
-            let mut cmd = Command::new(&args.kiln);
-            cmd.arg("run").arg("--rules").arg(&rule).args([
+    let kiln_args = || -> anyhow::Result<Vec<String>> {
+        let rule = dir.join("webapp.yaml");
+        std::fs::write(&rule, bench_rule(args.resync())?)?;
+        let mut a: Vec<String> = vec!["run".into(), "--rules".into()];
+        a.push(rule.to_string_lossy().into_owned());
+        a.extend(
+            [
                 "--namespace",
                 NAMESPACE,
                 "--concurrency",
@@ -433,7 +469,45 @@ fn spawn(
                 "0",
                 "--health-probe-bind-address",
                 "0",
-            ]);
+            ]
+            .map(String::from),
+        );
+        Ok(a)
+    };
+    let commands = match contender {
+        Contender::KilnSharded => sharded::commands(&args.kiln, &kiln_args()?, dir),
+        _ => vec![(
+            single(contender, args, &kiln_args, &resync)?,
+            log.to_path_buf(),
+        )],
+    };
+    commands
+        .into_iter()
+        .map(|(mut cmd, log)| {
+            let out = std::fs::File::create(log)?;
+            cmd.env("KUBECONFIG", &cluster.contender_kubeconfig)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .stdin(Stdio::null())
+                .stdout(out.try_clone()?)
+                .stderr(out)
+                .kill_on_drop(true);
+            Ok(cmd.spawn()?)
+        })
+        .collect()
+}
+
+/// The command of a one-process contender.
+fn single(
+    contender: Contender,
+    args: &RunArgs,
+    kiln_args: &dyn Fn() -> anyhow::Result<Vec<String>>,
+    resync: &str,
+) -> anyhow::Result<Command> {
+    let concurrency = args.concurrency.to_string();
+    let cmd = match contender {
+        Contender::Kiln | Contender::KilnSharded => {
+            let mut cmd = Command::new(&args.kiln);
+            cmd.args(kiln_args()?);
             cmd
         }
         Contender::KubeRs | Contender::ControllerRuntime => {
@@ -449,20 +523,13 @@ fn spawn(
                 "--concurrency",
                 &concurrency,
                 "--resync-seconds",
-                &resync,
+                resync,
             ]);
             cmd
         }
         Contender::Ceiling => bail!("the ceiling is not a long-running process"),
     };
-    let out = std::fs::File::create(log)?;
-    cmd.env("KUBECONFIG", &cluster.contender_kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .kill_on_drop(true);
-    Ok(cmd.spawn()?)
+    Ok(cmd)
 }
 
 /// The benchmark's webapp rule (`tests/bench/webapp.yaml`, the job the

@@ -43,6 +43,8 @@ pub struct Figures {
     /// When each phase began (Unix seconds), to read the audit log again:
     /// `start`, `converged`, `update`, `updated`, `idle`, `resync`, `end`.
     pub phases: BTreeMap<String, f64>,
+    /// A sharded contender's peak RSS per replica, MiB (empty otherwise).
+    pub replica_peak_rss_mib: Vec<f64>,
 }
 
 impl Figures {
@@ -186,6 +188,18 @@ impl Report {
                 opt(c.update_seconds, 2),
                 opt(c.idle_cpu_seconds, 2),
             );
+        }
+        for c in self
+            .contenders
+            .iter()
+            .filter(|c| !c.replica_peak_rss_mib.is_empty())
+        {
+            out.push('\n');
+            out.push_str(&crate::sharded::note(
+                &c.name,
+                &c.replica_peak_rss_mib,
+                self.get("kiln").map(|k| k.peak_rss_mib),
+            ));
         }
         out.push_str("\nRequests by verb over the whole run:\n\n");
         for c in &self.contenders {
