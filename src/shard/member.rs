@@ -56,6 +56,7 @@ pub struct Member {
 }
 
 /// What the Leases of the group say, for this member.
+#[derive(Debug, PartialEq, Eq)]
 struct View {
     /// Live members, this one included.
     members: Vec<String>,
@@ -94,7 +95,22 @@ impl Member {
         let sent = Instant::now();
         self.write(0).await?;
         self.shard.renewed_at(Some(sent));
-        let view = self.view().await?;
+        // Replicas started together each see few others at first: the view
+        // is read again until it holds still for a retry period, so that
+        // the first lists already hold only this replica's share.
+        let mut view = self.view().await?;
+        for _ in 0..3 {
+            tokio::time::sleep(self.timing.retry_period).await;
+            let sent = Instant::now();
+            self.write(0).await?;
+            self.shard.renewed_at(Some(sent));
+            let again = self.view().await?;
+            let settled = again.members == view.members;
+            view = again;
+            if settled {
+                break;
+            }
+        }
         let assigned = ring::assigned(&self.identity, &view.members);
         self.shard.saw(view.members.len(), assigned);
         self.shard.set_interest(assigned);
