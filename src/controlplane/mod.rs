@@ -286,6 +286,13 @@ impl ControlPlane {
             "--service-cluster-ip-range=10.0.0.0/24".to_string(),
             "--allow-privileged=true".to_string(),
             "--disable-admission-plugins=ServiceAccount".to_string(),
+            // For a local node (tests/controlplane/NODE.md): reach kubelets by
+            // their InternalIP (the node name does not resolve here) with the
+            // admin's client certificate, which they trust through the CA.
+            // Unused, and harmless, while no kubelet runs.
+            "--kubelet-preferred-address-types=InternalIP".to_string(),
+            format!("--kubelet-client-certificate={}", f.admin_cert.display()),
+            format!("--kubelet-client-key={}", f.admin_key.display()),
         ];
         api_args.extend(opts.apiserver_args.iter().cloned());
         this.spawn(

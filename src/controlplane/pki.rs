@@ -20,6 +20,12 @@ pub const ADMIN_USER: &str = "kiln-admin";
 /// The group that makes the admin a cluster superuser.
 pub const ADMIN_GROUP: &str = "system:masters";
 
+/// The local node's bridge address (`kiln0`, see tests/controlplane/NODE.md).
+pub const NODE_BRIDGE_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
+/// The `kubernetes` Service's ClusterIP: the first address of
+/// `--service-cluster-ip-range=10.0.0.0/24`.
+pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
 /// PEM material generated for one control plane, and where it was written.
 #[derive(Debug, Clone)]
 pub struct Pki {
@@ -46,6 +52,10 @@ pub struct PkiFiles {
     pub sa_public_key: PathBuf,
     /// `--service-account-signing-key-file`
     pub sa_private_key: PathBuf,
+    /// The admin's client certificate, for `--kubelet-client-certificate`.
+    pub admin_cert: PathBuf,
+    /// The admin's private key, for `--kubelet-client-key`.
+    pub admin_key: PathBuf,
 }
 
 impl Pki {
@@ -71,7 +81,14 @@ impl Pki {
             .push(DnType::CommonName, "kube-apiserver");
         serving.subject_alt_names = vec![
             SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            // The local node's bridge and the `kubernetes` Service address, so
+            // pods reach the API server with the CA of `kube-root-ca.crt`
+            // (tests/controlplane/NODE.md); harmless without a node.
+            SanType::IpAddress(IpAddr::V4(NODE_BRIDGE_IP)),
+            SanType::IpAddress(IpAddr::V4(KUBERNETES_SERVICE_IP)),
             SanType::DnsName("localhost".try_into()?),
+            SanType::DnsName("kubernetes".try_into()?),
+            SanType::DnsName("kubernetes.default".try_into()?),
             SanType::DnsName("kubernetes.default.svc".try_into()?),
         ];
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -97,12 +114,16 @@ impl Pki {
             serving_key: dir.join("apiserver.key"),
             sa_public_key: dir.join("sa.pub"),
             sa_private_key: dir.join("sa.key"),
+            admin_cert: dir.join("admin.crt"),
+            admin_key: dir.join("admin.key"),
         };
         write_secret(&files.ca_cert, &ca.pem())?;
         write_secret(&files.serving_cert, &serving_cert.pem())?;
         write_secret(&files.serving_key, &serving_key.serialize_pem())?;
         write_secret(&files.sa_public_key, &sa_key.public_key_pem())?;
         write_secret(&files.sa_private_key, &sa_key.serialize_pem())?;
+        write_secret(&files.admin_cert, &admin_cert.pem())?;
+        write_secret(&files.admin_key, &admin_key.serialize_pem())?;
 
         Ok(Self {
             ca_pem: ca.pem(),
@@ -143,6 +164,8 @@ mod tests {
             &f.serving_key,
             &f.sa_public_key,
             &f.sa_private_key,
+            &f.admin_cert,
+            &f.admin_key,
         ] {
             let meta = std::fs::metadata(path).unwrap();
             assert_eq!(
@@ -162,5 +185,28 @@ mod tests {
                 .starts_with("-----BEGIN CERTIFICATE-----")
         );
         assert!(pki.admin_key_pem.contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn the_serving_certificate_names_the_node_bridge_and_the_service_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::generate(dir.path()).unwrap();
+        let pem = std::fs::read_to_string(&pki.files.serving_cert).unwrap();
+        let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap();
+        // A SAN iPAddress is context tag [7] (0x87), length 4, the octets.
+        for ip in [Ipv4Addr::LOCALHOST, NODE_BRIDGE_IP, KUBERNETES_SERVICE_IP] {
+            let mut san = vec![0x87, 4];
+            san.extend(ip.octets());
+            assert!(
+                der.windows(san.len()).any(|w| w == san.as_slice()),
+                "{ip} missing from the serving certificate"
+            );
+        }
+        // A dNSName is context tag [2] (0x82), then the length and the name.
+        let name = b"kubernetes.default";
+        let mut san = vec![0x82, 18];
+        san.extend(name);
+        assert!(der.windows(san.len()).any(|w| w == san.as_slice()));
     }
 }

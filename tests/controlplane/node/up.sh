@@ -67,7 +67,11 @@ for i in pause busybox; do
   tar -C "$node/images/$i" -cf "$node/images/$i.tar" .
 done
 
-# 3. containerd on its own socket, root and state.
+# 3. The bridge, before anything binds its address (the kubelet serves on it;
+# CNI's bridge plugin reuses it), then containerd on its own socket, root and state.
+if ! ip link show kiln0 >/dev/null 2>&1; then
+  ip link add kiln0 type bridge && ip addr add 10.244.0.1/24 dev kiln0 && ip link set kiln0 up
+fi
 sed "s#@NODE_DIR@#$node#g" "$here/containerd.toml" > "$node/containerd/config.toml"
 sed "s#@NODE_DIR@#$node#g" "$here/10-kiln.conflist" > "$node/cni/net.d/10-kiln.conflist"
 setsid containerd --config "$node/containerd/config.toml" > "$node/containerd/containerd.log" 2>&1 &
@@ -81,7 +85,7 @@ ctr --address "$sock" -n k8s.io images import --base-name kiln.local/busybox "$n
 # 4. kubelet.
 sed "s#@NODE_DIR@#$node#g; s#@CP_DIR@#$cp_dir#g" "$here/kubelet.yaml" > "$node/kubelet/config.yaml"
 setsid "$bins/kubelet" --config="$node/kubelet/config.yaml" --kubeconfig="$kubeconfig" \
-  --root-dir="$node/kubelet/root" --cert-dir="$node/kubelet/pki" --hostname-override=$name \
+  --root-dir="$node/kubelet/root" --cert-dir="$node/kubelet/pki" --hostname-override=$name --node-ip=10.244.0.1 \
   > "$node/kubelet/kubelet.log" 2>&1 &
 echo $! > "$node/kubelet/kubelet.pid"
 
