@@ -15,6 +15,7 @@ pub mod failure;
 pub mod informer;
 pub mod kinds;
 pub mod plan;
+pub mod projection;
 pub mod queue;
 pub mod reverse;
 pub mod schema;
