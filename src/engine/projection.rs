@@ -17,6 +17,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::rules::{DecoratorTarget, Gvk, Rule, WatchTarget};
+use crate::template::{Piece, Tree};
+
 /// Top-level fields every object keeps, whatever the rules say.
 const IDENTITY: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
@@ -115,31 +118,44 @@ impl Projection {
     /// whole subtree where it stands, since its shape is known only once
     /// rendered.
     pub fn keep_set_by(&mut self, template: &Value) {
-        fn walk(keep: &mut Projection, value: &Value, path: &mut Vec<String>) {
-            match value {
-                Value::Object(map) if !map.is_empty() => {
-                    for (name, child) in map {
-                        path.push(name.clone());
-                        walk(keep, child, path);
-                        path.pop();
-                    }
+        self.keep_set_by_tree(&Tree::Value(template.clone()));
+    }
+
+    /// Also keeps every path a compiled child template sets (as
+    /// [`keep_set_by`](Self::keep_set_by); a templated key keeps the whole
+    /// map it stands in).
+    pub fn keep_set_by_tree(&mut self, template: &Tree) {
+        fn walk(keep: &mut Projection, tree: &Tree, path: &mut Vec<String>) {
+            let entries: Option<Vec<(String, Tree)>> = match tree {
+                Tree::Value(Value::Object(map)) if !map.is_empty() => Some(
+                    map.iter()
+                        .map(|(k, v)| (k.clone(), Tree::Value(v.clone())))
+                        .collect(),
+                ),
+                Tree::Map(entries) => entries
+                    .iter()
+                    .map(|(k, v)| match k {
+                        Piece::Literal(name) => Some((name.clone(), v.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            };
+            let Some(entries) = entries else {
+                let steps: Vec<&str> = path.iter().map(String::as_str).collect();
+                keep.keep_path(&steps);
+                return;
+            };
+            for (name, child) in entries {
+                if path.is_empty() && IDENTITY.contains(&name.as_str()) {
+                    continue;
                 }
-                _ => {
-                    let steps: Vec<&str> = path.iter().map(String::as_str).collect();
-                    keep.keep_path(&steps);
-                }
+                path.push(name);
+                walk(keep, &child, path);
+                path.pop();
             }
         }
-        let Value::Object(map) = template else {
-            self.0 = Keep::All;
-            return;
-        };
-        for (name, child) in map {
-            if IDENTITY.contains(&name.as_str()) {
-                continue;
-            }
-            walk(self, child, &mut vec![name.clone()]);
-        }
+        walk(self, template, &mut Vec::new());
     }
 
     /// Also keeps what a template reference reads of the object named
@@ -186,6 +202,101 @@ impl Projection {
             }
         }
     }
+}
+
+/// What `rule` needs cached of each kind it uses: its primary whole; each
+/// child what its template sets, what its `readyWhen` reads of `child` and
+/// what any template reads of `children.<id>`; each watched kind what any
+/// template reads of `related.<name>`; a kind a decorator patches, whole.
+/// A kind named twice gets the union.
+pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
+    let references: Vec<String> = templates_of(rule)
+        .into_iter()
+        .flat_map(|id| rule.templates.references(id))
+        .collect();
+    let reads = |prefix: &str, keep: &mut Projection| {
+        for reference in &references {
+            keep.keep_read(reference, prefix);
+        }
+    };
+    let mut out: Vec<(Gvk, Projection)> =
+        vec![(rule.primary.gvk.clone(), Projection::everything())];
+    for child in &rule.children {
+        let mut keep = Projection::identity();
+        keep.keep_set_by_tree(&child.template);
+        reads(&format!("children.{}", child.id), &mut keep);
+        if let Some(ready) = &child.ready_when {
+            for reference in rule.templates.references(ready) {
+                keep.keep_read(&reference, "child");
+            }
+        }
+        out.push((child.gvk.clone(), keep));
+    }
+    for watch in &rule.watches {
+        let decorated = rule
+            .decorators
+            .iter()
+            .any(|d| matches!(&d.target, DecoratorTarget::Related(n) if *n == watch.name));
+        let mut keep = if decorated {
+            Projection::everything()
+        } else {
+            Projection::identity()
+        };
+        reads(&format!("related.{}", watch.name), &mut keep);
+        out.push((watch.gvk.clone(), keep));
+    }
+    let mut merged: Vec<(Gvk, Projection)> = Vec::new();
+    for (gvk, keep) in out {
+        match merged.iter_mut().find(|(g, _)| *g == gvk) {
+            Some((_, mine)) => mine.union(&keep),
+            None => merged.push((gvk, keep)),
+        }
+    }
+    merged
+}
+
+/// Every compiled template of a rule.
+fn templates_of(rule: &Rule) -> Vec<&crate::template::TemplateId> {
+    let mut out = Vec::new();
+    for child in &rule.children {
+        out.extend(
+            child
+                .when
+                .iter()
+                .chain(&child.for_each)
+                .chain(&child.ready_when),
+        );
+        out.extend(child.template.templates());
+    }
+    for watch in &rule.watches {
+        match &watch.target {
+            WatchTarget::Ref { name, namespace } => {
+                out.extend(name.template());
+                out.extend(namespace.iter().flat_map(Piece::template));
+            }
+            WatchTarget::Selector {
+                match_labels,
+                namespace,
+                ..
+            } => {
+                out.extend(match_labels.iter().flat_map(|(_, p)| p.template()));
+                out.extend(namespace.iter().flat_map(Piece::template));
+            }
+        }
+    }
+    for decorator in &rule.decorators {
+        out.extend(decorator.when.iter());
+        out.extend(decorator.patch.templates());
+    }
+    for (_, tree) in rule.vars.iter().chain(&rule.status_fields) {
+        out.extend(tree.templates());
+    }
+    for condition in &rule.conditions {
+        out.push(&condition.status);
+        out.extend(condition.reason.templates());
+        out.extend(condition.message.iter().flat_map(Tree::templates));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -332,5 +443,75 @@ mod tests {
         both.apply(&mut d);
         assert_eq!(d["status"]["conditions"][0]["type"], "Available");
         assert_eq!(d["spec"], json!({"replicas": 2}));
+    }
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rule_from(text: &str) -> Rule {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        std::fs::write(&file, text).unwrap();
+        let mut set = crate::rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
+        std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
+    }
+
+    fn of<'a>(all: &'a [(Gvk, Projection)], kind: &str) -> &'a Projection {
+        &all.iter().find(|(g, _)| g.kind == kind).unwrap().1
+    }
+
+    #[test]
+    fn the_bench_rule_keeps_its_primary_whole_and_of_the_rest_what_it_sets_and_reads() {
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        assert_eq!(all.len(), 5);
+        assert!(of(&all, "WebApp").is_everything());
+        let mut d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},
+            "spec": {"replicas": 1, "revisionHistoryLimit": 10, "strategy": {"type": "RollingUpdate"},
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "w"}},
+                "template": {"metadata": {"labels": {"x": "y", "app.kubernetes.io/name": "w"},
+                        "annotations": {"a": "b", "kiln.dev/config-hash": "h"}},
+                    "spec": {"containers": [], "dnsPolicy": "ClusterFirst", "schedulerName": "default"}}},
+            "status": {"readyReplicas": 1, "replicas": 1, "conditions": []}
+        });
+        of(&all, "Deployment").apply(&mut d);
+        assert_eq!(
+            d["spec"],
+            json!({"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "w"}},
+                // Of a map the template writes key by key, only those keys.
+                "template": {"metadata": {"labels": {"app.kubernetes.io/name": "w"},
+                        "annotations": {"kiln.dev/config-hash": "h"}},
+                    "spec": {"containers": []}}})
+        );
+        // Read by readyWhen and by the status field `readyReplicas`.
+        assert_eq!(d["status"], json!({"readyReplicas": 1}));
+        let mut s = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "w"},
+            "spec": {"ports": [], "selector": {}, "clusterIP": "10.0.0.1", "type": "ClusterIP"},
+            "status": {"loadBalancer": {}}});
+        of(&all, "Service").apply(&mut s);
+        assert_eq!(s["spec"], json!({"ports": [], "selector": {}}));
+        assert!(s.get("status").is_none());
+        // The Secret: templates read `related.credentials.data`.
+        let mut secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "type": "Opaque", "data": {"password": "cA=="}});
+        of(&all, "Secret").apply(&mut secret);
+        assert_eq!(secret.get("type"), None);
+        assert_eq!(secret["data"]["password"], "cA==");
+    }
+
+    #[test]
+    fn a_status_field_reading_a_child_whole_keeps_it_whole() {
+        let text = include_str!("../../tests/bench/webapp.yaml").replace(
+            "children.deployment.status.readyReplicas | default(0)",
+            "children.service | tojson | length",
+        );
+        let all = of_rule(&rule_from(&text));
+        assert!(of(&all, "Service").is_everything());
+        assert!(!of(&all, "Deployment").is_everything());
     }
 }
