@@ -14,6 +14,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 
 use super::decode::Incoming;
+use super::projection::Projection;
 use super::watch_health::WatchHealth;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
@@ -148,6 +149,11 @@ pub struct Informer {
     undecodable: Mutex<HashSet<ObjKey>>,
     /// Told about each object that cannot be decoded.
     sink: Option<UndecodableSink>,
+    /// What of each object is kept (applied at ingest); only widens.
+    projection: Arc<RwLock<Projection>>,
+    /// How the watch streams were started, to start them again when the
+    /// projection widens (`None`: unstarted, tests).
+    restart: Mutex<Option<(Client, String)>>,
 }
 
 /// An object the API server holds but kiln cannot decode (nested past the
@@ -196,6 +202,8 @@ impl Informer {
             health: Mutex::default(),
             undecodable: Mutex::default(),
             sink,
+            projection: Arc::new(RwLock::new(Projection::everything())),
+            restart: Mutex::default(),
         })
     }
 
@@ -211,25 +219,104 @@ impl Informer {
         status_manager: &str,
         sink: Option<UndecodableSink>,
     ) -> Arc<Self> {
+        Self::start_projected(
+            client,
+            kind,
+            namespaces,
+            status_manager,
+            sink,
+            Projection::everything(),
+        )
+    }
+
+    /// [`start`](Self::start), keeping of each object only what `projection`
+    /// keeps.
+    pub fn start_projected(
+        client: &Client,
+        kind: Arc<Kind>,
+        namespaces: &[String],
+        status_manager: &str,
+        sink: Option<UndecodableSink>,
+        projection: Projection,
+    ) -> Arc<Self> {
         let scopes: Vec<Option<String>> = if kind.namespaced && !namespaces.is_empty() {
             namespaces.iter().cloned().map(Some).collect()
         } else {
             vec![None]
         };
-        let apis: Vec<Api<Incoming>> = scopes
+        let this = Self::unstarted(kind, scopes, sink);
+        *this
+            .projection
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = projection;
+        *this
+            .restart
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((client.clone(), status_manager.to_string()));
+        this.spawn(client, status_manager);
+        this
+    }
+
+    /// Keeps also what `wanted` keeps. When that is more than the cache
+    /// holds, the kind is listed again (its watch streams restarted) so the
+    /// newly kept fields are read; returns whether it was.
+    pub fn widen(self: &Arc<Self>, wanted: &Projection) -> bool {
+        {
+            let mut current = self
+                .projection
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if current.covers(wanted) {
+                return false;
+            }
+            current.union(wanted);
+        }
+        let restart = self
+            .restart
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some((client, keep)) = restart {
+            self.stop();
+            // Unsynced until the re-list is in: the cached objects lack the
+            // newly kept fields, which must not read as absent.
+            self.streams_synced
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear();
+            self.synced_tx.send_replace(false);
+            self.spawn(&client, &keep);
+        }
+        true
+    }
+
+    /// What of each object is kept now.
+    pub fn projection(&self) -> Projection {
+        self.projection
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Starts one watch task per stream.
+    fn spawn(self: &Arc<Self>, client: &Client, status_manager: &str) {
+        let this = self;
+        let apis: Vec<Api<Incoming>> = this
+            .streams
             .iter()
             .map(|scope| match scope {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &kind.ar),
-                None => Api::all_with(client.clone(), &kind.ar),
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &this.kind.ar),
+                None => Api::all_with(client.clone(), &this.kind.ar),
             })
             .collect();
-        let this = Self::unstarted(kind, scopes, sink);
         let tasks =
             apis.into_iter()
                 .enumerate()
                 .map(|(stream, api)| {
-                    let weak = Arc::downgrade(&this);
+                    let weak = Arc::downgrade(this);
                     let keep = status_manager.to_string();
+                    let projection = this.projection.clone();
                     tokio::spawn(async move {
                         let events = watcher(api, watcher::Config::default().any_semantic())
                             .modify(move |o: &mut Incoming| {
@@ -242,6 +329,12 @@ impl Informer {
                                             .strip_prefix(keep.as_str())
                                             .is_some_and(|rest| rest.starts_with('.'))
                                 });
+                                if o.undecodable.is_none() {
+                                    projection
+                                        .read()
+                                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                        .apply(&mut o.object.data);
+                                }
                             });
                         futures::pin_mut!(events);
                         while let Some(event) = events.next().await {
@@ -267,7 +360,6 @@ impl Informer {
             .tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
-        this
     }
 
     /// A list or watch of `stream` failed: note it, log it (rate-limited,
@@ -441,8 +533,10 @@ impl Informer {
             }
             Event::Apply(obj) => {
                 let obj = Arc::new(obj);
-                self.write().insert(obj.clone());
-                self.emit(&Change::Applied(&obj));
+                let old = self.write().insert(obj.clone());
+                if !self.unchanged(old.as_deref(), &obj) {
+                    self.emit(&Change::Applied(&obj));
+                }
             }
             Event::Delete(obj) => {
                 let key = ObjKey::of(&obj);
@@ -450,6 +544,24 @@ impl Informer {
                 self.emit(&Change::Deleted(&removed));
             }
         }
+    }
+
+    /// Whether an update changed nothing kept: with a projection, a change
+    /// to dropped fields only moves the resource version, and wakes no one.
+    fn unchanged(&self, old: Option<&DynamicObject>, new: &DynamicObject) -> bool {
+        let Some(old) = old else { return false };
+        if self
+            .projection
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_everything()
+        {
+            return false;
+        }
+        let mut meta = new.metadata.clone();
+        meta.resource_version
+            .clone_from(&old.metadata.resource_version);
+        meta == old.metadata && new.data == old.data && new.types == old.types
     }
 
     fn emit(&self, change: &Change<'_>) {
@@ -589,6 +701,9 @@ pub struct Registry {
     starts: Mutex<HashMap<crate::rules::Gvk, u64>>,
     status_manager: String,
     sink: Option<UndecodableSink>,
+    /// Whether informers keep only what rules set and read (issue 16);
+    /// otherwise whole objects.
+    project: bool,
 }
 
 impl Registry {
@@ -609,6 +724,13 @@ impl Registry {
         }
     }
 
+    /// Informers keep of each object only what the rules using its kind set
+    /// and read (see [`Projection`]), when `project` is true.
+    #[must_use]
+    pub fn projecting(self, project: bool) -> Self {
+        Self { project, ..self }
+    }
+
     /// Why some watch makes kiln unready, if one does.
     pub fn trouble(&self) -> Option<String> {
         self.lock()
@@ -623,14 +745,22 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The informer for `kind`, started on first use.
+    /// The informer for `kind`, started on first use, keeping at least what
+    /// `wanted` keeps (when projecting): a running informer that keeps less
+    /// lists its kind again.
     pub fn acquire(
         &self,
         client: &Client,
         kind: &Arc<Kind>,
         namespaces: &[String],
+        wanted: &Projection,
     ) -> Arc<Informer> {
         self.sweep();
+        let wanted = if self.project {
+            wanted.clone()
+        } else {
+            Projection::everything()
+        };
         let mut entries = self.lock();
         let entry = entries.entry(kind.gvk.clone()).or_insert_with(|| {
             *self
@@ -640,17 +770,19 @@ impl Registry {
                 .entry(kind.gvk.clone())
                 .or_insert(0) += 1;
             Entry {
-                informer: Informer::start(
+                informer: Informer::start_projected(
                     client,
                     kind.clone(),
                     namespaces,
                     &self.status_manager,
                     self.sink.clone(),
+                    wanted.clone(),
                 ),
                 users: 0,
                 idle_since: None,
             }
         });
+        entry.informer.widen(&wanted);
         entry.users += 1;
         entry.idle_since = None;
         entry.informer.clone()
