@@ -19,6 +19,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::kinds::Kind;
+use super::projection::Projection;
 
 /// A namespace and a name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -160,6 +161,8 @@ pub struct Informer {
     /// Set by [`restart`](Informer::restart): the re-list hands on only
     /// the objects that changed, so a new scope costs no reconcile storm.
     quiet_relist: AtomicBool,
+    /// What of each object is kept (applied at ingest); only widens.
+    projection: Arc<RwLock<Projection>>,
 }
 
 /// Decides whether the cache of a kind keeps an object (a sharded replica
@@ -232,6 +235,7 @@ impl Informer {
             epoch: AtomicU64::new(epoch),
             listed_epoch,
             quiet_relist: AtomicBool::new(false),
+            projection: Arc::new(RwLock::new(Projection::everything())),
         })
     }
 
@@ -239,13 +243,10 @@ impl Informer {
     /// namespaced kind when any are given. Managed fields are dropped, but
     /// for the status entries of `status_manager` (kiln's own: they tell which
     /// status fields kiln wrote, so one it stops writing can be removed).
-    /// Objects that cannot be decoded are left out and told to `sink` once.
-    /// Starts watching `kind`: cluster-wide, or in each of `namespaces` for a
-    /// namespaced kind when any are given. Managed fields are dropped, but
-    /// for the status entries of `status_manager` (kiln's own: they tell which
-    /// status fields kiln wrote, so one it stops writing can be removed).
     /// Objects that cannot be decoded are left out and told to `sink` once;
-    /// with a `scope`, only the objects it keeps are cached (scope epoch `epoch`).
+    /// with a `scope`, only the objects it keeps are cached (scope epoch `epoch`);
+    /// of each object only what `projection` keeps is cached.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         client: &Client,
         kind: Arc<Kind>,
@@ -254,6 +255,7 @@ impl Informer {
         sink: Option<UndecodableSink>,
         scope: Option<Keep>,
         epoch: u64,
+        projection: Projection,
     ) -> Arc<Self> {
         let scopes: Vec<Option<String>> = if kind.namespaced && !namespaces.is_empty() {
             namespaces.iter().cloned().map(Some).collect()
@@ -276,8 +278,49 @@ impl Informer {
             status_manager.to_string(),
             epoch,
         );
+        *this
+            .projection
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = projection;
         this.spawn_streams();
         this
+    }
+
+    /// Keeps also what `wanted` keeps. When that is more than the cache
+    /// holds, the kind is listed again (its watch streams restarted) so the
+    /// newly kept fields are read; returns whether it was.
+    pub fn widen(self: &Arc<Self>, wanted: &Projection) -> bool {
+        {
+            let mut current = self
+                .projection
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if current.covers(wanted) {
+                return false;
+            }
+            current.union(wanted);
+        }
+        if self.apis.is_empty() {
+            return true;
+        }
+        self.stop();
+        // Unsynced until the re-list is in: the cached objects lack the
+        // newly kept fields, which must not read as absent.
+        self.streams_synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        self.synced_tx.send_replace(false);
+        self.spawn_streams();
+        true
+    }
+
+    /// What of each object is kept now.
+    pub fn projection(&self) -> Projection {
+        self.projection
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Lists and watches again from scratch in scope epoch `epoch` (the
@@ -308,6 +351,7 @@ impl Informer {
                 .map(|(stream, api)| {
                     let weak = Arc::downgrade(self);
                     let keep = self.status_manager.clone();
+                    let projection = self.projection.clone();
                     tokio::spawn(async move {
                         let events = watcher(api, watcher::Config::default().any_semantic())
                             .modify(move |o: &mut Incoming| {
@@ -320,6 +364,12 @@ impl Informer {
                                             .strip_prefix(keep.as_str())
                                             .is_some_and(|rest| rest.starts_with('.'))
                                 });
+                                if o.undecodable.is_none() {
+                                    projection
+                                        .read()
+                                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                        .apply(&mut o.object.data);
+                                }
                             });
                         futures::pin_mut!(events);
                         while let Some(event) = events.next().await {
@@ -542,8 +592,10 @@ impl Informer {
             }
             Event::Apply(obj) => {
                 let obj = Arc::new(obj);
-                self.write().insert(obj.clone());
-                self.emit(&Change::Applied(&obj));
+                let old = self.write().insert(obj.clone());
+                if !self.unchanged(old.as_deref(), &obj) {
+                    self.emit(&Change::Applied(&obj));
+                }
             }
             Event::Delete(obj) => {
                 let key = ObjKey::of(&obj);
@@ -551,6 +603,24 @@ impl Informer {
                 self.emit(&Change::Deleted(&removed));
             }
         }
+    }
+
+    /// Whether an update changed nothing kept: with a projection, a change
+    /// to dropped fields only moves the resource version, and wakes no one.
+    fn unchanged(&self, old: Option<&DynamicObject>, new: &DynamicObject) -> bool {
+        let Some(old) = old else { return false };
+        if self
+            .projection
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_everything()
+        {
+            return false;
+        }
+        let mut meta = new.metadata.clone();
+        meta.resource_version
+            .clone_from(&old.metadata.resource_version);
+        meta == old.metadata && new.data == old.data && new.types == old.types
     }
 
     fn emit(&self, change: &Change<'_>) {
@@ -694,6 +764,9 @@ pub struct Registry {
     scope: Option<Keep>,
     /// The scope epoch: bumped each time the scope changes.
     epoch: AtomicU64,
+    /// Whether informers keep only what rules set and read (issue 16);
+    /// otherwise whole objects.
+    project: bool,
 }
 
 impl Registry {
@@ -712,6 +785,13 @@ impl Registry {
             sink: Some(sink),
             ..self
         }
+    }
+
+    /// Informers keep of each object only what the rules using its kind set
+    /// and read (see [`Projection`]), when `project` is true.
+    #[must_use]
+    pub fn projecting(self, project: bool) -> Self {
+        Self { project, ..self }
     }
 
     /// The caches keep only what `scope` keeps (a sharded replica).
@@ -757,14 +837,22 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The informer for `kind`, started on first use.
+    /// The informer for `kind`, started on first use, keeping at least what
+    /// `wanted` keeps (when projecting): a running informer that keeps less
+    /// lists its kind again.
     pub fn acquire(
         &self,
         client: &Client,
         kind: &Arc<Kind>,
         namespaces: &[String],
+        wanted: &Projection,
     ) -> Arc<Informer> {
         self.sweep();
+        let wanted = if self.project {
+            wanted.clone()
+        } else {
+            Projection::everything()
+        };
         let mut entries = self.lock();
         let entry = entries.entry(kind.gvk.clone()).or_insert_with(|| {
             *self
@@ -782,11 +870,13 @@ impl Registry {
                     self.sink.clone(),
                     self.scope.clone(),
                     self.epoch.load(Ordering::SeqCst),
+                    wanted.clone(),
                 ),
                 users: 0,
                 idle_since: None,
             }
         });
+        entry.informer.widen(&wanted);
         entry.users += 1;
         entry.idle_since = None;
         entry.informer.clone()

@@ -15,6 +15,7 @@ pub mod failure;
 pub mod informer;
 pub mod kinds;
 pub mod plan;
+pub mod projection;
 pub mod queue;
 pub mod reverse;
 pub mod schema;
@@ -36,6 +37,7 @@ use controller::{RuleController, Wiring};
 use informer::Registry;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kinds::{KindError, Kinds};
+use projection::Projection;
 use schema::{SchemaError, StatusSchema};
 
 /// How the engine runs.
@@ -51,6 +53,9 @@ pub struct Options {
     pub kind_retry: Duration,
     /// How long in-flight reconciles may take to finish on shutdown.
     pub shutdown_grace: Duration,
+    /// Cache of each child and watched kind only what rules set and read
+    /// (issue 16); off unless `KILN_CACHE_PROJECTION=1` while it is proven.
+    pub project_cache: bool,
 }
 
 impl Default for Options {
@@ -61,6 +66,7 @@ impl Default for Options {
             concurrency: 4,
             kind_retry: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
+            project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_some_and(|v| v == "1"),
         }
     }
 }
@@ -177,7 +183,9 @@ impl Engine {
         let recorder = Recorder::new(client.clone(), reporter);
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let sink = undecodable::sink(recorder.clone(), metrics.clone());
-        let mut informers = Registry::keeping_status_of(&options.field_manager).reporting_to(sink);
+        let mut informers = Registry::keeping_status_of(&options.field_manager)
+            .reporting_to(sink)
+            .projecting(options.project_cache);
         if let Some(scope) = &shard {
             let scope = scope.clone();
             informers = informers.scoped(Arc::new(move |gvk, obj| scope.keeps(gvk, obj)));
@@ -687,9 +695,17 @@ async fn run_resolved(
 ) -> Ended {
     let namespaces = &shared.options.namespaces;
     let mut acquired: Vec<Arc<informer::Informer>> = Vec::new();
+    let wanted = projection::of_rule(rule);
+    let everything = Projection::everything();
     let mut informer = |gvk: &Gvk| {
         let kind = kinds.iter().find(|k| &k.gvk == gvk)?.clone();
-        let i = shared.informers.acquire(&shared.client, &kind, namespaces);
+        let keep = wanted
+            .iter()
+            .find(|(g, _)| g == gvk)
+            .map_or(&everything, |(_, p)| p);
+        let i = shared
+            .informers
+            .acquire(&shared.client, &kind, namespaces, keep);
         acquired.push(i.clone());
         Some(i)
     };

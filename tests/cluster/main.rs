@@ -37,6 +37,7 @@ mod lifecycle;
 mod missing_information;
 mod outside;
 mod ownership;
+mod projection;
 mod reload;
 mod selecting;
 mod sharding;

@@ -25,6 +25,8 @@ pub struct Scene {
     writes: WriteCounter,
     /// Namespaces the engine watches besides the scene's own.
     also: Vec<String>,
+    /// Whether the engine caches only what rules set and read.
+    project: bool,
 }
 
 impl Scene {
@@ -38,6 +40,7 @@ impl Scene {
             engine: None,
             writes: WriteCounter::default(),
             also: Vec::new(),
+            project: false,
         }
     }
 
@@ -59,11 +62,17 @@ impl Scene {
         self
     }
 
+    /// The engine will cache only what rules set and read (issue 16).
+    pub fn projecting(mut self) -> Self {
+        self.project = true;
+        self
+    }
+
     /// With an engine running `rules` in this namespace (each rule running).
     pub async fn running(mut self, rules: &[Arc<Rule>]) -> Self {
         let mut namespaces = vec![self.ns().to_string()];
         namespaces.extend(self.also.iter().cloned());
-        let (engine, writes) = start_engine(&namespaces, rules).await;
+        let (engine, writes) = start_engine_with(&namespaces, rules, self.project).await;
         self.engine = Some(engine);
         self.writes = writes;
         self
@@ -185,11 +194,21 @@ pub async fn start_engine(
     namespaces: &[String],
     rules: &[Arc<Rule>],
 ) -> (Arc<Engine>, WriteCounter) {
+    start_engine_with(namespaces, rules, Options::default().project_cache).await
+}
+
+/// [`start_engine`], caching only what rules set and read when `project`.
+async fn start_engine_with(
+    namespaces: &[String],
+    rules: &[Arc<Rule>],
+    project: bool,
+) -> (Arc<Engine>, WriteCounter) {
     let (client, writes) = super::counting_client().await;
     let options = Options {
         namespaces: namespaces.to_vec(),
         concurrency: 2,
         kind_retry: Duration::from_millis(200),
+        project_cache: project,
         ..Options::default()
     };
     let engine = Arc::new(Engine::new(client, options));

@@ -1,0 +1,517 @@
+//! What of a cached object the engine needs: the paths rules set (their
+//! child templates) and read (`readyWhen`, `children.<id>.…` in templates),
+//! everything else dropped at ingest (issue 16).
+//!
+//! A projection is a tree of field names; a leaf keeps the whole subtree
+//! under it. `apiVersion`, `kind` and `metadata` are always kept (names,
+//! labels, owner references, the managed fields the informer already
+//! filtered). A path a rule reads only in part (`children.x[key]`, a bare
+//! `children.x`) keeps everything under the part that is known, so an
+//! expression kiln cannot see through never loses a field it reads.
+//!
+//! Pure logic, no API calls. Not yet applied by the informer: wiring it in
+//! needs a re-list of a kind when a reloaded rule widens its projection
+//! (see [`Projection::covers`]).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::rules::{DecoratorTarget, Gvk, Rule, WatchTarget};
+use crate::template::{Piece, Tree};
+
+/// Top-level fields every object keeps, whatever the rules say.
+const IDENTITY: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
+/// The fields kept under one point of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Keep {
+    /// Everything under this point.
+    All,
+    /// Only these fields (each with what is kept under it).
+    Fields(BTreeMap<String, Keep>),
+}
+
+impl Keep {
+    fn keep_path(&mut self, path: &[&str]) {
+        let Keep::Fields(fields) = self else { return };
+        match path.split_first() {
+            None => *self = Keep::All,
+            Some((first, rest)) => fields
+                .entry((*first).to_string())
+                .or_insert_with(|| Keep::Fields(BTreeMap::new()))
+                .keep_path(rest),
+        }
+    }
+
+    fn union(&mut self, other: &Keep) {
+        match (&mut *self, other) {
+            (Keep::All, _) => {}
+            (_, Keep::All) => *self = Keep::All,
+            (Keep::Fields(mine), Keep::Fields(theirs)) => {
+                for (name, keep) in theirs {
+                    mine.entry(name.clone())
+                        .and_modify(|k| k.union(keep))
+                        .or_insert_with(|| keep.clone());
+                }
+            }
+        }
+    }
+
+    fn covers(&self, other: &Keep) -> bool {
+        match (self, other) {
+            (Keep::All, _) => true,
+            (Keep::Fields(_), Keep::All) => false,
+            (Keep::Fields(mine), Keep::Fields(theirs)) => theirs
+                .iter()
+                .all(|(name, keep)| mine.get(name).is_some_and(|k| k.covers(keep))),
+        }
+    }
+
+    fn apply(&self, value: &mut Value) {
+        let (Keep::Fields(fields), Value::Object(map)) = (self, value) else {
+            return;
+        };
+        map.retain(|name, _| fields.contains_key(name));
+        for (name, child) in map.iter_mut() {
+            if let Some(keep) = fields.get(name) {
+                keep.apply(child);
+            }
+        }
+    }
+}
+
+/// What is kept of the objects of one kind: the union over every rule that
+/// caches the kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Projection(Keep);
+
+impl Default for Projection {
+    fn default() -> Self {
+        Self::identity()
+    }
+}
+
+impl Projection {
+    /// Keeps whole objects (a primary, whose templates read any path of `self`).
+    pub fn everything() -> Self {
+        Self(Keep::All)
+    }
+
+    /// Keeps only `apiVersion`, `kind` and `metadata`.
+    pub fn identity() -> Self {
+        Self(Keep::Fields(BTreeMap::new()))
+    }
+
+    /// Whether whole objects are kept.
+    pub fn is_everything(&self) -> bool {
+        self.0 == Keep::All
+    }
+
+    /// Also keeps the subtree at `path` (the whole object for an empty path).
+    pub fn keep_path(&mut self, path: &[&str]) {
+        self.0.keep_path(path);
+    }
+
+    /// Also keeps every path a child template sets: each map is followed
+    /// key by key; anything else (an expression, a list, a scalar) keeps the
+    /// whole subtree where it stands, since its shape is known only once
+    /// rendered.
+    pub fn keep_set_by(&mut self, template: &Value) {
+        self.keep_set_by_tree(&Tree::Value(template.clone()));
+    }
+
+    /// Also keeps every path a compiled child template sets (as
+    /// [`keep_set_by`](Self::keep_set_by); a templated key keeps the whole
+    /// map it stands in).
+    pub fn keep_set_by_tree(&mut self, template: &Tree) {
+        fn walk(keep: &mut Projection, tree: &Tree, path: &mut Vec<String>) {
+            let entries: Option<Vec<(String, Tree)>> = match tree {
+                Tree::Value(Value::Object(map)) if !map.is_empty() => Some(
+                    map.iter()
+                        .map(|(k, v)| (k.clone(), Tree::Value(v.clone())))
+                        .collect(),
+                ),
+                Tree::Map(entries) => entries
+                    .iter()
+                    .map(|(k, v)| match k {
+                        Piece::Literal(name) => Some((name.clone(), v.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            };
+            let Some(entries) = entries else {
+                let steps: Vec<&str> = path.iter().map(String::as_str).collect();
+                keep.keep_path(&steps);
+                return;
+            };
+            for (name, child) in entries {
+                if path.is_empty() && IDENTITY.contains(&name.as_str()) {
+                    continue;
+                }
+                path.push(name);
+                walk(keep, &child, path);
+                path.pop();
+            }
+        }
+        walk(self, template, &mut Vec::new());
+    }
+
+    /// Also keeps what a template reference reads of the object named
+    /// `prefix` (`children.deployment` for
+    /// `children.deployment.status.readyReplicas`, `child` for `readyWhen`).
+    /// A reference that reads the object itself, or that is cut where kiln
+    /// cannot follow it, keeps everything under the part that is known.
+    /// References to anything else are ignored.
+    pub fn keep_read(&mut self, reference: &str, prefix: &str) {
+        let Some(rest) = reference.strip_prefix(prefix) else {
+            return;
+        };
+        let rest = match rest.strip_prefix('.') {
+            Some(rest) => rest,
+            None if rest.is_empty() => "",
+            None => return,
+        };
+        let path: Vec<&str> = rest.split('.').filter(|s| !s.is_empty()).collect();
+        self.keep_path(&path);
+    }
+
+    /// Keeps also what `other` keeps.
+    pub fn union(&mut self, other: &Projection) {
+        self.0.union(&other.0);
+    }
+
+    /// Whether this projection keeps everything `other` keeps: a cache
+    /// filled under `self` can serve rules that need only `other` without a
+    /// re-list.
+    pub fn covers(&self, other: &Projection) -> bool {
+        self.0.covers(&other.0)
+    }
+
+    /// Drops from `object` what is not kept (its identity always is).
+    pub fn apply(&self, object: &mut Value) {
+        let Keep::Fields(fields) = &self.0 else {
+            return;
+        };
+        let Value::Object(map) = object else { return };
+        map.retain(|name, _| IDENTITY.contains(&name.as_str()) || fields.contains_key(name));
+        for (name, child) in map.iter_mut() {
+            if let Some(keep) = fields.get(name) {
+                keep.apply(child);
+            }
+        }
+    }
+}
+
+/// What `rule` needs cached of each kind it uses: its primary whole; each
+/// child what its template sets, what its `readyWhen` reads of `child` and
+/// what any template reads of `children.<id>`; each watched kind what any
+/// template reads of `related.<name>`; a kind a decorator patches, whole.
+/// A kind named twice gets the union.
+pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
+    let references: Vec<String> = templates_of(rule)
+        .into_iter()
+        .flat_map(|id| rule.templates.references(id))
+        .collect();
+    let reads = |prefix: &str, keep: &mut Projection| {
+        for reference in &references {
+            keep.keep_read(reference, prefix);
+        }
+    };
+    let mut out: Vec<(Gvk, Projection)> =
+        vec![(rule.primary.gvk.clone(), Projection::everything())];
+    for child in &rule.children {
+        let mut keep = Projection::identity();
+        keep.keep_set_by_tree(&child.template);
+        reads(&format!("children.{}", child.id), &mut keep);
+        if let Some(ready) = &child.ready_when {
+            for reference in rule.templates.references(ready) {
+                keep.keep_read(&reference, "child");
+            }
+        }
+        out.push((child.gvk.clone(), keep));
+    }
+    for watch in &rule.watches {
+        let decorated = rule
+            .decorators
+            .iter()
+            .any(|d| matches!(&d.target, DecoratorTarget::Related(n) if *n == watch.name));
+        let mut keep = if decorated {
+            Projection::everything()
+        } else {
+            Projection::identity()
+        };
+        reads(&format!("related.{}", watch.name), &mut keep);
+        out.push((watch.gvk.clone(), keep));
+    }
+    let mut merged: Vec<(Gvk, Projection)> = Vec::new();
+    for (gvk, keep) in out {
+        match merged.iter_mut().find(|(g, _)| *g == gvk) {
+            Some((_, mine)) => mine.union(&keep),
+            None => merged.push((gvk, keep)),
+        }
+    }
+    merged
+}
+
+/// Every compiled template of a rule.
+fn templates_of(rule: &Rule) -> Vec<&crate::template::TemplateId> {
+    let mut out = Vec::new();
+    for child in &rule.children {
+        out.extend(
+            child
+                .when
+                .iter()
+                .chain(&child.for_each)
+                .chain(&child.ready_when),
+        );
+        out.extend(child.template.templates());
+    }
+    for watch in &rule.watches {
+        match &watch.target {
+            WatchTarget::Ref { name, namespace } => {
+                out.extend(name.template());
+                out.extend(namespace.iter().flat_map(Piece::template));
+            }
+            WatchTarget::Selector {
+                match_labels,
+                namespace,
+                ..
+            } => {
+                out.extend(match_labels.iter().flat_map(|(_, p)| p.template()));
+                out.extend(namespace.iter().flat_map(Piece::template));
+            }
+        }
+    }
+    for decorator in &rule.decorators {
+        out.extend(decorator.when.iter());
+        out.extend(decorator.patch.templates());
+    }
+    for (_, tree) in rule.vars.iter().chain(&rule.status_fields) {
+        out.extend(tree.templates());
+    }
+    for condition in &rule.conditions {
+        out.push(&condition.status);
+        out.extend(condition.reason.templates());
+        out.extend(condition.message.iter().flat_map(Tree::templates));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "w", "namespace": "ns", "labels": {"a": "b"}},
+            "spec": {
+                "replicas": 2,
+                "revisionHistoryLimit": 10,
+                "progressDeadlineSeconds": 600,
+                "strategy": {"type": "RollingUpdate"},
+                "selector": {"matchLabels": {"app": "w"}},
+                "template": {
+                    "metadata": {"labels": {"app": "w"}},
+                    "spec": {
+                        "containers": [{"name": "app", "image": "i", "imagePullPolicy": "Always"}],
+                        "dnsPolicy": "ClusterFirst"
+                    }
+                }
+            },
+            "status": {"readyReplicas": 2, "replicas": 2, "conditions": [{"type": "Available"}]}
+        })
+    }
+
+    /// The bench's Deployment template, as a rule writes it.
+    fn template() -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "{{ self.metadata.name }}"},
+            "spec": {
+                "replicas": "{{ self.spec.replicas }}",
+                "selector": {"matchLabels": {"app": "{{ self.metadata.name }}"}},
+                "template": {
+                    "metadata": {"labels": {"app": "{{ self.metadata.name }}"}},
+                    "spec": {"containers": [{"name": "app", "image": "{{ self.spec.image }}"}]}
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn keeps_what_the_template_sets_and_the_rule_reads_and_drops_the_rest() {
+        let mut p = Projection::identity();
+        p.keep_set_by(&template());
+        p.keep_read("child.status.readyReplicas", "child");
+        p.keep_read("child.spec.replicas", "child");
+        let mut d = deployment();
+        p.apply(&mut d);
+        assert_eq!(
+            d,
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "w", "namespace": "ns", "labels": {"a": "b"}},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": "w"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "w"}},
+                        // A list is kept whole: its shape is known only once rendered.
+                        "spec": {"containers": [{"name": "app", "image": "i", "imagePullPolicy": "Always"}]}
+                    }
+                },
+                "status": {"readyReplicas": 2}
+            })
+        );
+    }
+
+    #[test]
+    fn an_expression_in_place_of_a_map_keeps_the_whole_map() {
+        let mut p = Projection::identity();
+        p.keep_set_by(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "data": "{{ self.spec.config }}"}),
+        );
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+            "data": {"k": "v", "other": "x"}, "binaryData": {"b": "AA=="}});
+        p.apply(&mut cm);
+        assert_eq!(cm["data"], json!({"k": "v", "other": "x"}));
+        assert!(cm.get("binaryData").is_none());
+    }
+
+    #[test]
+    fn a_reference_cut_short_keeps_everything_under_what_is_known() {
+        let mut p = Projection::identity();
+        // `children.svc` alone (passed whole to a filter): the whole object.
+        p.keep_read("children.svc", "children.svc");
+        assert!(p.is_everything());
+        let mut p = Projection::identity();
+        // `children.svc.spec[key]`: minijinja reports `children.svc.spec`.
+        p.keep_read("children.svc.spec", "children.svc");
+        let mut s = json!({"apiVersion": "v1", "kind": "Service", "metadata": {},
+            "spec": {"a": 1, "b": {"c": 2}}, "status": {"x": 1}});
+        p.apply(&mut s);
+        assert_eq!(s["spec"], json!({"a": 1, "b": {"c": 2}}));
+        assert!(s.get("status").is_none());
+    }
+
+    #[test]
+    fn references_to_other_objects_are_ignored() {
+        let mut p = Projection::identity();
+        p.keep_read("children.deploymentx.status", "children.deployment");
+        p.keep_read("self.spec", "children.deployment");
+        assert_eq!(p, Projection::identity());
+    }
+
+    #[test]
+    fn only_identity_when_nothing_is_set_or_read() {
+        let mut d = deployment();
+        Projection::identity().apply(&mut d);
+        assert_eq!(
+            d,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "w", "namespace": "ns", "labels": {"a": "b"}}})
+        );
+        let mut whole = deployment();
+        Projection::everything().apply(&mut whole);
+        assert_eq!(whole, deployment());
+    }
+
+    #[test]
+    fn the_union_over_rules_keeps_what_any_of_them_needs_and_says_when_to_relist() {
+        let mut a = Projection::identity();
+        a.keep_path(&["status", "readyReplicas"]);
+        let mut b = Projection::identity();
+        b.keep_path(&["status"]);
+        b.keep_path(&["spec", "replicas"]);
+        let mut both = a.clone();
+        both.union(&b);
+        assert!(both.covers(&a) && both.covers(&b));
+        // A reloaded rule that starts reading `status` whole needs a re-list.
+        assert!(!a.covers(&b));
+        assert!(b.covers(&a));
+        assert!(Projection::everything().covers(&both));
+        assert!(!both.covers(&Projection::everything()));
+        let mut d = deployment();
+        both.apply(&mut d);
+        assert_eq!(d["status"]["conditions"][0]["type"], "Available");
+        assert_eq!(d["spec"], json!({"replicas": 2}));
+    }
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rule_from(text: &str) -> Rule {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        std::fs::write(&file, text).unwrap();
+        let mut set = crate::rules::load(&[file]).unwrap_or_else(|d| panic!("{}", d[0]));
+        std::sync::Arc::into_inner(set.rules.remove(0)).unwrap()
+    }
+
+    fn of<'a>(all: &'a [(Gvk, Projection)], kind: &str) -> &'a Projection {
+        &all.iter().find(|(g, _)| g.kind == kind).unwrap().1
+    }
+
+    #[test]
+    fn the_bench_rule_keeps_its_primary_whole_and_of_the_rest_what_it_sets_and_reads() {
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        assert_eq!(all.len(), 5);
+        assert!(of(&all, "WebApp").is_everything());
+        let mut d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},
+            "spec": {"replicas": 1, "revisionHistoryLimit": 10, "strategy": {"type": "RollingUpdate"},
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "w"}},
+                "template": {"metadata": {"labels": {"x": "y", "app.kubernetes.io/name": "w"},
+                        "annotations": {"a": "b", "kiln.dev/config-hash": "h"}},
+                    "spec": {"containers": [], "dnsPolicy": "ClusterFirst", "schedulerName": "default"}}},
+            "status": {"readyReplicas": 1, "replicas": 1, "conditions": []}
+        });
+        of(&all, "Deployment").apply(&mut d);
+        assert_eq!(
+            d["spec"],
+            json!({"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "w"}},
+                // Of a map the template writes key by key, only those keys.
+                "template": {"metadata": {"labels": {"app.kubernetes.io/name": "w"},
+                        "annotations": {"kiln.dev/config-hash": "h"}},
+                    "spec": {"containers": []}}})
+        );
+        // Read by readyWhen and by the status field `readyReplicas`.
+        assert_eq!(d["status"], json!({"readyReplicas": 1}));
+        let mut s = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "w"},
+            "spec": {"ports": [], "selector": {}, "clusterIP": "10.0.0.1", "type": "ClusterIP"},
+            "status": {"loadBalancer": {}}});
+        of(&all, "Service").apply(&mut s);
+        assert_eq!(s["spec"], json!({"ports": [], "selector": {}}));
+        assert!(s.get("status").is_none());
+        // The Secret: templates read `related.credentials.data`.
+        let mut secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "type": "Opaque", "data": {"password": "cA=="}});
+        of(&all, "Secret").apply(&mut secret);
+        assert_eq!(secret.get("type"), None);
+        assert_eq!(secret["data"]["password"], "cA==");
+    }
+
+    #[test]
+    fn a_status_field_reading_a_child_whole_keeps_it_whole() {
+        let text = include_str!("../../tests/bench/webapp.yaml").replace(
+            "children.deployment.status.readyReplicas | default(0)",
+            "children.service | tojson | length",
+        );
+        let all = of_rule(&rule_from(&text));
+        assert!(of(&all, "Service").is_everything());
+        assert!(!of(&all, "Deployment").is_everything());
+    }
+}

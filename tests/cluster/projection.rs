@@ -1,0 +1,142 @@
+//! The cache keeps of child and watched kinds only what rules set and read
+//! (issue 16): a change to anything else wakes no one, and a rule reloaded
+//! to read a field it did not read before sees it (the kind is listed
+//! again) without rewriting any child.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::support::scene::{CONVERGE, Scene, configmap};
+use crate::support::{self, eventually};
+
+/// A Widget with one ConfigMap child; its status reads `read` of the child.
+fn rule(read: &str) -> String {
+    format!(
+        r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: projected}}
+spec:
+  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}
+  children:
+    - id: config
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: "{{{{ self.metadata.name }}}}-config"}}
+        data: {{value: "{{{{ self.spec.value }}}}"}}
+  status:
+    fields:
+      seen: "{{{{ {read} | default('none') }}}}"
+"#
+    )
+}
+
+fn widget(name: &str) -> Value {
+    json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"value": "1"}})
+}
+
+/// Another writer sets `patch` on the child ConfigMap `name`.
+async fn foreign_patch(scene: &Scene, name: &str, patch: Value) {
+    scene
+        .api("v1", "ConfigMap")
+        .await
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_to_a_field_no_rule_sets_or_reads_wakes_nothing() {
+    let rule = support::rule_from_yaml(&rule("children.config.data.value"));
+    let scene = Scene::new("proj-quiet")
+        .await
+        .with_widgets()
+        .await
+        .projecting()
+        .running(&[rule])
+        .await;
+    scene.apply(widget("w")).await;
+    scene
+        .until("w's status", ("test.kiln.dev/v1", "Widget", "w"), |w| {
+            w["status"]["seen"] == "1"
+        })
+        .await;
+    scene.writes_during_resync("projected", 1).await;
+    let stats = scene.engine().stats();
+    let reconciles = stats.reconciles.load(SeqCst);
+    // Dropped at ingest: neither set by the template nor read.
+    foreign_patch(&scene, "w-config", json!({"binaryData": {"b": "AA=="}})).await;
+    foreign_patch(&scene, "w-config", json!({"immutable": false})).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        stats.reconciles.load(SeqCst),
+        reconciles,
+        "a dropped field woke a reconcile"
+    );
+    // A field the template sets still does, and is put back.
+    foreign_patch(&scene, "w-config", json!({"data": {"value": "drift"}})).await;
+    scene
+        .until("the drift to be corrected", configmap("w-config"), |c| {
+            c["data"]["value"] == "1"
+        })
+        .await;
+    assert!(stats.reconciles.load(SeqCst) > reconciles);
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_reloaded_to_read_a_new_field_sees_it_without_rewriting_any_child() {
+    let scene = Scene::new("proj-widen")
+        .await
+        .with_widgets()
+        .await
+        .projecting()
+        .running(&[support::rule_from_yaml(&rule("children.config.data.value"))])
+        .await;
+    for name in ["a", "b"] {
+        scene.apply(widget(name)).await;
+        scene
+            .until("status", ("test.kiln.dev/v1", "Widget", name), |w| {
+                w["status"]["seen"] == "1"
+            })
+            .await;
+        // Set by someone else, dropped from the cache while no rule reads it.
+        foreign_patch(
+            &scene,
+            &format!("{name}-config"),
+            json!({"binaryData": {"b": "AA=="}}),
+        )
+        .await;
+    }
+    scene.writes_during_resync("projected", 2).await;
+    let applies = scene.engine().stats().applies.load(SeqCst);
+    // The rule now reads `binaryData`: the ConfigMaps are listed again.
+    scene.engine().start(support::rule_from_yaml(&rule(
+        "children.config.binaryData.b",
+    )));
+    for name in ["a", "b"] {
+        scene
+            .until(
+                "the newly read field",
+                ("test.kiln.dev/v1", "Widget", name),
+                |w| w["status"]["seen"] == "AA==",
+            )
+            .await;
+    }
+    eventually("the engine to settle", CONVERGE, || async {
+        let before = scene.writes();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        (scene.writes() == before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        scene.engine().stats().applies.load(SeqCst),
+        applies,
+        "a child was rewritten"
+    );
+    scene.end().await;
+}
