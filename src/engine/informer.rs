@@ -303,15 +303,9 @@ impl Informer {
         if self.apis.is_empty() {
             return true;
         }
-        self.stop();
         // Unsynced until the re-list is in: the cached objects lack the
         // newly kept fields, which must not read as absent.
-        self.streams_synced
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
-        self.synced_tx.send_replace(false);
-        self.spawn_streams();
+        self.relist(true);
         true
     }
 
@@ -329,11 +323,20 @@ impl Informer {
     pub fn restart(self: &Arc<Self>, epoch: u64) {
         self.epoch.store(epoch, Ordering::SeqCst);
         self.quiet_relist.store(true, Ordering::SeqCst);
+        self.relist(false);
+    }
+
+    /// Stops the watch streams and starts them again, from a fresh list;
+    /// with `unsync`, the cache reads as unsynced until that list is in.
+    fn relist(self: &Arc<Self>, unsync: bool) {
         self.stop();
         self.streams_synced
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
+        if unsync {
+            self.synced_tx.send_replace(false);
+        }
         self.spawn_streams();
     }
 
@@ -979,9 +982,8 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn a_relist_after_410_emits_the_deletions_it_missed_and_fixes_the_owner_index() {
-        let i = informer();
+    /// Subscribes to `i`: each change as `+name` or `-name`, in order.
+    fn record(i: &Informer) -> Arc<StdMutex<Vec<String>>> {
         let seen = Arc::new(StdMutex::new(Vec::new()));
         let log = seen.clone();
         i.subscribe(Arc::new(move |c: &Change<'_>| {
@@ -991,6 +993,13 @@ mod tests {
             };
             log.lock().unwrap().push(entry);
         }));
+        seen
+    }
+
+    #[test]
+    fn a_relist_after_410_emits_the_deletions_it_missed_and_fixes_the_owner_index() {
+        let i = informer();
+        let seen = record(&i);
         // First list: a and b, both owned by u1.
         i.handle(0, Event::Init);
         i.handle(0, Event::InitApply(cm("a", Some("u1"))));
@@ -1033,15 +1042,7 @@ mod tests {
         i.handle(0, Event::InitApply(cm("b", Some("u1"))));
         i.handle(0, Event::InitDone);
         assert_eq!(i.listed_epoch(), 0);
-        let seen = Arc::new(StdMutex::new(Vec::new()));
-        let log = seen.clone();
-        i.subscribe(Arc::new(move |c: &Change<'_>| {
-            let entry = match c {
-                Change::Applied(o) => format!("+{}", o.name_any()),
-                Change::Deleted(o) => format!("-{}", o.name_any()),
-            };
-            log.lock().unwrap().push(entry);
-        }));
+        let seen = record(&i);
         // The share changed: b is out of scope now, c came in, a is as it was.
         i.restart(1);
         i.handle(0, Event::Init);

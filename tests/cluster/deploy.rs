@@ -4,11 +4,9 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kiln::controlplane::Binaries;
 use kiln::engine::{Engine, Options, RuleState};
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::support::{self, TestNamespace, eventually};
@@ -118,18 +116,7 @@ async fn the_deployed_role_is_enough_for_the_examples_and_nothing_else() {
     ) {
         apply(&admin, obj, false).await.unwrap();
     }
-    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "kiln-system");
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = sas
-        .create_token_request("kiln", &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token
-        .expect("a token");
+    let token = support::token_of(&admin, "kiln-system", "kiln").await;
     let as_kiln = support::token_client(&token).await;
 
     let engine = Engine::new(
@@ -279,18 +266,7 @@ async fn the_sharded_component_runs_three_members_the_role_lets_join() {
     ) {
         apply(&admin, obj, false).await.unwrap();
     }
-    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "kiln-system");
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = sas
-        .create_token_request("kiln", &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token
-        .expect("a token");
+    let token = support::token_of(&admin, "kiln-system", "kiln").await;
     let as_kiln = support::token_client(&token).await;
     let group = format!("deploy-test-{}", std::process::id());
     for _ in 0..2 {

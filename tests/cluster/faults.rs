@@ -217,19 +217,7 @@ async fn converges_under_api_throttling() {
         let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
         support::apply(&client, obj, ns.as_deref()).await;
     }
-    let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        kube::Api::namespaced(client.clone(), ns);
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = sas
-        .create_token_request("kiln", &Default::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token
-        .unwrap();
+    let token = support::token_of(&client, ns, "kiln").await;
     let as_kiln = support::token_client_for(cp.kubeconfig_yaml(), &token).await;
     let engine = Arc::new(Engine::new(
         as_kiln,

@@ -553,18 +553,23 @@ pub async fn service_account_token(
         None,
     )
     .await;
+    token_of(client, ns, name).await
+}
+
+/// A fresh token (an hour long) of the existing ServiceAccount `ns/name`.
+pub async fn token_of(client: &Client, ns: &str, name: &str) -> String {
     let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = sas
-        .create_token_request(name, &PostParams::default(), &request)
+    let request: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(
+        serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+    )
+    .unwrap();
+    sas.create_token_request(name, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
         .unwrap()
-        .token;
-    token.unwrap()
+        .token
+        .expect("a token")
 }
 
 /// Runs `kiln explain API_VERSION KIND OBJECT` with the admin kubeconfig
