@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use binaries::Binaries;
-pub use node::{NODE_NAME, NodePaths};
+pub use node::{NODE_NAME, NodePaths, unsupported as node_unsupported};
 pub use pki::{ADMIN_GROUP, ADMIN_USER};
 use process::Component;
 pub use process::Tether;
