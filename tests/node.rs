@@ -55,7 +55,10 @@ fn kiln_installed_with_kubectl_apply_k_runs_on_real_pods() {
         let source = Binaries::default_source();
         let bins = Binaries::locate_node(&source).expect("build.sh --node");
         let mut opts = Options::new(bins.clone());
-        opts.node = Some(NodePaths::new(&source));
+        let mut node = NodePaths::new(&source);
+        // Another test run on this machine may hold the node for a while.
+        node.lock_wait = Duration::from_secs(900);
+        opts.node = Some(node);
         let started = Instant::now();
         let cp = ControlPlane::start(opts)
             .await

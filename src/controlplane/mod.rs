@@ -383,8 +383,9 @@ impl ControlPlane {
     ) -> Result<(), Error> {
         let args = node.guard_args(dir, &bins.dir);
         self.spawn(node::GUARD, Path::new("bash"), &args, dir, tether)?;
-        // Installing packages and building the pause binary may take a while.
-        let deadline = Instant::now() + Duration::from_secs(600);
+        // Waiting for another node, installing packages and building the
+        // pause binary may take a while.
+        let deadline = Instant::now() + Duration::from_secs(600) + node.lock_wait;
         let marker = node.ready_marker();
         self.wait_for(node::GUARD, deadline, || {
             let ready = marker.exists();

@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::{Api, Client};
@@ -38,6 +39,10 @@ pub struct NodePaths {
     pub lock: PathBuf,
     /// `tests/controlplane/node` (guard.sh, prepare.sh, teardown.sh, configs).
     pub scripts: PathBuf,
+    /// How long to wait for a node that another process runs on this
+    /// machine to go (0: fail at once, saying so).
+    #[serde(default)]
+    pub lock_wait: Duration,
 }
 
 impl NodePaths {
@@ -49,6 +54,7 @@ impl NodePaths {
             dir: tmp.join("kiln-node"),
             lock: tmp.join("kiln-node.lock"),
             scripts: source.join("node"),
+            lock_wait: Duration::ZERO,
         }
     }
 
@@ -62,9 +68,9 @@ impl NodePaths {
         self.dir.join("containerd/containerd.sock")
     }
 
-    /// `bash guard.sh NODE_DIR CP_DIR BIN_DIR LOCK`.
+    /// `bash guard.sh NODE_DIR CP_DIR BIN_DIR LOCK LOCK_WAIT_SECONDS`.
     pub fn guard_args(&self, cp_dir: &Path, bin_dir: &Path) -> Vec<String> {
-        [
+        let mut args: Vec<String> = [
             self.scripts.join("guard.sh"),
             self.dir.clone(),
             cp_dir.to_path_buf(),
@@ -73,7 +79,9 @@ impl NodePaths {
         ]
         .iter()
         .map(|p| p.display().to_string())
-        .collect()
+        .collect();
+        args.push(self.lock_wait.as_secs().to_string());
+        args
     }
 
     /// The kubelet's flags; its config is written by `prepare.sh`.
@@ -259,6 +267,7 @@ mod tests {
         let args = p.guard_args(Path::new("/cp"), Path::new("/bins"));
         assert!(args[0].ends_with("node/guard.sh"));
         assert_eq!(args[2..4], ["/cp", "/bins"]);
+        assert_eq!(args[5], "0");
     }
 
     #[test]

@@ -13,18 +13,22 @@
 #      still answers (kubelet, kube-proxy and kube-scheduler have pid files
 #      there) and exits.
 #
-#   tests/controlplane/node/guard.sh NODE_DIR CP_DIR BIN_DIR [LOCK]
+#   tests/controlplane/node/guard.sh NODE_DIR CP_DIR BIN_DIR [LOCK [WAIT_SECONDS]]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-node="${1:?usage: guard.sh NODE_DIR CP_DIR BIN_DIR [LOCK]}"
+node="${1:?usage: guard.sh NODE_DIR CP_DIR BIN_DIR [LOCK [WAIT_SECONDS]]}"
 cp_dir="${2:?}"
 bins="${3:?}"
 lock="${4:-$node.lock}"
+wait_s="${5:-0}"
 
 exec 9>>"$lock"
 if ! flock -n 9; then
-  echo "guard: another kiln node runs on this machine (lock $lock is held); stop it first" >&2
-  exit 1
+  echo "guard: another kiln node runs on this machine (lock $lock is held); waiting ${wait_s}s for it to stop" >&2
+  if ! flock -w "$wait_s" 9; then
+    echo "guard: another kiln node runs on this machine (lock $lock is held); stop it first" >&2
+    exit 1
+  fi
 fi
 if [ -e "$node" ]; then
   echo "guard: $node was left by an earlier run; tearing it down first" >&2
