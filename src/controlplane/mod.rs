@@ -1,6 +1,7 @@
 //! A real, local Kubernetes control plane: etcd, kube-apiserver and
 //! kube-controller-manager built from their Go modules and started on
-//! loopback with envtest-like flags.
+//! loopback with envtest-like flags; optionally with the machine's single
+//! node ([`Options::node`], `node.rs`), so pods run.
 //!
 //! It backs the integration tests, `make cluster-up` and the demo. Nothing in
 //! it is faked: RBAC is enforced, the garbage collector deletes children of a
@@ -367,7 +368,8 @@ impl ControlPlane {
         tokio::time::sleep(Duration::from_millis(500)).await;
         this.ensure_running()?;
         if let Some(node) = &opts.node {
-            this.start_node(node, bins, opts.tether, &client).await?;
+            this.start_node(node, &dir, bins, opts.tether, &client)
+                .await?;
         }
         Ok(this)
     }
@@ -400,16 +402,17 @@ impl ControlPlane {
         .await
     }
 
-    /// Starts kube-scheduler, kubelet and kube-proxy, and waits until the
-    /// node is Ready and schedulable.
+    /// Starts kube-scheduler, kubelet and kube-proxy (logs in `dir`, which
+    /// outlives the node's own directory), and waits until the node is Ready
+    /// and schedulable.
     async fn start_node(
         &mut self,
         node: &NodePaths,
+        dir: &Path,
         bins: &Binaries,
         tether: Tether,
         client: &Client,
     ) -> Result<(), Error> {
-        let dir = node.dir.clone();
         let kubeconfig = self.kubeconfig.clone();
         let agents = [
             ("kube-scheduler", node::scheduler_args(&kubeconfig)),
@@ -417,7 +420,7 @@ impl ControlPlane {
             ("kube-proxy", node.proxy_args()),
         ];
         for (name, args) in agents {
-            self.spawn(name, &bins.path(name), &args, &dir, tether)?;
+            self.spawn(name, &bins.path(name), &args, dir, tether)?;
             let pid = self.components.last().map_or(0, Component::pid);
             node.write_pid(name, pid)?;
         }

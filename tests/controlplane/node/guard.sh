@@ -36,19 +36,19 @@ if [ -e "$node" ]; then
 fi
 
 done=0
-finish() {
+finish() { # finish [STATUS]: tear down and exit (1 when start-up failed)
   [ "$done" = 1 ] && return
   done=1
   echo "guard: tearing the node down" >&2
   bash "$here/teardown.sh" "$node" >&2 9>&-
-  exit 0
+  exit "${1:-0}"
 }
 trap finish TERM HUP
 # Ctrl-C in a terminal reaches the whole process group: kiln stops the node
 # in order (agents first), and its SIGTERM, not the SIGINT, ends this guard.
 trap '' INT
 
-bash "$here/prepare.sh" "$node" "$cp_dir" "$bins" 9>&- || { echo "guard: prepare.sh failed" >&2; finish; exit 1; }
+bash "$here/prepare.sh" "$node" "$cp_dir" "$bins" 9>&- || { echo "guard: prepare.sh failed" >&2; finish 1; }
 
 sock="$node/containerd/containerd.sock"
 # In a session of its own: no terminal signal reaches it before teardown.sh
@@ -59,11 +59,11 @@ for _ in $(seq 1 80); do [ -S "$sock" ] && break; sleep 0.25; done
 if [ ! -S "$sock" ]; then
   echo "guard: containerd did not start; see $node/containerd/containerd.log" >&2
   tail -n 20 "$node/containerd/containerd.log" >&2
-  finish
+  finish 1
 fi
 for i in pause busybox httpd; do
   ctr --address "$sock" -n k8s.io images import --base-name "kiln.local/$i" "$node/images/$i.tar" >/dev/null 9>&- \
-    || { echo "guard: importing $i failed" >&2; finish; }
+    || { echo "guard: importing $i failed" >&2; finish 1; }
 done
 echo "guard: containerd runs on $sock (images kiln.local/pause:3.10, kiln.local/busybox:1.35, kiln.local/httpd:1.35)" >&2
 touch "$node/ready"
@@ -82,7 +82,7 @@ while :; do
   fi
   if ! kill -0 "$(cat "$node/containerd/containerd.pid" 2>/dev/null)" 2>/dev/null; then
     echo "guard: containerd exited; see $node/containerd/containerd.log" >&2
-    finish
+    finish 1
   fi
   sleep 1 &
   wait $! 2>/dev/null
