@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz bench lint controlplane cluster-up cluster-down deploy-manifests image clean
+.PHONY: help build run test fuzz bench lint controlplane node cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ build: ## Build the kiln binary
 run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's cluster, or on a local control plane
 	$(KILN) demo
 
-test: lint controlplane ## Lints, unit tests and integration tests against a real local control plane
+test: lint controlplane node ## Lints, unit tests and integration tests against a real local control plane (and, as root, its node)
 	$(CARGO) test --locked
 
 fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
@@ -39,6 +39,10 @@ lint: ## rustfmt and clippy (warnings are errors); go vet of the benchmark's Go 
 
 controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl from Go modules (cached)
 	@bash tests/controlplane/build.sh >/dev/null
+
+node: ## As root: also build kube-scheduler, kubelet, kube-proxy for the local node (tests/node.rs, the demo); else nothing
+	@if [ "$$(id -u)" = 0 ]; then bash tests/controlplane/build.sh --node >/dev/null; \
+	else echo "not root: no local node (tests/node.rs skips)"; fi
 
 cluster-up: controlplane ## Start a local control plane in the background; prints the KUBECONFIG to use
 	$(KILN) controlplane up --detach --dir $(CONTROLPLANE_DIR)

@@ -276,4 +276,10 @@ pub struct UpArgs {
     /// Directory of the Go wrapper modules (default: this checkout's).
     #[arg(long)]
     pub source: Option<PathBuf>,
+    /// Also run the machine's single node (containerd, kubelet, kube-proxy,
+    /// kube-scheduler), so pods run; the apiserver then serves on the node's
+    /// bridge, 10.244.0.1. Root only; one per machine
+    /// (tests/controlplane/NODE.md).
+    #[arg(long)]
+    pub node: bool,
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use kiln::controlplane::{Binaries, ControlPlane, Options, State, Tether};
+use kiln::controlplane::{Binaries, ControlPlane, NODE_NAME, NodePaths, Options, State, Tether};
 
 use crate::cli::{DirArgs, UpArgs};
 
@@ -25,7 +25,13 @@ async fn up_async(args: UpArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let source = args.source.unwrap_or_else(Binaries::default_source);
-    let mut opts = Options::new(Binaries::locate(&source)?);
+    let mut opts = if args.node {
+        let mut opts = Options::new(Binaries::locate_node(&source)?);
+        opts.node = Some(NodePaths::new(&source));
+        opts
+    } else {
+        Options::new(Binaries::locate(&source)?)
+    };
     opts.dir = Some(dir);
     opts.tether = if args.detach {
         Tether::Detached
@@ -35,6 +41,12 @@ async fn up_async(args: UpArgs) -> anyhow::Result<ExitCode> {
     let cp = ControlPlane::start(opts).await?;
     println!("control plane ready at {}", cp.server());
     println!("  export KUBECONFIG={}", cp.kubeconfig_path().display());
+    if let Some(node) = cp.node() {
+        println!(
+            "  node {NODE_NAME} Ready; images: ctr --address {} -n k8s.io images import --base-name NAME ARCHIVE",
+            node.containerd_socket().display()
+        );
+    }
     if args.detach {
         let state = cp.detach()?;
         let pids: Vec<String> = state.pids.iter().map(|(n, p)| format!("{n}={p}")).collect();

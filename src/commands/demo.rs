@@ -1,14 +1,18 @@
 //! `kiln demo` (`make run`): the example rules running against a cluster, with
 //! the example CRDs and objects installed. Uses the cluster in $KUBECONFIG
 //! when it answers; otherwise starts a local control plane for the demo and
-//! stops it on exit.
+//! stops it on exit: as root with its single node, so pods really run (the
+//! WebApp `shop` then runs a small local image instead of nginx, which cannot
+//! be pulled there), else without nodes.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kiln::controlplane::{Binaries, ControlPlane, Options as ControlPlaneOptions};
+use kiln::controlplane::{
+    Binaries, ControlPlane, NodePaths, Options as ControlPlaneOptions, node_unsupported,
+};
 use kiln::engine::{Engine, Options};
 use kiln::rules;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -30,7 +34,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     })?;
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
         let (client, control_plane, kubeconfig) = connect(args).await?;
-        install_examples(&client, &args.examples).await?;
+        let on_node = control_plane.as_ref().is_some_and(|cp| cp.node().is_some());
+        install_examples(&client, &args.examples, on_node).await?;
         let engine = Engine::new(client, Options::default());
         engine.start_all(&set);
         println!();
@@ -40,7 +45,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         println!("  {kubectl} get webapps,databases,jobschedules -A");
         println!("  {kubectl} get deploy,svc,cm,statefulset,cronjob,resourcequota -A -l app.kubernetes.io/managed-by=kiln");
         println!("  {kubectl} describe webapp shop");
-        if control_plane.is_some() {
+        if on_node {
+            println!("  {kubectl} get pods -o wide");
+            print_node_notes();
+        } else if control_plane.is_some() {
             println!("The local control plane has no nodes, so Deployments never report ready pods and");
             println!("WebApps stay Ready=False; play the deployment controller to watch Ready flip:");
             println!("  {kubectl} patch deploy shop --subresource=status --type=merge -p '{{\"status\":{{\"replicas\":2,\"readyReplicas\":2}}}}'");
@@ -72,10 +80,27 @@ async fn connect(args: &DemoArgs) -> anyhow::Result<(Client, Option<ControlPlane
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
-    let mut opts = ControlPlaneOptions::new(Binaries::locate(&Binaries::default_source())?);
+    let source = Binaries::default_source();
+    let mut opts = match node_unsupported() {
+        None => {
+            let mut opts = ControlPlaneOptions::new(Binaries::locate_node(&source)?);
+            opts.node = Some(NodePaths::new(&source));
+            opts
+        }
+        Some(reason) => {
+            println!("no local node ({reason}): pods will not run");
+            ControlPlaneOptions::new(Binaries::locate(&source)?)
+        }
+    };
     opts.dir = Some(dir);
     let cp = ControlPlane::start(opts).await?;
     println!("local control plane ready at {}", cp.server());
+    if cp.node().is_some() {
+        println!(
+            "node {} Ready: pods run on this machine",
+            kiln::controlplane::NODE_NAME
+        );
+    }
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     Ok((cp.client().await?, Some(cp), kubeconfig))
 }
@@ -96,7 +121,7 @@ fn kubectl_hint() -> String {
 
 /// Applies every CRD under `dir`, waits until each is served, then every
 /// other object (namespaced ones without a namespace go to `default`).
-async fn install_examples(client: &Client, dir: &Path) -> anyhow::Result<()> {
+async fn install_examples(client: &Client, dir: &Path, on_node: bool) -> anyhow::Result<()> {
     let mut objects = Vec::new();
     let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)?
         .flatten()
@@ -111,6 +136,9 @@ async fn install_examples(client: &Client, dir: &Path) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{}:{}: {}", file.display(), e.pos, e.message))?;
             objects.extend(docs.iter().map(kiln::yaml::Node::to_json));
         }
+    }
+    if on_node {
+        objects.iter_mut().for_each(adapt_for_node);
     }
     let (crds, rest): (Vec<Value>, Vec<Value>) = objects
         .into_iter()
@@ -138,6 +166,41 @@ async fn install_examples(client: &Client, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The image the WebApp `shop` runs on the local node: busybox's `httpd`
+/// (Debian busybox-static) serving one page on 8080, built by the node's
+/// `prepare.sh`. The node has no registry and no network, so `nginx:1.27`
+/// could not be pulled.
+const NODE_WEB_IMAGE: &str = "kiln.local/httpd:1.35";
+
+/// Makes an example runnable on the local node: `shop` gets the local image.
+fn adapt_for_node(object: &mut Value) {
+    if object["kind"] == "WebApp" && object["metadata"]["name"] == "shop" {
+        object["spec"]["image"] = Value::from(NODE_WEB_IMAGE);
+    }
+}
+
+/// What the demo changed or cannot do on the local node, said plainly.
+fn print_node_notes() {
+    println!(
+        "On the local node, images come only from its own containerd (no registry, no network):"
+    );
+    println!(
+        "  - WebApp shop runs {NODE_WEB_IMAGE} instead of nginx:1.27: busybox's httpd (Debian"
+    );
+    println!(
+        "    busybox-static) serving one page on :8080; shop turns Ready=True once its pods run."
+    );
+    println!(
+        "  - Database orders (postgres:17), Application my-awesome-app (nginx) and the JobSchedule"
+    );
+    println!(
+        "    images cannot be pulled here, and orders' PersistentVolumeClaim has no provisioner,"
+    );
+    println!(
+        "    so those pods stay Pending or ErrImageNeverPull/ImagePullBackOff and never turn Ready."
+    );
+}
+
 async fn apply(client: &Client, object: &Value) -> anyhow::Result<()> {
     let types: TypeMeta = serde_json::from_value(object.clone())?;
     let gvk = GroupVersionKind::try_from(&types)?;
@@ -163,4 +226,19 @@ async fn apply(client: &Client, object: &Value) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_the_node_only_shop_gets_the_local_image() {
+        let mut shop = serde_json::json!({"kind": "WebApp", "metadata": {"name": "shop"}, "spec": {"image": "nginx:1.27"}});
+        let mut other = serde_json::json!({"kind": "WebApp", "metadata": {"name": "blog"}, "spec": {"image": "nginx:1.27"}});
+        adapt_for_node(&mut shop);
+        adapt_for_node(&mut other);
+        assert_eq!(shop["spec"]["image"], NODE_WEB_IMAGE);
+        assert_eq!(other["spec"]["image"], "nginx:1.27");
+    }
 }

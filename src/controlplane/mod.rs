@@ -1,6 +1,7 @@
 //! A real, local Kubernetes control plane: etcd, kube-apiserver and
 //! kube-controller-manager built from their Go modules and started on
-//! loopback with envtest-like flags.
+//! loopback with envtest-like flags; optionally with the machine's single
+//! node ([`Options::node`], `node.rs`), so pods run.
 //!
 //! It backs the integration tests, `make cluster-up` and the demo. Nothing in
 //! it is faked: RBAC is enforced, the garbage collector deletes children of a
@@ -17,6 +18,7 @@
 
 mod binaries;
 mod kubeconfig;
+mod node;
 mod pki;
 mod process;
 
@@ -30,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use binaries::Binaries;
+pub use node::{NODE_NAME, NodePaths, unsupported as node_unsupported};
 pub use pki::{ADMIN_GROUP, ADMIN_USER};
 use process::Component;
 pub use process::Tether;
@@ -101,6 +104,9 @@ pub enum Error {
     /// The generated kubeconfig could not be written or used.
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    /// The local node cannot run here, or its scripts failed.
+    #[error("local node: {0}")]
+    Node(String),
     /// The state file of a detached control plane is missing or unreadable.
     #[error("no running control plane recorded in {}: {reason}", path.display())]
     State {
@@ -135,6 +141,11 @@ pub struct Options {
     pub start_timeout: Duration,
     /// Extra kube-apiserver flags (appended, so they override defaults).
     pub apiserver_args: Vec<String>,
+    /// Also run the machine's single node (`tests/controlplane/NODE.md`):
+    /// containerd, kubelet, kube-proxy and kube-scheduler, with the apiserver
+    /// on the node's bridge. Needs root and binaries from
+    /// [`Binaries::locate_node`]. `None`: no node.
+    pub node: Option<NodePaths>,
 }
 
 impl Options {
@@ -147,6 +158,7 @@ impl Options {
             tether: Tether::Lifeline,
             start_timeout: Duration::from_secs(120),
             apiserver_args: Vec::new(),
+            node: None,
         }
     }
 }
@@ -160,6 +172,9 @@ pub struct State {
     pub kubeconfig: PathBuf,
     /// Component name and PID, in start order.
     pub pids: Vec<(String, u32)>,
+    /// The node, when one runs (`up --node`): `down` tears it down.
+    #[serde(default)]
+    pub node: Option<NodePaths>,
 }
 
 impl State {
@@ -188,9 +203,14 @@ impl State {
         let mut stopped = Vec::new();
         for (name, pid) in state.pids.iter().rev() {
             if process::alive(*pid) {
-                process::terminate(*pid, Duration::from_secs(10), || !process::alive(*pid));
+                process::terminate(*pid, grace(name), || !process::alive(*pid));
                 stopped.push(name.clone());
             }
+        }
+        // The guard tears the node down when stopped; if it was gone already,
+        // do it here.
+        if let Some(node) = &state.node {
+            node.teardown()?;
         }
         let path = Self::path(dir);
         std::fs::remove_file(&path).map_err(|source| Error::io("remove", &path, source))?;
@@ -205,6 +225,7 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     kubeconfig_yaml: String,
     components: Vec<Component>,
+    node: Option<NodePaths>,
     // Declared last: removed after the processes are stopped.
     _tempdir: Option<tempfile::TempDir>,
 }
@@ -229,11 +250,18 @@ impl ControlPlane {
                 (tmp.path().to_path_buf(), Some(tmp))
             }
         };
+        if let Some(reason) = opts.node.as_ref().and_then(|_| node::unsupported()) {
+            return Err(Error::Node(reason));
+        }
         let pki = pki::Pki::generate(&dir.join("pki"))?;
         let etcd_port = process::free_port()?;
         let peer_port = process::free_port()?;
         let api_port = process::free_port()?;
-        let server = format!("https://127.0.0.1:{api_port}");
+        let api_host = match opts.node {
+            Some(_) => pki::NODE_BRIDGE_IP.to_string(),
+            None => "127.0.0.1".to_string(),
+        };
+        let server = format!("https://{api_host}:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
         let kubeconfig_yaml =
             kubeconfig::render(&server, &pki).map_err(|e| Error::Kubeconfig(e.to_string()))?;
@@ -245,10 +273,15 @@ impl ControlPlane {
             kubeconfig,
             kubeconfig_yaml,
             components: Vec::new(),
+            node: opts.node.clone(),
             _tempdir: tempdir,
         };
         let deadline = Instant::now() + opts.start_timeout;
         let bins = &opts.binaries;
+        if let Some(node) = &opts.node {
+            // First: the lock, the bridge the apiserver binds, containerd.
+            this.start_guard(node, &dir, bins, opts.tether).await?;
+        }
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
@@ -285,7 +318,6 @@ impl ControlPlane {
             ),
             "--service-cluster-ip-range=10.0.0.0/24".to_string(),
             "--allow-privileged=true".to_string(),
-            "--disable-admission-plugins=ServiceAccount".to_string(),
             // For a local node (tests/controlplane/NODE.md): reach kubelets by
             // their InternalIP (the node name does not resolve here) with the
             // admin's client certificate, which they trust through the CA.
@@ -294,6 +326,12 @@ impl ControlPlane {
             format!("--kubelet-client-certificate={}", f.admin_cert.display()),
             format!("--kubelet-client-key={}", f.admin_key.display()),
         ];
+        match opts.node {
+            // Pods get their ServiceAccount token, and reach the apiserver.
+            Some(_) => api_args.extend(node::apiserver_overrides()),
+            // No pods run: no token controller is needed to admit them.
+            None => api_args.push("--disable-admission-plugins=ServiceAccount".to_string()),
+        }
         api_args.extend(opts.apiserver_args.iter().cloned());
         this.spawn(
             "kube-apiserver",
@@ -308,12 +346,16 @@ impl ControlPlane {
         this.wait_for("kube-apiserver", deadline, || default_namespace(&client))
             .await?;
 
-        let kcm_args = vec![
+        let mut kcm_args = vec![
             format!("--kubeconfig={}", this.kubeconfig.display()),
             "--controllers=garbagecollector,namespace,serviceaccount".to_string(),
             "--leader-elect=false".to_string(),
             "--secure-port=0".to_string(),
         ];
+        if let Some(node) = &opts.node {
+            // Later flags win: the node's controller list replaces the above.
+            kcm_args.extend(node::controller_manager_args(&pki.files, node));
+        }
         this.spawn(
             "kube-controller-manager",
             &bins.path("kube-controller-manager"),
@@ -325,7 +367,71 @@ impl ControlPlane {
         // it must at least survive its own flag parsing and first sync.
         tokio::time::sleep(Duration::from_millis(500)).await;
         this.ensure_running()?;
+        if let Some(node) = &opts.node {
+            this.start_node(node, &dir, bins, opts.tether, &client)
+                .await?;
+        }
         Ok(this)
+    }
+
+    /// Starts `node/guard.sh` (lock, leftover teardown, prepare, containerd)
+    /// and waits for its ready marker.
+    async fn start_guard(
+        &mut self,
+        node: &NodePaths,
+        dir: &Path,
+        bins: &Binaries,
+        tether: Tether,
+    ) -> Result<(), Error> {
+        let args = node.guard_args(dir, &bins.dir);
+        self.spawn(node::GUARD, Path::new("bash"), &args, dir, tether)?;
+        // Waiting for another node, installing packages and building the
+        // pause binary may take a while.
+        let deadline = Instant::now() + Duration::from_secs(600) + node.lock_wait;
+        let marker = node.ready_marker();
+        self.wait_for(node::GUARD, deadline, || {
+            let ready = marker.exists();
+            async move {
+                if ready {
+                    Ok(())
+                } else {
+                    Err("containerd and the images are not ready yet".to_string())
+                }
+            }
+        })
+        .await
+    }
+
+    /// Starts kube-scheduler, kubelet and kube-proxy (logs in `dir`, which
+    /// outlives the node's own directory), and waits until the node is Ready
+    /// and schedulable.
+    async fn start_node(
+        &mut self,
+        node: &NodePaths,
+        dir: &Path,
+        bins: &Binaries,
+        tether: Tether,
+        client: &Client,
+    ) -> Result<(), Error> {
+        let kubeconfig = self.kubeconfig.clone();
+        let agents = [
+            ("kube-scheduler", node::scheduler_args(&kubeconfig)),
+            ("kubelet", node.kubelet_args(&kubeconfig)),
+            ("kube-proxy", node.proxy_args()),
+        ];
+        for (name, args) in agents {
+            self.spawn(name, &bins.path(name), &args, dir, tether)?;
+            let pid = self.components.last().map_or(0, Component::pid);
+            node.write_pid(name, pid)?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        self.wait_for("kubelet", deadline, || node::node_ready(client))
+            .await
+    }
+
+    /// The node's paths, when this control plane runs one.
+    pub fn node(&self) -> Option<&NodePaths> {
+        self.node.as_ref()
     }
 
     /// The API server's URL.
@@ -379,6 +485,7 @@ impl ControlPlane {
             server: self.server.clone(),
             kubeconfig: self.kubeconfig.clone(),
             pids,
+            node: self.node.take(),
         };
         let path = State::path(&dir);
         let text = serde_json::to_string_pretty(&state).map_err(|e| Error::State {
@@ -457,7 +564,7 @@ impl ControlPlane {
     /// Stops every component, newest first.
     pub fn stop(&mut self) {
         while let Some(mut c) = self.components.pop() {
-            c.stop(Duration::from_secs(10));
+            c.stop(grace(c.name()));
         }
     }
 
@@ -508,6 +615,16 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// How long a component may take to exit on SIGTERM: the node's guard runs
+/// `teardown.sh` then (containers, mounts, iptables, cgroups).
+fn grace(component: &str) -> Duration {
+    if component == node::GUARD {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(10)
     }
 }
 

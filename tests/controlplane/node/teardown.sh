@@ -15,6 +15,9 @@ set -uo pipefail
 node="${1:?usage: teardown.sh NODE_DIR}"
 node="$(cd "$node" 2>/dev/null && pwd)" || { echo "teardown: $1 is gone, nothing to do"; exit 0; }
 bridge="${KILN_NODE_BRIDGE:-kiln0}"
+# The guard runs this with KILN_LIFELINE set; kube-proxy --cleanup would
+# follow it and exit at once (its parent is this script, not that process).
+unset KILN_LIFELINE
 
 stop() { # stop PIDFILE: SIGTERM, then SIGKILL after 10 s
   local f="$node/$1" pid
@@ -55,6 +58,15 @@ stop containerd/containerd.pid
 for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $sock" 2>/dev/null); do
   kill -KILL "$pid" && echo "teardown: killed shim $pid"
 done
+
+# 2b. Container processes containerd could not stop (it was gone, or a shim
+# was killed first): every process left in the kubelet's pod cgroups.
+left="$(find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods \( -name tasks -o -name cgroup.procs \) \
+  -exec cat {} + 2>/dev/null | sort -un)"
+for pid in $left; do
+  kill -KILL "$pid" 2>/dev/null && echo "teardown: killed pod process $pid"
+done
+[ -n "$left" ] && sleep 0.5
 
 # 3. Mounts under the node directory (overlay rootfs, sandbox shm, the
 # kubelet's bind mount of its root dir), deepest first; then CRI's netns.
