@@ -243,7 +243,8 @@ async fn run_sharded(
     mut stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
     use kiln::shard::{Shard, member::Member, scope::Scope};
-    let (namespace, identity) = lease_place(args);
+    let (namespace, _) = lease_place(args);
+    let identity = shard_identity(args);
     let shard = Shard::new(timing.renew_deadline);
     let retry = timing.retry_period;
     let mut member = Member::new(
@@ -341,6 +342,17 @@ fn own_namespace() -> String {
     std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "default".to_string())
+}
+
+/// A shard member's identity: `--shard-identity`, else `$POD_NAME` (unique
+/// in the cluster's namespace, and stable across a container's restarts),
+/// else the hostname and the pid. Leader election keeps the pid in it
+/// either way.
+fn shard_identity(args: &RunArgs) -> String {
+    args.shard_identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(identity)
 }
 
 fn identity() -> String {
