@@ -148,6 +148,10 @@ impl Member {
             tracing::warn!(lease = %self.identity, "shard Lease not renewed in time: starting again with no bucket");
             self.shard.release(self.shard.active()).await;
             self.listed = 0;
+            // The caches may be as old as the pause: nothing is claimed
+            // again before every cache has listed anew.
+            self.covered = 0;
+            self.interest_epoch = caches.rescope();
         }
         let view = self.view().await?;
         let assigned = ring::assigned(&self.identity, &view.members);
