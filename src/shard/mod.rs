@@ -7,6 +7,7 @@
 //! - [`handover`]: per round, which buckets to release, claim and activate.
 //! - [`member`]: the loop that renews this replica's Lease and runs the rounds.
 //! - [`scope`]: which objects the caches keep (the ingest filter).
+//! - [`server`]: the API server's sharded list and watch (KEP-5866).
 //!
 //! [`Shard`] is what the engine sees: the write guard ([`Shard::permit`])
 //! and the cache scope.
@@ -15,6 +16,7 @@ pub mod handover;
 pub mod member;
 pub mod ring;
 pub mod scope;
+pub mod server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

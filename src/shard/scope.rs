@@ -132,6 +132,15 @@ impl Scope {
             .is_none_or(|uid| self.shard.interested(uid))
     }
 
+    /// The share of `gvk` to ask the API server for (as a shard selector):
+    /// the buckets of interest, for a kind cached by its own uid (a sharded
+    /// kind); `None` for every other kind (children are cached by their
+    /// primary's uid, which the API server cannot select on).
+    pub fn server_share(&self, gvk: &Gvk) -> Option<super::ring::Buckets> {
+        let roles = self.roles.read().unwrap_or_else(PoisonError::into_inner);
+        roles.sharded.contains(gvk).then(|| self.shard.interest())
+    }
+
     /// The share.
     pub fn shard(&self) -> &Arc<Shard> {
         &self.shard

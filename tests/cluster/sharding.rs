@@ -333,6 +333,21 @@ impl Group {
         }
     }
 
+    /// Of replica `i`, for Widgets: whether the API server applied the
+    /// shard selector on the last list (`kiln_shard_server_filtered`), and
+    /// how many Widgets received it dropped as not in its share.
+    async fn widget_filtering(&self, i: usize) -> (Option<f64>, f64) {
+        let gvk = r#"{gvk="test.kiln.dev/v1/Widget"} "#;
+        let kiln = &self.replicas[i].kiln;
+        (
+            kiln.metric(&format!("kiln_shard_server_filtered{gvk}"))
+                .await,
+            kiln.metric(&format!("kiln_shard_dropped_objects_total{gvk}"))
+                .await
+                .unwrap_or(0.0),
+        )
+    }
+
     async fn metric_sum(&self, live: &[usize], prefix: &str) -> f64 {
         let mut sum = 0.0;
         for &i in live {
@@ -420,6 +435,21 @@ async fn three_replicas_share_the_primaries_as_the_ring_says_and_a_fourth_takes_
             owned, mine as f64,
             "{} reports {owned} primaries",
             r.manager
+        );
+    }
+    // Without the ShardedListAndWatch gate the API server ignores the
+    // shard selector and sends every Widget: each replica drops the others'.
+    for i in 0..3 {
+        let (served, dropped) = group.widget_filtering(i).await;
+        assert_eq!(served, Some(0.0), "kiln-r{i}: the gate is off");
+        let mine = before
+            .values()
+            .filter(|m| **m == format!("kiln-r{i}"))
+            .count();
+        assert!(
+            dropped >= (PRIMARIES - mine) as f64,
+            "kiln-r{i} dropped {dropped} Widgets, received fewer than the others' {}",
+            PRIMARIES - mine
         );
     }
     assert_eq!(
@@ -552,7 +582,9 @@ async fn a_paused_replica_writes_nothing_after_its_lease_expired() {
 }
 
 /// With the API server's `ShardedListAndWatch` gate on, the shares are the
-/// same: kiln filters its caches itself (see the README), whatever the server offers.
+/// same, and the API server sends each replica only its share of the
+/// Widgets (the shard selector is applied: `shardInfo` echoed), so kiln's
+/// filter at ingest has next to nothing to drop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shares_hold_with_the_sharded_list_and_watch_gate_on() {
     let mut opts = ControlPlaneOptions::new(Binaries::locate(&Binaries::default_source()).unwrap());
@@ -573,6 +605,15 @@ async fn the_shares_hold_with_the_sharded_list_and_watch_gate_on() {
         group.metric_sum(&[0, 1, 2], "kiln_shard_primaries ").await,
         PRIMARIES as f64
     );
+    for i in 0..3 {
+        let (served, dropped) = group.widget_filtering(i).await;
+        assert_eq!(served, Some(1.0), "kiln-r{i}: the server's sharded list");
+        eprintln!("kiln-r{i} dropped {dropped} Widgets with the gate on");
+        assert!(
+            dropped < (PRIMARIES / 10) as f64,
+            "kiln-r{i} dropped {dropped} Widgets: the server sent more than its share"
+        );
+    }
     group.no_double_writes();
     group.end().await;
 }
