@@ -215,6 +215,18 @@ spec:
     }
 
     #[test]
+    fn only_a_sharded_kind_is_asked_of_the_server_by_its_share() {
+        let shard = Shard::new(std::time::Duration::from_secs(10));
+        shard.set_interest(0b1010);
+        let scope = Scope::new(shard);
+        scope.set_rule(&rule(WIDGETS));
+        let widget = gvk("test.kiln.dev", "v1", "Widget");
+        assert_eq!(scope.server_share(&widget), Some(0b1010));
+        assert_eq!(scope.server_share(&gvk("", "v1", "ConfigMap")), None);
+        assert_eq!(scope.server_share(&gvk("", "v1", "Secret")), None);
+    }
+
+    #[test]
     fn a_kind_some_rule_reads_or_makes_is_cached_in_full() {
         let reader = rule(
             r#"
