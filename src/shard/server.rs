@@ -117,6 +117,17 @@ pub fn filtered(body: &[u8], share: Buckets) -> Option<bool> {
     )
 }
 
+/// Whether a response refuses the shard selector: a 400, or an error that
+/// names it (1.36 answers a selector it cannot parse with a 500 "invalid
+/// shard selector").
+fn refusal(status: http::StatusCode, body: &[u8]) -> bool {
+    status == http::StatusCode::BAD_REQUEST
+        || (status.is_server_error()
+            && String::from_utf8_lossy(body)
+                .to_ascii_lowercase()
+                .contains("shard selector"))
+}
+
 /// What the last list of a kind showed of the server's filtering.
 #[derive(Debug, Default)]
 pub struct Served(AtomicU8);
@@ -125,10 +136,11 @@ impl Served {
     const UNKNOWN: u8 = 0;
     const NO: u8 = 1;
     const YES: u8 = 2;
+    const REFUSED: u8 = 3;
 
     /// `Some(true)`: the server applied the selector on the last list;
-    /// `Some(false)`: it ignored it (kiln's own filter did the work);
-    /// `None`: no list with a selector yet.
+    /// `Some(false)`: it ignored or refused it (kiln's own filter did the
+    /// work); `None`: no list with a selector yet.
     pub fn get(&self) -> Option<bool> {
         match self.0.load(Ordering::Relaxed) {
             Self::UNKNOWN => None,
@@ -136,9 +148,18 @@ impl Served {
         }
     }
 
+    /// Whether the server refused the selector (it is no longer sent).
+    pub fn refused(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Self::REFUSED
+    }
+
     fn set(&self, served: bool) {
         let v = if served { Self::YES } else { Self::NO };
         self.0.store(v, Ordering::Relaxed);
+    }
+
+    fn refuse(&self) {
+        self.0.store(Self::REFUSED, Ordering::Relaxed);
     }
 }
 
@@ -146,23 +167,44 @@ impl Served {
 /// its [`selector`] to every request), and notes in `served` whether each
 /// list came back filtered; `None` when `share` has no selector.
 pub fn client(base: Client, share: Buckets, served: Arc<Served>) -> Option<Client> {
-    let selector = selector(share)?;
+    Some(client_with(base, selector(share)?, share, served))
+}
+
+/// [`client`] with the selector given: a list the API server refuses
+/// with it (400 Bad Request: a server whose grammar differs) is sent again
+/// without it, and so is every request after; kiln's filter at ingest
+/// does the work then.
+pub fn client_with(base: Client, selector: String, share: Buckets, served: Arc<Served>) -> Client {
     let namespace = base.default_namespace().to_string();
     let service = tower::service_fn(move |request: http::Request<Body>| {
         let (base, selector, served) = (base.clone(), selector.clone(), served.clone());
         async move {
+            if served.refused() {
+                return base.send(request).await;
+            }
             let (mut parts, body) = request.into_parts();
             let watch = parts
                 .uri
                 .query()
                 .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+            let plain = (parts.clone(), body.try_clone());
             parts.uri = with_selector(&parts.uri, &selector).map_err(kube::Error::HttpError)?;
             let response = base.send(http::Request::from_parts(parts, body)).await?;
-            if watch || !response.status().is_success() {
+            if watch {
                 return Ok::<_, kube::Error>(response);
             }
-            let (parts, body) = response.into_parts();
+            let (head, body) = response.into_parts();
             let bytes = body.collect().await?.to_bytes();
+            if refusal(head.status, &bytes)
+                && let (parts, Some(body)) = plain
+            {
+                tracing::warn!(%selector, "the API server refused the shard selector; kiln filters at ingest");
+                served.refuse();
+                return base.send(http::Request::from_parts(parts, body)).await;
+            }
+            if !head.status.is_success() {
+                return Ok(http::Response::from_parts(head, Body::from(bytes)));
+            }
             if let Some(verdict) = filtered(&bytes, share) {
                 if served.get() != Some(verdict) {
                     tracing::info!(%selector, served = verdict, "the API server's sharded list: {}",
@@ -170,10 +212,10 @@ pub fn client(base: Client, share: Buckets, served: Arc<Served>) -> Option<Clien
                 }
                 served.set(verdict);
             }
-            Ok(http::Response::from_parts(parts, Body::from(bytes)))
+            Ok(http::Response::from_parts(head, Body::from(bytes)))
         }
     });
-    Some(Client::new(service, namespace))
+    Client::new(service, namespace)
 }
 
 #[cfg(test)]
@@ -193,6 +235,20 @@ mod tests {
             selector(1 << 63).unwrap(),
             "shardRange(object.metadata.uid, '0xfc00000000000000', '0x10000000000000000')"
         );
+    }
+
+    #[test]
+    fn a_refusal_is_a_400_or_an_error_naming_the_selector() {
+        assert!(refusal(http::StatusCode::BAD_REQUEST, b""));
+        assert!(refusal(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            br#"{"message":"invalid shard selector: unsupported field path"}"#
+        ));
+        assert!(!refusal(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            b"etcdserver: leader changed"
+        ));
+        assert!(!refusal(http::StatusCode::OK, b"shard selector"));
     }
 
     #[test]

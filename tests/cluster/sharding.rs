@@ -144,11 +144,15 @@ impl Group {
     }
 
     fn widgets(&self) -> Api<DynamicObject> {
+        self.widgets_through(self.client.clone())
+    }
+
+    fn widgets_through(&self, client: Client) -> Api<DynamicObject> {
         let ar = kube::api::ApiResource::from_gvk_with_plural(
             &kube::api::GroupVersionKind::gvk("test.kiln.dev", "v1", "Widget"),
             "widgets",
         );
-        Api::namespaced_with(self.client.clone(), self.ns(), &ar)
+        Api::namespaced_with(client, self.ns(), &ar)
     }
 
     /// Widgets w0..w299 with `value` = `{prefix}-{i}`.
@@ -614,6 +618,26 @@ async fn the_shares_hold_with_the_sharded_list_and_watch_gate_on() {
             "kiln-r{i} dropped {dropped} Widgets: the server sent more than its share"
         );
     }
+    // A selector the API server cannot parse is refused; the list is sent
+    // again without it, so nothing is lost, and the selector is dropped.
+    let served = Arc::new(kiln::shard::server::Served::default());
+    let refused = kiln::shard::server::client_with(
+        group.client.clone(),
+        "shardRange(object.metadata.name, '0x0', '0x1')".to_string(),
+        u64::MAX,
+        served.clone(),
+    );
+    let all = group
+        .widgets_through(refused)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        all.items.len(),
+        PRIMARIES,
+        "a refused selector lost objects"
+    );
+    assert!(served.refused(), "the refusal was not noted");
     group.no_double_writes();
     group.end().await;
 }
