@@ -94,6 +94,9 @@ pub struct Metrics {
     /// `kiln_shard_dropped_objects_total{gvk}`: objects received that are
     /// not in this replica's share (dropped at ingest).
     pub shard_dropped: Family<Labels, Counter>,
+    /// `kiln_shard_rescopes_total`: times the caches were listed again for
+    /// a new share, or after this replica's Lease was lost.
+    pub shard_rescopes: Counter,
 }
 
 impl Default for Metrics {
@@ -140,6 +143,7 @@ impl Metrics {
             shard_handovers: Family::default(),
             shard_server_filtered: Family::default(),
             shard_dropped: Family::default(),
+            shard_rescopes: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -272,6 +276,11 @@ impl Metrics {
             "kiln_shard_dropped_objects",
             "Objects received that are not in this replica's share, dropped at ingest",
             m.shard_dropped.clone(),
+        );
+        r.register(
+            "kiln_shard_rescopes",
+            "Times the caches were listed again for a new share, or after the Lease was lost",
+            m.shard_rescopes.clone(),
         );
         Self { registry, ..m }
     }

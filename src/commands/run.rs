@@ -425,6 +425,8 @@ impl Probe for RunProbe {
             let owned = engine.as_ref().map_or(0, |e| e.primaries_owned());
             m.shard_primaries
                 .set(i64::try_from(owned).unwrap_or(i64::MAX));
+            m.shard_rescopes
+                .inc_by(shard.rescopes().saturating_sub(m.shard_rescopes.get()));
             let (taken, given) = shard.handovers();
             for (direction, total) in [("in", taken), ("out", given)] {
                 let c = m

@@ -152,6 +152,7 @@ impl Member {
             // again before every cache has listed anew.
             self.covered = 0;
             self.interest_epoch = caches.rescope();
+            self.shard.rescoped();
         }
         let view = self.view().await?;
         let assigned = ring::assigned(&self.identity, &view.members);
@@ -178,6 +179,7 @@ impl Member {
             self.shard.set_interest(step.interest);
             self.covered &= step.interest;
             self.interest_epoch = caches.rescope();
+            self.shard.rescoped();
         }
         let sent = Instant::now();
         self.write(step.listed).await?;

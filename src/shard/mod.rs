@@ -47,6 +47,8 @@ pub struct Shard {
     /// Buckets handed over (released and activated) since start.
     handovers_in: AtomicU64,
     handovers_out: AtomicU64,
+    /// Times the caches were listed again for a new share.
+    rescopes: AtomicU64,
 }
 
 /// A write in flight for one bucket; the bucket is not released while one is.
@@ -76,6 +78,7 @@ impl Shard {
             assigned: AtomicU64::new(0),
             handovers_in: AtomicU64::new(0),
             handovers_out: AtomicU64::new(0),
+            rescopes: AtomicU64::new(0),
         })
     }
 
@@ -142,6 +145,16 @@ impl Shard {
             self.handovers_in.load(Ordering::Relaxed),
             self.handovers_out.load(Ordering::Relaxed),
         )
+    }
+
+    /// Times the caches were listed again for a new share (or after the
+    /// Lease was lost) since start.
+    pub fn rescopes(&self) -> u64 {
+        self.rescopes.load(Ordering::Relaxed)
+    }
+
+    fn rescoped(&self) {
+        self.rescopes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Ready: the Lease is fresh and the buckets held are those assigned.

@@ -542,6 +542,15 @@ async fn a_paused_replica_writes_nothing_after_its_lease_expired() {
     group.settled(&[0, 1, 2]).await;
     let before = group.each_written_by_its_owner().await;
     let pid = group.replicas[0].pid();
+    let paused = &group.replicas[0].kiln;
+    let taken_in = r#"kiln_shard_handovers_total{direction="in"} "#;
+    let (taken, rescopes) = (
+        paused.metric(taken_in).await.unwrap_or(0.0),
+        paused
+            .metric("kiln_shard_rescopes_total ")
+            .await
+            .unwrap_or(0.0),
+    );
     kill(pid, Signal::SIGSTOP).unwrap();
     // The others see its Lease expire and take its share.
     eventually("the others to take the paused share", CONVERGE, || async {
@@ -554,6 +563,22 @@ async fn a_paused_replica_writes_nothing_after_its_lease_expired() {
     group.converged("v2").await;
     let resumed = Instant::now();
     kill(pid, Signal::SIGCONT).unwrap();
+    // When it takes buckets again, it has already listed its caches anew:
+    // they were as old as the pause.
+    let relisted = eventually(
+        "the paused replica to take buckets again",
+        CONVERGE,
+        || async {
+            let now = paused.metric(taken_in).await?;
+            let relisted = paused.metric("kiln_shard_rescopes_total ").await? > rescopes;
+            (now > taken).then_some(relisted)
+        },
+    )
+    .await;
+    assert!(
+        relisted,
+        "the paused replica took buckets back before it listed its caches again"
+    );
     group.settled(&[0, 1, 2]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     // It takes its buckets back (its identity is the same) but re-lists
