@@ -132,6 +132,12 @@ pub struct RunArgs {
     /// The shard group: replicas of one group share the primaries.
     #[arg(long, default_value = "kiln")]
     pub shard_group: String,
+    /// This replica's name in the shard group (its Lease's name), which
+    /// decides its share: unique in the group, and stable across restarts
+    /// so a restarted replica takes back the same buckets. Default:
+    /// `$POD_NAME` when set, else the hostname and the pid.
+    #[arg(long, requires = "shards")]
+    pub shard_identity: Option<String>,
 }
 
 /// `kiln demo`

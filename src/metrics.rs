@@ -87,6 +87,16 @@ pub struct Metrics {
     pub shard_primaries: Gauge,
     /// `kiln_shard_handovers_total{direction="in"|"out"}`: buckets taken over and handed away.
     pub shard_handovers: Family<Labels, Counter>,
+    /// `kiln_shard_server_filtered{gvk}`: 1 when the API server applied the
+    /// shard selector on the last list of the kind (KEP-5866), 0 when it
+    /// ignored it (kiln's filter at ingest did the work).
+    pub shard_server_filtered: Family<Labels, Gauge>,
+    /// `kiln_shard_dropped_objects_total{gvk}`: objects received that are
+    /// not in this replica's share (dropped at ingest).
+    pub shard_dropped: Family<Labels, Counter>,
+    /// `kiln_shard_rescopes_total`: times the caches were listed again for
+    /// a new share, or after this replica's Lease was lost.
+    pub shard_rescopes: Counter,
 }
 
 impl Default for Metrics {
@@ -131,6 +141,9 @@ impl Metrics {
             shard_buckets: Gauge::default(),
             shard_primaries: Gauge::default(),
             shard_handovers: Family::default(),
+            shard_server_filtered: Family::default(),
+            shard_dropped: Family::default(),
+            shard_rescopes: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -253,6 +266,21 @@ impl Metrics {
             "kiln_shard_handovers",
             "Buckets this replica took over (in) and handed away (out)",
             m.shard_handovers.clone(),
+        );
+        r.register(
+            "kiln_shard_server_filtered",
+            "1 when the API server applied the shard selector on the kind's last list (KEP-5866), 0 when it ignored it",
+            m.shard_server_filtered.clone(),
+        );
+        r.register(
+            "kiln_shard_dropped_objects",
+            "Objects received that are not in this replica's share, dropped at ingest",
+            m.shard_dropped.clone(),
+        );
+        r.register(
+            "kiln_shard_rescopes",
+            "Times the caches were listed again for a new share, or after the Lease was lost",
+            m.shard_rescopes.clone(),
         );
         Self { registry, ..m }
     }

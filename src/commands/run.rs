@@ -243,7 +243,8 @@ async fn run_sharded(
     mut stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
     use kiln::shard::{Shard, member::Member, scope::Scope};
-    let (namespace, identity) = lease_place(args);
+    let (namespace, _) = lease_place(args);
+    let identity = shard_identity(args);
     let shard = Shard::new(timing.renew_deadline);
     let retry = timing.retry_period;
     let mut member = Member::new(
@@ -343,6 +344,17 @@ fn own_namespace() -> String {
         .unwrap_or_else(|_| "default".to_string())
 }
 
+/// A shard member's identity: `--shard-identity`, else `$POD_NAME` (unique
+/// in the cluster's namespace, and stable across a container's restarts),
+/// else the hostname and the pid. Leader election keeps the pid in it
+/// either way.
+fn shard_identity(args: &RunArgs) -> String {
+    args.shard_identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(identity)
+}
+
 fn identity() -> String {
     let host = std::env::var("POD_NAME")
         .or_else(|_| {
@@ -413,6 +425,8 @@ impl Probe for RunProbe {
             let owned = engine.as_ref().map_or(0, |e| e.primaries_owned());
             m.shard_primaries
                 .set(i64::try_from(owned).unwrap_or(i64::MAX));
+            m.shard_rescopes
+                .inc_by(shard.rescopes().saturating_sub(m.shard_rescopes.get()));
             let (taken, given) = shard.handovers();
             for (direction, total) in [("in", taken), ("out", given)] {
                 let c = m

@@ -236,12 +236,16 @@ impl RuleController {
                             .map(|o| o.uid.clone())
                     })
                     .unwrap_or_default();
-                let _permit = match &self.shared.shard {
-                    Some(scope) => match scope.shard().permit(&primary_uid) {
-                        Some(permit) => Some(permit),
-                        None => continue,
-                    },
-                    None => None,
+                // Only while this replica may write: its Lease held (a
+                // standby, or a leader past its renew deadline, deletes
+                // nothing) and, sharded, the primary's bucket (another
+                // replica deletes the rest).
+                if !self.shared.may_write() {
+                    tracing::warn!(rule = %self.rule.name, "the lease is not held: not deleting the children of the removed rule");
+                    return;
+                }
+                let Ok(_permit) = self.fence_uid(&primary_uid) else {
+                    continue;
                 };
                 let key = ObjKey::of(&child);
                 let api = self.api(informer.kind(), key.namespace.as_deref());
@@ -1000,22 +1004,23 @@ impl RuleController {
     /// not in its share any more). Hold the permit until the write returns:
     /// the share is not handed over while a write is in flight.
     fn fence(&self, primary: &DynamicObject) -> Result<Option<crate::shard::Permit>, Failure> {
+        self.fence_uid(primary.metadata.uid.as_deref().unwrap_or_default())
+    }
+
+    /// [`fence`](Self::fence) for the primary with this uid.
+    fn fence_uid(&self, primary_uid: &str) -> Result<Option<crate::shard::Permit>, Failure> {
         if !self.shared.may_write() {
             return Err(Failure::new(Category::LeaseLost, "the lease is not held"));
         }
         let Some(scope) = &self.shared.shard else {
             return Ok(None);
         };
-        scope
-            .shard()
-            .permit(primary.metadata.uid.as_deref().unwrap_or_default())
-            .map(Some)
-            .ok_or_else(|| {
-                Failure::new(
-                    Category::LeaseLost,
-                    "this replica's shard Lease or this primary's bucket is not held",
-                )
-            })
+        scope.shard().permit(primary_uid).map(Some).ok_or_else(|| {
+            Failure::new(
+                Category::LeaseLost,
+                "this replica's shard Lease or this primary's bucket is not held",
+            )
+        })
     }
 
     /// Server-side applies one child, and remembers how the server stored it.

@@ -163,7 +163,20 @@ pub struct Informer {
     quiet_relist: AtomicBool,
     /// What of each object is kept (applied at ingest); only widens.
     projection: Arc<RwLock<Projection>>,
+    /// The shard selector to send with lists and watches (sharding, where
+    /// the API server serves it); `None`: every object is sent.
+    select: std::sync::OnceLock<Select>,
+    /// Whether the API server applied the selector on the last list.
+    served: Arc<crate::shard::server::Served>,
+    /// Objects received that the scope did not keep.
+    dropped: AtomicU64,
 }
+
+/// The share of a kind to ask the API server for (its shard selector),
+/// asked each time the streams (re)start; `None`: everything (the kind is
+/// not selected by its own uid).
+pub type Select =
+    Arc<dyn Fn(&crate::rules::Gvk) -> Option<crate::shard::ring::Buckets> + Send + Sync>;
 
 /// Decides whether the cache of a kind keeps an object (a sharded replica
 /// keeps only its share); asked at ingest, before the store.
@@ -236,6 +249,9 @@ impl Informer {
             listed_epoch,
             quiet_relist: AtomicBool::new(false),
             projection: Arc::new(RwLock::new(Projection::everything())),
+            select: std::sync::OnceLock::new(),
+            served: Arc::default(),
+            dropped: AtomicU64::new(0),
         })
     }
 
@@ -245,7 +261,8 @@ impl Informer {
     /// status fields kiln wrote, so one it stops writing can be removed).
     /// Objects that cannot be decoded are left out and told to `sink` once;
     /// with a `scope`, only the objects it keeps are cached (scope epoch `epoch`);
-    /// of each object only what `projection` keeps is cached.
+    /// of each object only what `projection` keeps is cached; with a
+    /// `select`, the API server is asked to send only what it selects.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         client: &Client,
@@ -254,6 +271,7 @@ impl Informer {
         status_manager: &str,
         sink: Option<UndecodableSink>,
         scope: Option<Keep>,
+        select: Option<Select>,
         epoch: u64,
         projection: Projection,
     ) -> Arc<Self> {
@@ -282,6 +300,9 @@ impl Informer {
             .projection
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = projection;
+        if let Some(select) = select {
+            let _ = this.select.set(select);
+        }
         this.spawn_streams();
         this
     }
@@ -345,6 +366,39 @@ impl Informer {
         *self.listed_epoch.borrow()
     }
 
+    /// The API of watch stream `stream`: `api`, or, when the share can be
+    /// put as a shard selector, the same through a client that sends it.
+    fn stream_api(&self, stream: usize, api: Api<Incoming>) -> Api<Incoming> {
+        let Some(share) = self.select.get().and_then(|s| s(&self.kind.gvk)) else {
+            return api;
+        };
+        let Some(client) =
+            crate::shard::server::client(api.clone().into(), share, self.served.clone())
+        else {
+            return api;
+        };
+        match &self.streams[stream] {
+            Some(ns) => Api::namespaced_with(client, ns, &self.kind.ar),
+            None => Api::all_with(client, &self.kind.ar),
+        }
+    }
+
+    /// Whether the API server filtered the last list by the shard selector
+    /// (`None`: no selector sent), and how many objects received the
+    /// scope dropped (sharding).
+    pub fn shard_filtering(&self) -> (Option<bool>, u64) {
+        let sent = self
+            .select
+            .get()
+            .and_then(|s| s(&self.kind.gvk))
+            .and_then(crate::shard::server::selector)
+            .is_some();
+        (
+            self.served.get().filter(|_| sent),
+            self.dropped.load(Ordering::Relaxed),
+        )
+    }
+
     fn spawn_streams(self: &Arc<Self>) {
         let tasks =
             self.apis
@@ -352,6 +406,7 @@ impl Informer {
                 .cloned()
                 .enumerate()
                 .map(|(stream, api)| {
+                    let api = self.stream_api(stream, api);
                     let weak = Arc::downgrade(self);
                     let keep = self.status_manager.clone();
                     let projection = self.projection.clone();
@@ -509,6 +564,7 @@ impl Informer {
         if keep(&self.kind.gvk, &object) {
             return Some(object);
         }
+        self.dropped.fetch_add(1, Ordering::Relaxed);
         let removed = self.write().remove(&ObjKey::of(&object));
         if let Some(old) = removed {
             self.emit(&Change::Deleted(&old));
@@ -765,6 +821,8 @@ pub struct Registry {
     sink: Option<UndecodableSink>,
     /// Which objects the caches keep (sharding).
     scope: Option<Keep>,
+    /// The shard selector sent with lists and watches (sharding).
+    select: Option<Select>,
     /// The scope epoch: bumped each time the scope changes.
     epoch: AtomicU64,
     /// Whether informers keep only what rules set and read (issue 16);
@@ -797,13 +855,27 @@ impl Registry {
         Self { project, ..self }
     }
 
-    /// The caches keep only what `scope` keeps (a sharded replica).
+    /// The caches keep only what `scope` keeps (a sharded replica), and
+    /// the API server is asked to send only what `select` selects.
     #[must_use]
-    pub fn scoped(self, scope: Keep) -> Self {
+    pub fn scoped(self, scope: Keep, select: Select) -> Self {
         Self {
             scope: Some(scope),
+            select: Some(select),
             ..self
         }
+    }
+
+    /// Per kind with a shard selector: whether the API server applied it on
+    /// the last list, and how many objects received the scope dropped.
+    pub fn shard_filtering(&self) -> Vec<(crate::rules::Gvk, Option<bool>, u64)> {
+        self.lock()
+            .iter()
+            .map(|(gvk, e)| {
+                let (served, dropped) = e.informer.shard_filtering();
+                (gvk.clone(), served, dropped)
+            })
+            .collect()
     }
 
     /// The scope changed: every informer lists again under it. Returns the
@@ -872,6 +944,7 @@ impl Registry {
                     &self.status_manager,
                     self.sink.clone(),
                     self.scope.clone(),
+                    self.select.clone(),
                     self.epoch.load(Ordering::SeqCst),
                     wanted.clone(),
                 ),

@@ -187,8 +187,11 @@ impl Engine {
             .reporting_to(sink)
             .projecting(options.project_cache);
         if let Some(scope) = &shard {
-            let scope = scope.clone();
-            informers = informers.scoped(Arc::new(move |gvk, obj| scope.keeps(gvk, obj)));
+            let (keep, select) = (scope.clone(), scope.clone());
+            informers = informers.scoped(
+                Arc::new(move |gvk, obj| keep.keeps(gvk, obj)),
+                Arc::new(move |gvk| select.server_share(gvk)),
+            );
         }
         let shared = Arc::new(Shared {
             kinds: Kinds::new(client.clone()),
@@ -390,6 +393,18 @@ impl Engine {
             m.cached_objects
                 .get_or_create(&crate::metrics::label("gvk", &gvk.to_string()))
                 .set(count as i64);
+        }
+        if self.shared.shard.is_some() {
+            for (gvk, served, dropped) in self.shared.informers.shard_filtering() {
+                let label = crate::metrics::label("gvk", &gvk.to_string());
+                if let Some(served) = served {
+                    m.shard_server_filtered
+                        .get_or_create(&label)
+                        .set(i64::from(served));
+                }
+                let c = m.shard_dropped.get_or_create(&label);
+                c.inc_by(dropped.saturating_sub(c.get()));
+            }
         }
         m.clone()
     }

@@ -148,6 +148,11 @@ impl Member {
             tracing::warn!(lease = %self.identity, "shard Lease not renewed in time: starting again with no bucket");
             self.shard.release(self.shard.active()).await;
             self.listed = 0;
+            // The caches may be as old as the pause: nothing is claimed
+            // again before every cache has listed anew.
+            self.covered = 0;
+            self.interest_epoch = caches.rescope();
+            self.shard.rescoped();
         }
         let view = self.view().await?;
         let assigned = ring::assigned(&self.identity, &view.members);
@@ -174,6 +179,7 @@ impl Member {
             self.shard.set_interest(step.interest);
             self.covered &= step.interest;
             self.interest_epoch = caches.rescope();
+            self.shard.rescoped();
         }
         let sent = Instant::now();
         self.write(step.listed).await?;
@@ -182,8 +188,14 @@ impl Member {
         Ok(())
     }
 
-    /// The live members and what the others list, from a quorum read.
+    /// The live members and what the others list, from a quorum read
+    /// given up after the renew deadline.
     async fn view(&mut self) -> Result<View, kube::Error> {
+        let limit = self.timing.renew_deadline;
+        bounded(limit, self.read_view()).await
+    }
+
+    async fn read_view(&mut self) -> Result<View, kube::Error> {
         let leases = self
             .api
             .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={}", self.group)))
@@ -241,8 +253,14 @@ impl Member {
         Ok(View { members, others })
     }
 
-    /// Writes this member's Lease: held by it, renewed now, listing `listed`.
+    /// Writes this member's Lease: held by it, renewed now, listing
+    /// `listed`; given up after the renew deadline.
     async fn write(&mut self, listed: Buckets) -> Result<(), kube::Error> {
+        let limit = self.timing.renew_deadline;
+        bounded(limit, self.write_lease(listed)).await
+    }
+
+    async fn write_lease(&mut self, listed: Buckets) -> Result<(), kube::Error> {
         let lease = self.lease(Some(self.identity.clone()), listed);
         let written = match &self.resource_version {
             Some(_) => {
@@ -283,9 +301,9 @@ impl Member {
         if let Some(spec) = lease.spec.as_mut() {
             spec.lease_duration_seconds = Some(1);
         }
-        self.api
-            .replace(&self.identity, &PostParams::default(), &lease)
-            .await?;
+        let pp = PostParams::default();
+        let release = self.api.replace(&self.identity, &pp, &lease);
+        bounded(self.timing.renew_deadline, release).await?;
         self.shard.renewed_at(None);
         Ok(())
     }
@@ -311,6 +329,19 @@ impl Member {
     }
 }
 
+/// `request`, given up after `limit`. A request stuck on a connection
+/// that died (a replica paused past its Lease can wake with one in flight)
+/// must not stop the rounds for good, and a Lease read or written later
+/// than the renew deadline is of no use anyway.
+async fn bounded<T>(
+    limit: Duration,
+    request: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or_else(|elapsed| Err(kube::Error::Service(Box::new(elapsed))))
+}
+
 /// Buckets as the annotation writes them: hexadecimal bits.
 pub fn format(set: Buckets) -> String {
     format!("{set:016x}")
@@ -328,6 +359,17 @@ pub fn parse(text: &str) -> Buckets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_hangs_is_given_up_after_the_limit() {
+        let hung = bounded(
+            Duration::from_secs(3),
+            std::future::pending::<Result<(), kube::Error>>(),
+        );
+        assert!(matches!(hung.await, Err(kube::Error::Service(_))));
+        let quick = bounded(Duration::from_secs(3), async { Ok::<_, kube::Error>(7) });
+        assert_eq!(quick.await.unwrap(), 7);
+    }
 
     #[test]
     fn the_annotation_round_trips_and_damage_blocks_claims() {

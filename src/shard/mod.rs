@@ -7,6 +7,7 @@
 //! - [`handover`]: per round, which buckets to release, claim and activate.
 //! - [`member`]: the loop that renews this replica's Lease and runs the rounds.
 //! - [`scope`]: which objects the caches keep (the ingest filter).
+//! - [`server`]: the API server's sharded list and watch (KEP-5866).
 //!
 //! [`Shard`] is what the engine sees: the write guard ([`Shard::permit`])
 //! and the cache scope.
@@ -15,6 +16,7 @@ pub mod handover;
 pub mod member;
 pub mod ring;
 pub mod scope;
+pub mod server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -45,6 +47,8 @@ pub struct Shard {
     /// Buckets handed over (released and activated) since start.
     handovers_in: AtomicU64,
     handovers_out: AtomicU64,
+    /// Times the caches were listed again for a new share.
+    rescopes: AtomicU64,
 }
 
 /// A write in flight for one bucket; the bucket is not released while one is.
@@ -74,6 +78,7 @@ impl Shard {
             assigned: AtomicU64::new(0),
             handovers_in: AtomicU64::new(0),
             handovers_out: AtomicU64::new(0),
+            rescopes: AtomicU64::new(0),
         })
     }
 
@@ -140,6 +145,16 @@ impl Shard {
             self.handovers_in.load(Ordering::Relaxed),
             self.handovers_out.load(Ordering::Relaxed),
         )
+    }
+
+    /// Times the caches were listed again for a new share (or after the
+    /// Lease was lost) since start.
+    pub fn rescopes(&self) -> u64 {
+        self.rescopes.load(Ordering::Relaxed)
+    }
+
+    fn rescoped(&self) {
+        self.rescopes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Ready: the Lease is fresh and the buckets held are those assigned.

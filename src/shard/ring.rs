@@ -134,6 +134,42 @@ mod tests {
         }
     }
 
+    /// Over many groups of random identities (as pods' names are), a
+    /// fourth member takes about a quarter of the buckets, and only from
+    /// the three; each of three holds about a third.
+    #[test]
+    fn over_many_identities_a_fourth_member_takes_about_a_quarter() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut name = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            format!("kiln-{:08x}", seed >> 32)
+        };
+        let groups = 500;
+        let (mut moved, mut third) = (0u32, 0u32);
+        for _ in 0..groups {
+            let three: Vec<String> = (0..3).map(|_| name()).collect();
+            let mut four = three.clone();
+            four.push(name());
+            for m in &three {
+                let before = assigned(m, &three);
+                let after = assigned(m, &four);
+                assert_eq!(after & !before, 0, "{m} gained buckets");
+                moved += (before & !after).count_ones();
+            }
+            third += assigned(&three[0], &three).count_ones();
+        }
+        let per_group = f64::from(moved) / f64::from(groups);
+        assert!(
+            (15.0..=17.0).contains(&per_group),
+            "a fourth took {per_group} of 64 buckets on average, not about 16"
+        );
+        let share = f64::from(third) / f64::from(groups);
+        assert!(
+            (20.3..=22.3).contains(&share),
+            "one of three held {share} of 64 on average, not about 21.3"
+        );
+    }
+
     #[test]
     fn a_member_leaving_hands_only_its_own_buckets_over() {
         let four = names(4);

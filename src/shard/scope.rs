@@ -132,6 +132,15 @@ impl Scope {
             .is_none_or(|uid| self.shard.interested(uid))
     }
 
+    /// The share of `gvk` to ask the API server for (as a shard selector):
+    /// the buckets of interest, for a kind cached by its own uid (a sharded
+    /// kind); `None` for every other kind (children are cached by their
+    /// primary's uid, which the API server cannot select on).
+    pub fn server_share(&self, gvk: &Gvk) -> Option<super::ring::Buckets> {
+        let roles = self.roles.read().unwrap_or_else(PoisonError::into_inner);
+        roles.sharded.contains(gvk).then(|| self.shard.interest())
+    }
+
     /// The share.
     pub fn shard(&self) -> &Arc<Shard> {
         &self.shard
@@ -203,6 +212,18 @@ spec:
             "metadata": {"name": "o", "labels": {"kiln.dev/rule": "widgets",
             "kiln.dev/owner-uid": "u2"}}}));
         assert_eq!(roles.shard_uid(&cm, &outside), Some("u2"));
+    }
+
+    #[test]
+    fn only_a_sharded_kind_is_asked_of_the_server_by_its_share() {
+        let shard = Shard::new(std::time::Duration::from_secs(10));
+        shard.set_interest(0b1010);
+        let scope = Scope::new(shard);
+        scope.set_rule(&rule(WIDGETS));
+        let widget = gvk("test.kiln.dev", "v1", "Widget");
+        assert_eq!(scope.server_share(&widget), Some(0b1010));
+        assert_eq!(scope.server_share(&gvk("", "v1", "ConfigMap")), None);
+        assert_eq!(scope.server_share(&gvk("", "v1", "Secret")), None);
     }
 
     #[test]

@@ -58,6 +58,9 @@ impl Cluster {
             "--audit-log-format=json".to_string(),
             // One Service per WebApp: the default /24 holds 254.
             "--service-cluster-ip-range=10.0.0.0/16".to_string(),
+            // The API server's sharded list and watch (KEP-5866, alpha):
+            // only kiln-sharded asks for it; the others are unaffected.
+            "--feature-gates=ShardedListAndWatch=true".to_string(),
         ];
         let control_plane = ControlPlane::start(opts).await?;
         let admin = control_plane.client().await?;

@@ -29,6 +29,9 @@ pub fn commands(
                 "--leader-elect-namespace",
                 NAMESPACE,
             ]);
+            // Fixed identities, so the shares are the same on every run
+            // (bench-0/1/2 hold 20, 21 and 23 of the 64 buckets).
+            cmd.args(["--shard-identity", &format!("bench-{i}")]);
             (cmd, log_dir.join(format!("contender-{i}.log")))
         })
         .collect()

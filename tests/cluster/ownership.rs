@@ -55,6 +55,30 @@ async fn pruning_a_removed_rule_never_deletes_a_look_alike_it_did_not_create() {
     scene.end().await;
 }
 
+/// A replica that may not write (a standby, or a leader past its renew
+/// deadline: its fence says no) deletes nothing when a rule is removed
+/// with pruning on; the leader does that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_a_removed_rule_deletes_nothing_without_the_lease() {
+    let scene = Scene::new("own-fenced").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[rule_from_yaml(RULE)]).await;
+    scene
+        .until("the rule's child", configmap("w"), |_| true)
+        .await;
+    scene.engine().set_fence(std::sync::Arc::new(|| false));
+    scene.engine().remove("app", true).await;
+    // The removal returns once it has deleted what it would delete.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        scene.get("v1", "ConfigMap", "w").await.is_some(),
+        "a replica without the lease deleted a child of the removed rule"
+    );
+    scene.end().await;
+}
+
 const NAMED: &str = r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule
