@@ -306,7 +306,7 @@ impl Informer {
                                     projection
                                         .read()
                                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                        .apply(&mut o.object.data);
+                                        .apply_to(&mut o.object);
                                 }
                             });
                         futures::pin_mut!(events);
@@ -649,6 +649,11 @@ impl Informer {
         self.read().len()
     }
 
+    /// Bytes of the cached objects' JSON text.
+    pub fn bytes(&self) -> usize {
+        self.read().bytes()
+    }
+
     /// Whether the cache is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -870,11 +875,11 @@ impl Registry {
             .unwrap_or(0)
     }
 
-    /// Objects cached per GVK.
-    pub fn cached(&self) -> Vec<(crate::rules::Gvk, usize)> {
+    /// Objects cached per GVK, and the bytes of their JSON text.
+    pub fn cached(&self) -> Vec<(crate::rules::Gvk, usize, usize)> {
         self.lock()
             .iter()
-            .map(|(gvk, e)| (gvk.clone(), e.informer.len()))
+            .map(|(gvk, e)| (gvk.clone(), e.informer.len(), e.informer.bytes()))
             .collect()
     }
 }

@@ -388,12 +388,19 @@ impl Engine {
     pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
         let m = &self.shared.metrics;
         m.watches.set(self.watches() as i64);
-        for (gvk, count) in self.shared.informers.cached() {
-            m.cached_objects
-                .get_or_create(&crate::metrics::label("gvk", &gvk.to_string()))
-                .set(count as i64);
+        for (gvk, count, bytes) in self.shared.informers.cached() {
+            let label = crate::metrics::label("gvk", &gvk.to_string());
+            m.cached_objects.get_or_create(&label).set(count as i64);
+            m.cached_bytes
+                .get_or_create(&label)
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
         m.clone()
+    }
+
+    /// Objects cached per GVK, and the bytes of their JSON text.
+    pub fn cached(&self) -> Vec<(Gvk, usize, usize)> {
+        self.shared.informers.cached()
     }
 
     /// Whether kiln does its job: every rule is past start-up (running, or

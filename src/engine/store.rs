@@ -47,12 +47,14 @@ pub struct Header {
 impl Cached {
     /// The compact form of `object`.
     pub fn new(mut object: DynamicObject) -> Self {
+        // Owners first: kiln's owner label is one of them.
+        let owners = owners(&object.metadata).collect();
         let header = Header {
             key: ObjKey::of(&object),
             uid: object.metadata.uid.clone(),
             resource_version: object.metadata.resource_version.take(),
             labels: object.metadata.labels.take().unwrap_or_default(),
-            owners: owners(&object.metadata).collect(),
+            owners,
         };
         Self {
             text: compact(&object).into_boxed_str(),
@@ -98,11 +100,6 @@ impl Cached {
             && self.header.labels == other.header.labels
             && self.header.uid == other.header.uid
     }
-
-    /// Bytes of its JSON text.
-    pub fn text_len(&self) -> usize {
-        self.text.len()
-    }
 }
 
 /// Compact JSON of something that serializes (a `Value`, metadata): cannot
@@ -130,6 +127,8 @@ pub struct Store {
     owned: HashMap<String, HashSet<ObjKey>>,
     /// Objects of a re-list in progress, per watch stream.
     relist: HashMap<usize, HashMap<ObjKey, Arc<Cached>>>,
+    /// Bytes of JSON text held by `objects`.
+    bytes: usize,
 }
 
 impl Store {
@@ -142,8 +141,10 @@ impl Store {
                 .or_default()
                 .insert(key.clone());
         }
+        self.bytes += obj.text.len();
         let old = self.objects.insert(key.clone(), obj);
         if let Some(old) = &old {
+            self.bytes -= old.text.len();
             self.unindex(&old.header.owners, &key, false);
         }
         old
@@ -152,6 +153,7 @@ impl Store {
     /// Drops the object at `key`; returns it.
     pub fn remove(&mut self, key: &ObjKey) -> Option<Arc<Cached>> {
         let old = self.objects.remove(key)?;
+        self.bytes -= old.text.len();
         self.unindex(&old.header.owners, key, true);
         Some(old)
     }
@@ -201,6 +203,11 @@ impl Store {
     /// How many objects are cached.
     pub fn len(&self) -> usize {
         self.objects.len()
+    }
+
+    /// Bytes of the cached objects' JSON text (their headers not counted).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Whether nothing is cached.
@@ -313,14 +320,29 @@ mod tests {
         let mut store = Store::default();
         store.insert(Arc::new(Cached::new(deployment())));
         assert_eq!(store.owned_by("u1").count(), 1);
+        let bytes = store.bytes();
+        assert!(bytes > 0);
         let mut moved = deployment();
         moved.metadata.owner_references.as_mut().unwrap()[0].uid = "u2".into();
         store.insert(Arc::new(Cached::new(moved)));
         assert_eq!(store.owned_by("u1").count(), 0);
         assert_eq!(store.owned_by("u2").count(), 1);
+        assert_eq!(store.bytes(), bytes, "one object, of the same size");
+        // An `outside` child: kiln's owner label names its primary.
+        let mut outside = deployment();
+        outside.metadata.owner_references = None;
+        outside
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(crate::render::OWNER_UID_LABEL.into(), "u3".into());
+        store.insert(Arc::new(Cached::new(outside)));
+        assert_eq!(store.owned_by("u3").count(), 1);
+        assert_eq!(store.owned_by("u2").count(), 0);
         let key = store.keys().next().unwrap().clone();
         store.remove(&key);
-        assert_eq!(store.owned_by("u2").count(), 0);
+        assert_eq!(store.owned_by("u3").count(), 0);
         assert!(store.is_empty());
+        assert_eq!(store.bytes(), 0);
     }
 }
