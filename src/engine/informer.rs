@@ -1,5 +1,8 @@
 //! One watch and one cache per GVK, shared by every rule that touches the
-//! kind. Objects are cached without `managedFields`. Changes are handed to
+//! kind. Objects are cached without `managedFields` (but kiln's own), cut
+//! to what rules need ([`Projection`]) and held compact ([`Store`]): read
+//! them by header with [`Informer::entries`], parsed with
+//! [`Informer::get`] and [`Informer::owned_by`]. Changes are handed to
 //! every subscribed handler synchronously, in order, so no event is ever
 //! dropped; handlers only compute keys and add them to a queue.
 

@@ -9,9 +9,11 @@
 //! `children.x`) keeps everything under the part that is known, so an
 //! expression kiln cannot see through never loses a field it reads.
 //!
-//! Pure logic, no API calls. Not yet applied by the informer: wiring it in
-//! needs a re-list of a kind when a reloaded rule widens its projection
-//! (see [`Projection::covers`]).
+//! Objects of a child kind that kiln did not make (no rule label) keep only
+//! their identity, unless a rule also watches or is primary for the kind.
+//!
+//! Pure logic, no API calls. The informer applies it at ingest and lists a
+//! kind again when a reloaded rule widens it (see [`Projection::covers`]).
 
 use std::collections::BTreeMap;
 
