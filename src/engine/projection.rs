@@ -198,6 +198,15 @@ impl Projection {
     /// cannot follow it, keeps everything under the part that is known.
     /// References to anything else are ignored.
     pub fn keep_read(&mut self, reference: &str, prefix: &str) {
+        // `children` or `related` read whole (`children | tojson`,
+        // `children[id]`): every object under them, whole.
+        if prefix
+            .strip_prefix(reference)
+            .is_some_and(|rest| rest.starts_with('.'))
+        {
+            self.keep_path(&[]);
+            return;
+        }
         let Some(rest) = reference.strip_prefix(prefix) else {
             return;
         };
@@ -451,6 +460,21 @@ mod tests {
         p.apply(&mut s);
         assert_eq!(s["spec"], json!({"a": 1, "b": {"c": 2}}));
         assert!(s.get("status").is_none());
+    }
+
+    #[test]
+    fn reading_every_child_or_related_object_whole_keeps_them_whole() {
+        // `children | tojson` or `children[name]`: minijinja names `children`.
+        let mut p = Projection::identity();
+        p.keep_read("children", "children.svc");
+        assert!(p.keeps_kilns_whole());
+        let mut p = Projection::identity();
+        p.keep_read("related", "related.creds");
+        assert!(p.keeps_kilns_whole());
+        // A name that merely starts the same is someone else.
+        let mut p = Projection::identity();
+        p.keep_read("child", "children.svc");
+        assert_eq!(p, Projection::identity());
     }
 
     #[test]
