@@ -198,3 +198,50 @@ async fn large_objects_of_a_child_kind_kiln_did_not_make_are_cached_without_thei
     );
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_workload_caches_under_2_kib_of_json_per_object() {
+    let rule =
+        std::fs::read_to_string(support::repo_root().join("tests/bench/webapp.yaml")).unwrap();
+    let scene = Scene::new("proj-bench")
+        .await
+        .with_crds("examples/webapp")
+        .await
+        .projecting()
+        .running(&[support::rule_from_yaml(&rule)])
+        .await;
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds"}, "stringData": {"password": "p"}}))
+        .await;
+    for i in 0..10 {
+        scene
+            .apply(json!({"apiVersion": "demo.kiln.dev/v1", "kind": "WebApp",
+                "metadata": {"name": format!("web-{i}")},
+                "spec": {"image": "nginx:1.27", "replicas": 1, "port": 8080,
+                    "secretName": "creds", "config": {"LOG_LEVEL": "info"}}}))
+            .await;
+    }
+    // Every child applied and seen back, every status written.
+    eventually("the children in the cache", CONVERGE, || async {
+        let cached = scene.engine().cached();
+        let full = |kind: &str| cached.iter().any(|(g, n, _)| g.kind == kind && *n == 10);
+        (full("Deployment") && full("Service")).then_some(())
+    })
+    .await;
+    scene.writes_during_resync("webapp", 10).await;
+    let cached = scene.engine().cached();
+    let each: Vec<(&str, usize)> = ["Deployment", "Service", "ConfigMap", "WebApp", "Secret"]
+        .into_iter()
+        .map(|kind| {
+            let (_, n, bytes) = cached.iter().find(|(g, _, _)| g.kind == kind).unwrap();
+            // Printed for the README's figures (`--nocapture`).
+            eprintln!("{kind}: {n} cached, {} bytes of JSON each", bytes / n);
+            (kind, bytes / n)
+        })
+        .collect();
+    for (kind, bytes) in each {
+        assert!(bytes < 2048, "{kind}: {bytes} bytes each");
+    }
+    scene.end().await;
+}
