@@ -67,6 +67,8 @@ pub struct Metrics {
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
     pub cached_objects: Family<Labels, Gauge>,
+    /// `kiln_cached_bytes{gvk}`: the cached objects' JSON text.
+    pub cached_bytes: Family<Labels, Gauge>,
     /// `kiln_rule_waiting_for_kinds{rule}`: 1 while a rule waits for a CRD.
     pub waiting_for_kinds: Family<Labels, Gauge>,
     /// `kiln_rule_refused{rule}`: 1 while a rule is refused (its status does not fit the primary's schema).
@@ -130,6 +132,7 @@ impl Metrics {
             undecodable: Family::default(),
             watches: Gauge::default(),
             cached_objects: Family::default(),
+            cached_bytes: Family::default(),
             waiting_for_kinds: Family::default(),
             rule_refused: Family::default(),
             reconcile_failures: Family::default(),
@@ -211,6 +214,11 @@ impl Metrics {
             "kiln_cached_objects",
             "Objects held in the cache per kind",
             m.cached_objects.clone(),
+        );
+        r.register(
+            "kiln_cached_bytes",
+            "Bytes of the cached objects' compact JSON per kind (their typed headers not counted)",
+            m.cached_bytes.clone(),
         );
         r.register(
             "kiln_rule_waiting_for_kinds",

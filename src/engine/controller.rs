@@ -174,9 +174,10 @@ impl RuleController {
 
     /// Queues every primary the rule selects (start-up, resync, rule change).
     pub fn enqueue_all(&self) {
-        for obj in self.wiring.primary.list() {
-            if self.selects(&obj) {
-                self.enqueue(ObjKey::of(&obj));
+        for obj in self.wiring.primary.entries() {
+            let header = obj.header();
+            if self.selects(header.key.namespace.as_deref(), &header.labels) {
+                self.enqueue(header.key.clone());
             }
         }
     }
@@ -347,7 +348,7 @@ impl RuleController {
     fn on_primary(&self, change: &Change<'_>) {
         match change {
             Change::Applied(obj) => {
-                if !self.selects(obj) && !self.holds(obj) {
+                if !self.selects(obj.namespace().as_deref(), obj.labels()) && !self.holds(obj) {
                     return;
                 }
                 let key = ObjKey::of(obj);
@@ -403,9 +404,11 @@ impl RuleController {
     fn on_namespace(&self, change: &Change<'_>) {
         let (Change::Applied(ns) | Change::Deleted(ns)) = change;
         let name = ns.name_any();
-        for obj in self.wiring.primary.list() {
-            if obj.namespace().as_deref() == Some(name.as_str()) && self.selects(&obj) {
-                self.enqueue(ObjKey::of(&obj));
+        for obj in self.wiring.primary.entries() {
+            let header = obj.header();
+            let namespace = header.key.namespace.as_deref();
+            if namespace == Some(name.as_str()) && self.selects(namespace, &header.labels) {
+                self.enqueue(header.key.clone());
             }
         }
     }
@@ -419,10 +422,10 @@ impl RuleController {
         }
     }
 
-    fn selects(&self, obj: &DynamicObject) -> bool {
+    fn selects(&self, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
         let primary = &self.rule.primary;
-        primary.selects(obj.namespace().as_deref(), obj.labels())
-            && namespace_takes(primary, obj, self.wiring.namespaces.as_deref())
+        primary.selects(namespace, labels)
+            && namespace_takes(primary, namespace, self.wiring.namespaces.as_deref())
     }
 
     // --- reconcile: observe, plan, execute ------------------------------
@@ -440,7 +443,8 @@ impl RuleController {
             return Ok(Next::Done);
         }
         let holds = self.holds(&obj);
-        let wanted = self.needs_finalizer() && self.selects(&obj);
+        let selected = self.selects(obj.namespace().as_deref(), obj.labels());
+        let wanted = self.needs_finalizer() && selected;
         if obj.metadata.deletion_timestamp.is_some() {
             return match (holds, wanted) {
                 (true, true) => self.tear_down(&obj).await,
@@ -453,7 +457,7 @@ impl RuleController {
             // collector's order; and let go as soon as it is not wanted.
             self.hold(&obj, wanted).await?;
         }
-        if !self.selects(&obj) {
+        if !selected {
             return Ok(Next::Done);
         }
         self.shared
@@ -1149,7 +1153,13 @@ impl RuleController {
             .board
             .selecting(gvk, obj)
             .into_iter()
-            .filter(|r| namespace_takes(&r.primary, obj, namespaces.as_deref()))
+            .filter(|r| {
+                namespace_takes(
+                    &r.primary,
+                    obj.namespace().as_deref(),
+                    namespaces.as_deref(),
+                )
+            })
             .collect();
         if rules.len() <= 1 {
             let (fields, conditions) = status_names(&self.rule);
@@ -1284,21 +1294,21 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
 /// object again.
 fn namespace_takes(
     primary: &crate::rules::Primary,
-    obj: &DynamicObject,
+    namespace: Option<&str>,
     namespaces: Option<&Informer>,
 ) -> bool {
     if primary.namespace_selector.is_none() {
         return true;
     }
-    let (Some(namespaces), Some(ns)) = (namespaces, obj.namespace()) else {
+    let (Some(namespaces), Some(ns)) = (namespaces, namespace) else {
         return false;
     };
-    let found = namespaces.get(&ObjKey {
+    let found = namespaces.entry(&ObjKey {
         namespace: None,
-        name: ns.clone(),
+        name: ns.to_string(),
     });
-    let labels = found.as_ref().map(|n| n.labels());
-    primary.namespace_refusal(&ns, labels).is_none()
+    let labels = found.as_ref().map(|n| &n.header().labels);
+    primary.namespace_refusal(ns, labels).is_none()
 }
 
 /// Whether a child of the primary `uid` was left to outlive it: found by
@@ -1341,10 +1351,14 @@ fn matching(
     selector: &LabelSelector,
 ) -> Vec<Value> {
     let mut found: Vec<Value> = informer
-        .list()
+        .entries()
         .into_iter()
-        .filter(|o| (all || o.namespace().as_deref() == namespace) && selector.matches(o.labels()))
-        .map(|o| to_json(&o))
+        .filter(|o| {
+            let header = o.header();
+            (all || header.key.namespace.as_deref() == namespace)
+                && selector.matches(&header.labels)
+        })
+        .map(|o| to_json(&o.decode()))
         .collect();
     found.sort_by(|a, b| {
         let at = |o: &Value| {

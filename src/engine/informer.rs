@@ -1,5 +1,8 @@
 //! One watch and one cache per GVK, shared by every rule that touches the
-//! kind. Objects are cached without `managedFields`. Changes are handed to
+//! kind. Objects are cached without `managedFields` (but kiln's own), cut
+//! to what rules need ([`Projection`]) and held compact ([`Store`]): read
+//! them by header with [`Informer::entries`], parsed with
+//! [`Informer::get`] and [`Informer::owned_by`]. Changes are handed to
 //! every subscribed handler synchronously, in order, so no event is ever
 //! dropped; handlers only compute keys and add them to a queue.
 
@@ -20,6 +23,7 @@ use tokio::sync::watch;
 
 use super::kinds::Kind;
 use super::projection::Projection;
+use super::store::{Cached, Store};
 
 /// A namespace and a name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,72 +64,6 @@ pub enum Change<'a> {
 
 /// A subscriber's callback.
 pub type Handler = Arc<dyn Fn(&Change<'_>) + Send + Sync>;
-
-#[derive(Default)]
-struct Store {
-    objects: HashMap<ObjKey, Arc<DynamicObject>>,
-    /// Owner uid → keys of the objects it owns.
-    owned: HashMap<String, HashSet<ObjKey>>,
-    /// Objects of a re-list in progress, per watch stream.
-    relist: HashMap<usize, HashMap<ObjKey, Arc<DynamicObject>>>,
-}
-
-impl Store {
-    fn insert(&mut self, obj: Arc<DynamicObject>) -> Option<Arc<DynamicObject>> {
-        let key = ObjKey::of(&obj);
-        for owner in owners(&obj) {
-            self.owned.entry(owner).or_default().insert(key.clone());
-        }
-        let old = self.objects.insert(key.clone(), obj);
-        if let Some(old) = &old {
-            self.unindex(old, &key, false);
-        }
-        old
-    }
-
-    fn remove(&mut self, key: &ObjKey) -> Option<Arc<DynamicObject>> {
-        let old = self.objects.remove(key)?;
-        self.unindex(&old, key, true);
-        Some(old)
-    }
-
-    fn unindex(&mut self, old: &DynamicObject, key: &ObjKey, all: bool) {
-        let current: HashSet<String> = if all {
-            HashSet::new()
-        } else {
-            self.objects
-                .get(key)
-                .map(|o| owners(o).collect())
-                .unwrap_or_default()
-        };
-        for owner in owners(old) {
-            if current.contains(&owner) {
-                continue;
-            }
-            if let Some(set) = self.owned.get_mut(&owner) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.owned.remove(&owner);
-                }
-            }
-        }
-    }
-}
-
-/// The uids an object is indexed under: its owner references', the primary
-/// named by kiln's owner label (an `outside` child, which can have no owner
-/// reference), and the primary an orphaned kiln child names.
-fn owners(obj: &DynamicObject) -> impl Iterator<Item = String> + '_ {
-    obj.owner_references()
-        .iter()
-        .map(|r| r.uid.clone())
-        .chain(obj.labels().get(crate::render::OWNER_UID_LABEL).cloned())
-        .chain(
-            obj.annotations()
-                .get(crate::render::PRIMARY_UID_ANNOTATION)
-                .cloned(),
-        )
-}
 
 /// A shared watch + cache for one kind.
 pub struct Informer {
@@ -426,7 +364,7 @@ impl Informer {
                                     projection
                                         .read()
                                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                        .apply(&mut o.object.data);
+                                        .apply_to(&mut o.object);
                                 }
                             });
                         futures::pin_mut!(events);
@@ -538,7 +476,7 @@ impl Informer {
         let key = ObjKey::of(&object);
         let removed = self.write().remove(&key);
         if let Some(old) = removed {
-            self.emit(&Change::Deleted(&old));
+            self.emit(&Change::Deleted(&Arc::new(old.decode())));
         }
         let first = self
             .undecodable
@@ -567,7 +505,7 @@ impl Informer {
         self.dropped.fetch_add(1, Ordering::Relaxed);
         let removed = self.write().remove(&ObjKey::of(&object));
         if let Some(old) = removed {
-            self.emit(&Change::Deleted(&old));
+            self.emit(&Change::Deleted(&Arc::new(old.decode())));
         }
         None
     }
@@ -596,24 +534,17 @@ impl Informer {
 
     fn handle(&self, stream: usize, event: Event<DynamicObject>) {
         match event {
-            Event::Init => {
-                self.write().relist.insert(stream, HashMap::new());
-            }
+            Event::Init => self.write().begin_relist(stream),
             Event::InitApply(obj) => {
-                let obj = Arc::new(obj);
-                self.write()
-                    .relist
-                    .entry(stream)
-                    .or_default()
-                    .insert(ObjKey::of(&obj), obj);
+                let obj = Arc::new(Cached::new(obj));
+                self.write().relisted(stream, obj);
             }
             Event::InitDone => {
-                let listed = self.write().relist.remove(&stream).unwrap_or_default();
+                let listed = self.write().end_relist(stream);
                 // Objects this stream had that the re-list no longer shows were deleted meanwhile.
                 let vanished: Vec<ObjKey> = {
                     let store = self.read();
                     store
-                        .objects
                         .keys()
                         .filter(|k| {
                             self.streams[stream].is_none() || k.namespace == self.streams[stream]
@@ -625,16 +556,18 @@ impl Informer {
                 for key in vanished {
                     let removed = self.write().remove(&key);
                     if let Some(obj) = removed {
-                        self.emit(&Change::Deleted(&obj));
+                        self.emit(&Change::Deleted(&Arc::new(obj.decode())));
                     }
                 }
                 let quiet = self.quiet_relist.load(Ordering::SeqCst);
                 for (_, obj) in listed {
                     let old = self.write().insert(obj.clone());
                     let unchanged = quiet
-                        && old.is_some_and(|o| o.resource_version() == obj.resource_version());
+                        && old.is_some_and(|o| {
+                            o.header().resource_version == obj.header().resource_version
+                        });
                     if !unchanged {
-                        self.emit(&Change::Applied(&obj));
+                        self.emit(&Change::Applied(&Arc::new(obj.decode())));
                     }
                 }
                 let mut done = self
@@ -650,23 +583,23 @@ impl Informer {
                 }
             }
             Event::Apply(obj) => {
-                let obj = Arc::new(obj);
-                let old = self.write().insert(obj.clone());
-                if !self.unchanged(old.as_deref(), &obj) {
-                    self.emit(&Change::Applied(&obj));
+                let cached = Arc::new(Cached::new(obj.clone()));
+                let old = self.write().insert(cached.clone());
+                if !self.unchanged(old.as_deref(), &cached) {
+                    self.emit(&Change::Applied(&Arc::new(obj)));
                 }
             }
             Event::Delete(obj) => {
                 let key = ObjKey::of(&obj);
-                let removed = self.write().remove(&key).unwrap_or_else(|| Arc::new(obj));
-                self.emit(&Change::Deleted(&removed));
+                let removed = self.write().remove(&key).map_or(obj, |o| o.decode());
+                self.emit(&Change::Deleted(&Arc::new(removed)));
             }
         }
     }
 
     /// Whether an update changed nothing kept: with a projection, a change
     /// to dropped fields only moves the resource version, and wakes no one.
-    fn unchanged(&self, old: Option<&DynamicObject>, new: &DynamicObject) -> bool {
+    fn unchanged(&self, old: Option<&Cached>, new: &Cached) -> bool {
         let Some(old) = old else { return false };
         if self
             .projection
@@ -676,10 +609,7 @@ impl Informer {
         {
             return false;
         }
-        let mut meta = new.metadata.clone();
-        meta.resource_version
-            .clone_from(&old.metadata.resource_version);
-        meta == old.metadata && new.data == old.data && new.types == old.types
+        old.same_but_version(new)
     }
 
     fn emit(&self, change: &Change<'_>) {
@@ -738,34 +668,49 @@ impl Informer {
         *self.synced_tx.borrow()
     }
 
-    /// One cached object.
+    /// One cached object (parsed from its compact form).
     pub fn get(&self, key: &ObjKey) -> Option<Arc<DynamicObject>> {
-        self.read().objects.get(key).cloned()
+        let found = self.read().get(key).cloned();
+        found.map(|c| Arc::new(c.decode()))
     }
 
-    /// Every cached object.
+    /// Every cached object, parsed: for rare paths; filters on names,
+    /// labels or uids read [`entries`](Self::entries) and parse only what
+    /// they keep.
     pub fn list(&self) -> Vec<Arc<DynamicObject>> {
-        self.read().objects.values().cloned().collect()
+        self.entries()
+            .iter()
+            .map(|c| Arc::new(c.decode()))
+            .collect()
+    }
+
+    /// One cached object in its compact form: its header can be read
+    /// without parsing the rest.
+    pub fn entry(&self, key: &ObjKey) -> Option<Arc<Cached>> {
+        self.read().get(key).cloned()
+    }
+
+    /// Every cached object in its compact form: its header can be read
+    /// without parsing the rest.
+    pub fn entries(&self) -> Vec<Arc<Cached>> {
+        self.read().all().cloned().collect()
     }
 
     /// Cached objects with an owner reference to `uid` (or kiln's owner
     /// label or annotation naming `uid`: `outside` and orphaned children).
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
-        let store = self.read();
-        store
-            .owned
-            .get(uid)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| store.objects.get(k).cloned())
-                    .collect()
-            })
-            .unwrap_or_default()
+        let found: Vec<Arc<Cached>> = self.read().owned_by(uid).cloned().collect();
+        found.iter().map(|c| Arc::new(c.decode())).collect()
     }
 
     /// How many objects are cached.
     pub fn len(&self) -> usize {
-        self.read().objects.len()
+        self.read().len()
+    }
+
+    /// Bytes of the cached objects' JSON text.
+    pub fn bytes(&self) -> usize {
+        self.read().bytes()
     }
 
     /// Whether the cache is empty.
@@ -1006,11 +951,11 @@ impl Registry {
             .unwrap_or(0)
     }
 
-    /// Objects cached per GVK.
-    pub fn cached(&self) -> Vec<(crate::rules::Gvk, usize)> {
+    /// Objects cached per GVK, and the bytes of their JSON text.
+    pub fn cached(&self) -> Vec<(crate::rules::Gvk, usize, usize)> {
         self.lock()
             .iter()
-            .map(|(gvk, e)| (gvk.clone(), e.informer.len()))
+            .map(|(gvk, e)| (gvk.clone(), e.informer.len(), e.informer.bytes()))
             .collect()
     }
 }

@@ -20,6 +20,7 @@ pub mod queue;
 pub mod reverse;
 pub mod schema;
 pub mod status;
+pub mod store;
 pub mod undecodable;
 pub mod watch_health;
 
@@ -54,7 +55,8 @@ pub struct Options {
     /// How long in-flight reconciles may take to finish on shutdown.
     pub shutdown_grace: Duration,
     /// Cache of each child and watched kind only what rules set and read
-    /// (issue 16); off unless `KILN_CACHE_PROJECTION=1` while it is proven.
+    /// (issue 16); on unless `KILN_CACHE_PROJECTION=0` (for debugging:
+    /// whole objects in the cache).
     pub project_cache: bool,
 }
 
@@ -66,7 +68,7 @@ impl Default for Options {
             concurrency: 4,
             kind_retry: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
-            project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_some_and(|v| v == "1"),
+            project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
         }
     }
 }
@@ -389,10 +391,12 @@ impl Engine {
     pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
         let m = &self.shared.metrics;
         m.watches.set(self.watches() as i64);
-        for (gvk, count) in self.shared.informers.cached() {
-            m.cached_objects
-                .get_or_create(&crate::metrics::label("gvk", &gvk.to_string()))
-                .set(count as i64);
+        for (gvk, count, bytes) in self.shared.informers.cached() {
+            let label = crate::metrics::label("gvk", &gvk.to_string());
+            m.cached_objects.get_or_create(&label).set(count as i64);
+            m.cached_bytes
+                .get_or_create(&label)
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
         if self.shared.shard.is_some() {
             for (gvk, served, dropped) in self.shared.informers.shard_filtering() {
@@ -407,6 +411,11 @@ impl Engine {
             }
         }
         m.clone()
+    }
+
+    /// Objects cached per GVK, and the bytes of their JSON text.
+    pub fn cached(&self) -> Vec<(Gvk, usize, usize)> {
+        self.shared.informers.cached()
     }
 
     /// Whether kiln does its job: every rule is past start-up (running, or
@@ -474,10 +483,10 @@ impl Engine {
         }
         kinds
             .values()
-            .flat_map(|i| i.list())
+            .flat_map(|i| i.entries())
             .filter(|o| {
                 self.shared
-                    .owns(o.metadata.uid.as_deref().unwrap_or_default())
+                    .owns(o.header().uid.as_deref().unwrap_or_default())
             })
             .count()
     }

@@ -9,12 +9,15 @@
 //! `children.x`) keeps everything under the part that is known, so an
 //! expression kiln cannot see through never loses a field it reads.
 //!
-//! Pure logic, no API calls. Not yet applied by the informer: wiring it in
-//! needs a re-list of a kind when a reloaded rule widens its projection
-//! (see [`Projection::covers`]).
+//! Objects of a child kind that kiln did not make (no rule label) keep only
+//! their identity, unless a rule also watches or is primary for the kind.
+//!
+//! Pure logic, no API calls. The informer applies it at ingest and lists a
+//! kind again when a reloaded rule widens it (see [`Projection::covers`]).
 
 use std::collections::BTreeMap;
 
+use kube::api::DynamicObject;
 use serde_json::Value;
 
 use crate::rules::{DecoratorTarget, Gvk, Rule, WatchTarget};
@@ -82,9 +85,18 @@ impl Keep {
 }
 
 /// What is kept of the objects of one kind: the union over every rule that
-/// caches the kind.
+/// caches the kind. Objects kiln made (they carry its rule label) keep what
+/// rules set and read of a child; any other object keeps what rules read of
+/// it as a watched or primary kind, and of a kind used only for children,
+/// its identity alone: enough to see that it is there and whose it is, so
+/// kiln never takes it over, without holding its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Projection(Keep);
+pub struct Projection {
+    /// Of kiln's objects (its rule label).
+    own: Keep,
+    /// Of every other object.
+    others: Keep,
+}
 
 impl Default for Projection {
     fn default() -> Self {
@@ -95,22 +107,43 @@ impl Default for Projection {
 impl Projection {
     /// Keeps whole objects (a primary, whose templates read any path of `self`).
     pub fn everything() -> Self {
-        Self(Keep::All)
+        Self {
+            own: Keep::All,
+            others: Keep::All,
+        }
     }
 
     /// Keeps only `apiVersion`, `kind` and `metadata`.
     pub fn identity() -> Self {
-        Self(Keep::Fields(BTreeMap::new()))
+        Self {
+            own: Keep::Fields(BTreeMap::new()),
+            others: Keep::Fields(BTreeMap::new()),
+        }
     }
 
     /// Whether whole objects are kept.
     pub fn is_everything(&self) -> bool {
-        self.0 == Keep::All
+        self.own == Keep::All && self.others == Keep::All
     }
 
-    /// Also keeps the subtree at `path` (the whole object for an empty path).
+    /// Whether kiln's objects are kept whole.
+    #[cfg(test)]
+    fn keeps_kilns_whole(&self) -> bool {
+        self.own == Keep::All
+    }
+
+    /// Also keeps the subtree at `path` of kiln's objects (the whole object
+    /// for an empty path); of others too once [`of_anyone`](Self::of_anyone).
     pub fn keep_path(&mut self, path: &[&str]) {
-        self.0.keep_path(path);
+        self.own.keep_path(path);
+    }
+
+    /// Keeps of every object what is kept of kiln's (a watched kind: the
+    /// objects read are anyone's).
+    #[must_use]
+    pub fn of_anyone(mut self) -> Self {
+        self.others.union(&self.own);
+        self
     }
 
     /// Also keeps every path a child template sets: each map is followed
@@ -165,6 +198,15 @@ impl Projection {
     /// cannot follow it, keeps everything under the part that is known.
     /// References to anything else are ignored.
     pub fn keep_read(&mut self, reference: &str, prefix: &str) {
+        // `children` or `related` read whole (`children | tojson`,
+        // `children[id]`): every object under them, whole.
+        if prefix
+            .strip_prefix(reference)
+            .is_some_and(|rest| rest.starts_with('.'))
+        {
+            self.keep_path(&[]);
+            return;
+        }
         let Some(rest) = reference.strip_prefix(prefix) else {
             return;
         };
@@ -179,27 +221,45 @@ impl Projection {
 
     /// Keeps also what `other` keeps.
     pub fn union(&mut self, other: &Projection) {
-        self.0.union(&other.0);
+        self.own.union(&other.own);
+        self.others.union(&other.others);
     }
 
     /// Whether this projection keeps everything `other` keeps: a cache
     /// filled under `self` can serve rules that need only `other` without a
     /// re-list.
     pub fn covers(&self, other: &Projection) -> bool {
-        self.0.covers(&other.0)
+        self.own.covers(&other.own) && self.others.covers(&other.others)
     }
 
-    /// Drops from `object` what is not kept (its identity always is).
+    /// Drops from `object` what is not kept: what is kept of kiln's objects
+    /// when it carries kiln's rule label, otherwise what is kept of others.
+    pub fn apply_to(&self, object: &mut DynamicObject) {
+        let kilns = object
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(crate::render::RULE_LABEL));
+        let keep = if kilns { &self.own } else { &self.others };
+        apply(keep, &mut object.data);
+    }
+
+    /// Drops from `object` (kiln's) what is not kept (its identity always is).
     pub fn apply(&self, object: &mut Value) {
-        let Keep::Fields(fields) = &self.0 else {
-            return;
-        };
-        let Value::Object(map) = object else { return };
-        map.retain(|name, _| IDENTITY.contains(&name.as_str()) || fields.contains_key(name));
-        for (name, child) in map.iter_mut() {
-            if let Some(keep) = fields.get(name) {
-                keep.apply(child);
-            }
+        apply(&self.own, object);
+    }
+}
+
+/// Drops from `object` what `keep` does not keep (its identity always is).
+fn apply(keep: &Keep, object: &mut Value) {
+    let Keep::Fields(fields) = keep else {
+        return;
+    };
+    let Value::Object(map) = object else { return };
+    map.retain(|name, _| IDENTITY.contains(&name.as_str()) || fields.contains_key(name));
+    for (name, child) in map.iter_mut() {
+        if let Some(keep) = fields.get(name) {
+            keep.apply(child);
         }
     }
 }
@@ -243,7 +303,7 @@ pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
             Projection::identity()
         };
         reads(&format!("related.{}", watch.name), &mut keep);
-        out.push((watch.gvk.clone(), keep));
+        out.push((watch.gvk.clone(), keep.of_anyone()));
     }
     let mut merged: Vec<(Gvk, Projection)> = Vec::new();
     for (gvk, keep) in out {
@@ -391,7 +451,7 @@ mod tests {
         let mut p = Projection::identity();
         // `children.svc` alone (passed whole to a filter): the whole object.
         p.keep_read("children.svc", "children.svc");
-        assert!(p.is_everything());
+        assert!(p.keeps_kilns_whole());
         let mut p = Projection::identity();
         // `children.svc.spec[key]`: minijinja reports `children.svc.spec`.
         p.keep_read("children.svc.spec", "children.svc");
@@ -400,6 +460,21 @@ mod tests {
         p.apply(&mut s);
         assert_eq!(s["spec"], json!({"a": 1, "b": {"c": 2}}));
         assert!(s.get("status").is_none());
+    }
+
+    #[test]
+    fn reading_every_child_or_related_object_whole_keeps_them_whole() {
+        // `children | tojson` or `children[name]`: minijinja names `children`.
+        let mut p = Projection::identity();
+        p.keep_read("children", "children.svc");
+        assert!(p.keeps_kilns_whole());
+        let mut p = Projection::identity();
+        p.keep_read("related", "related.creds");
+        assert!(p.keeps_kilns_whole());
+        // A name that merely starts the same is someone else.
+        let mut p = Projection::identity();
+        p.keep_read("child", "children.svc");
+        assert_eq!(p, Projection::identity());
     }
 
     #[test]
@@ -504,6 +579,54 @@ mod rule_tests {
         assert_eq!(secret["data"]["password"], "cA==");
     }
 
+    fn object(labels: Value, rest: Value) -> DynamicObject {
+        let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns", "labels": labels}});
+        o.as_object_mut()
+            .unwrap()
+            .extend(rest.as_object().unwrap().clone());
+        serde_json::from_value(o).unwrap()
+    }
+
+    #[test]
+    fn of_a_child_kind_objects_kiln_did_not_make_keep_only_their_identity() {
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        let big = json!({"data": {"blob": "x".repeat(1000)}});
+        // kiln's ConfigMap: its template sets `data`.
+        let mut ours = object(json!({"kiln.dev/rule": "webapp"}), big.clone());
+        of(&all, "ConfigMap").apply_to(&mut ours);
+        assert_eq!(ours.data["data"]["blob"].as_str().map(str::len), Some(1000));
+        // Anyone else's: its name, labels and owners, nothing more.
+        let mut theirs = object(json!({"app": "other"}), big.clone());
+        of(&all, "ConfigMap").apply_to(&mut theirs);
+        assert_eq!(theirs.data, json!({}));
+        assert_eq!(theirs.metadata.name.as_deref(), Some("c"));
+        // A watched kind keeps what templates read of anyone's object.
+        let mut secret = object(
+            json!({}),
+            json!({"data": {"password": "cA=="}, "type": "Opaque"}),
+        );
+        of(&all, "Secret").apply_to(&mut secret);
+        assert_eq!(secret.data, json!({"data": {"password": "cA=="}}));
+        // A kind that is a child here and watched by another rule keeps of
+        // anyone's what the watch reads.
+        let mut watched = Projection::identity();
+        watched.keep_path(&["data"]);
+        let mut both = of(&all, "ConfigMap").clone();
+        both.union(&watched.of_anyone());
+        let mut theirs = object(json!({}), big);
+        both.apply_to(&mut theirs);
+        assert_eq!(
+            theirs.data["data"]["blob"].as_str().map(str::len),
+            Some(1000)
+        );
+        assert!(
+            !of(&all, "ConfigMap").covers(&both),
+            "the union needs a re-list"
+        );
+    }
+
     #[test]
     fn a_status_field_reading_a_child_whole_keeps_it_whole() {
         let text = include_str!("../../tests/bench/webapp.yaml").replace(
@@ -511,7 +634,7 @@ mod rule_tests {
             "children.service | tojson | length",
         );
         let all = of_rule(&rule_from(&text));
-        assert!(of(&all, "Service").is_everything());
-        assert!(!of(&all, "Deployment").is_everything());
+        assert!(of(&all, "Service").keeps_kilns_whole());
+        assert!(!of(&all, "Deployment").keeps_kilns_whole());
     }
 }

@@ -6,6 +6,7 @@
 mod audit;
 mod ceiling;
 mod cluster;
+mod compare;
 mod observe;
 mod procstat;
 mod report;
@@ -36,6 +37,13 @@ use crate::workload::{NAMESPACE, UPDATED_REPLICAS};
 enum Cli {
     /// Runs the benchmark and writes results.md and results.json.
     Run(RunArgs),
+    /// Puts several runs' results.json side by side (one per N) and prints
+    /// each contender's peak RSS per N and its cost per primary.
+    Compare {
+        /// results.json files of `bench run`.
+        #[arg(required = true, num_args = 2..)]
+        files: Vec<PathBuf>,
+    },
     /// The ceiling contender (started by `run`, one process per phase).
     Ceiling {
         /// Which writes to issue.
@@ -147,6 +155,7 @@ fn main() -> ExitCode {
                 result = run(args) => result,
                 _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
             },
+            Cli::Compare { files } => compare::run(&files),
             Cli::Ceiling {
                 phase,
                 concurrency,

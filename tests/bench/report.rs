@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Figures for one contender.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Figures {
     /// `kiln`, `kube-rs`, `controller-runtime`, `ceiling`.
     pub name: String,
@@ -55,7 +56,7 @@ impl Figures {
 }
 
 /// The machine the benchmark ran on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     /// CPU model.
     pub cpu: String,
@@ -98,7 +99,7 @@ impl Machine {
 }
 
 /// The whole run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// Primaries.
     pub n: usize,
