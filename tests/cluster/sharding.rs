@@ -361,6 +361,15 @@ impl Group {
     }
 
     async fn end(self) {
+        let mut put_off = Vec::new();
+        for r in &self.replicas {
+            let n = r.kiln.metric("kiln_shard_put_off_reconciles_total ").await;
+            put_off.push((r.manager.clone(), n));
+        }
+        eprintln!(
+            "{}: reconciles put off by a late renew: {put_off:?}",
+            self.ns()
+        );
         self.recorder.abort();
         drop(self.replicas);
         self.ns.delete().await;
