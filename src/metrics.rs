@@ -99,6 +99,10 @@ pub struct Metrics {
     /// `kiln_shard_rescopes_total`: times the caches were listed again for
     /// a new share, or after this replica's Lease was lost.
     pub shard_rescopes: Counter,
+    /// `kiln_shard_put_off_reconciles_total`: reconciles of a primary in a
+    /// bucket this replica holds, put off (and retried) because its Lease
+    /// renew was late.
+    pub shard_put_off: Counter,
 }
 
 impl Default for Metrics {
@@ -147,6 +151,7 @@ impl Metrics {
             shard_server_filtered: Family::default(),
             shard_dropped: Family::default(),
             shard_rescopes: Counter::default(),
+            shard_put_off: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -289,6 +294,11 @@ impl Metrics {
             "kiln_shard_rescopes",
             "Times the caches were listed again for a new share, or after the Lease was lost",
             m.shard_rescopes.clone(),
+        );
+        r.register(
+            "kiln_shard_put_off_reconciles",
+            "Reconciles of a primary in a bucket this replica holds, put off and retried because its Lease renew was late",
+            m.shard_put_off.clone(),
         );
         Self { registry, ..m }
     }

@@ -427,6 +427,8 @@ impl Probe for RunProbe {
                 .set(i64::try_from(owned).unwrap_or(i64::MAX));
             m.shard_rescopes
                 .inc_by(shard.rescopes().saturating_sub(m.shard_rescopes.get()));
+            m.shard_put_off
+                .inc_by(shard.put_off().saturating_sub(m.shard_put_off.get()));
             let (taken, given) = shard.handovers();
             for (direction, total) in [("in", taken), ("out", given)] {
                 let c = m

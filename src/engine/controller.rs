@@ -33,6 +33,7 @@ use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
 use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
 use crate::rules::{Gvk, LabelSelector, Rule, WatchTarget};
+use crate::shard::Whose;
 use crate::template::{Budget, to_jinja};
 
 /// Kinds and informers a rule uses.
@@ -435,12 +436,14 @@ impl RuleController {
         let Some(obj) = self.wiring.primary.get(key) else {
             return Ok(Next::Done);
         };
-        if !self
+        let whose = self
             .shared
-            .owns(obj.metadata.uid.as_deref().unwrap_or_default())
-        {
-            // Another replica's share (sharded): it reconciles this one.
-            return Ok(Next::Done);
+            .whose(obj.metadata.uid.as_deref().unwrap_or_default());
+        if let Some(next) = not_mine(whose) {
+            if whose == Whose::Unsure {
+                self.shared.put_off();
+            }
+            return Ok(next);
         }
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels());
@@ -1490,9 +1493,34 @@ fn fingerprint(obj: &DynamicObject) -> u64 {
     hasher.finish()
 }
 
+/// Whether a reconcile stops before it starts, by whose the primary is
+/// (sharded): another replica's is done (that replica reconciles it); one
+/// of this replica's buckets while its Lease is late is looked at again
+/// shortly, never dropped: nothing else queues it once the Lease is renewed.
+fn not_mine(whose: Whose) -> Option<Next> {
+    match whose {
+        Whose::Mine => None,
+        Whose::Others => Some(Next::Done),
+        Whose::Unsure => Some(Next::After(crate::shard::UNSURE_RETRY)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_primary_of_a_held_bucket_is_never_dropped_while_the_lease_is_late() {
+        // Issue 17: a reconcile (the resync after a take-over, or any event)
+        // that ran while the renew was late was done for good, and the
+        // primary was never reconciled after the renew.
+        assert_eq!(
+            not_mine(Whose::Unsure),
+            Some(Next::After(crate::shard::UNSURE_RETRY))
+        );
+        assert_eq!(not_mine(Whose::Others), Some(Next::Done));
+        assert_eq!(not_mine(Whose::Mine), None);
+    }
 
     #[test]
     fn a_status_that_keeps_failing_never_raises_the_childrens_retry_count() {

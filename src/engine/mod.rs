@@ -34,6 +34,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 
 use crate::rules::{Gvk, Rule, RuleSet};
+use crate::shard::Whose;
 use controller::{RuleController, Wiring};
 use informer::Registry;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -131,9 +132,21 @@ impl Shared {
     /// Whether this replica reconciles the primary with this uid: always,
     /// unless sharded and the primary is another replica's.
     pub fn owns(&self, primary_uid: &str) -> bool {
+        self.whose(primary_uid) == Whose::Mine
+    }
+
+    /// Who reconciles the primary with this uid: this replica, unless sharded.
+    pub fn whose(&self, primary_uid: &str) -> Whose {
         self.shard
             .as_ref()
-            .is_none_or(|s| s.shard().owns(primary_uid))
+            .map_or(Whose::Mine, |s| s.shard().whose(primary_uid))
+    }
+
+    /// A reconcile was put off because the shard Lease was late.
+    pub fn put_off(&self) {
+        if let Some(s) = &self.shard {
+            s.shard().putting_off();
+        }
     }
 }
 

@@ -49,6 +49,39 @@ pub struct Shard {
     handovers_out: AtomicU64,
     /// Times the caches were listed again for a new share.
     rescopes: AtomicU64,
+    /// Reconciles put off because the Lease was late ([`Whose::Unsure`]).
+    put_off: AtomicU64,
+}
+
+/// Who reconciles a primary, as this replica knows it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose {
+    /// This replica: it holds the primary's bucket and its Lease is fresh.
+    Mine,
+    /// Another replica: this one does not hold the primary's bucket.
+    Others,
+    /// This replica holds the bucket but its Lease is not fresh right now
+    /// (a renew late, by a slow round or a slow API server, or a pause).
+    /// It may not write, and must not forget the primary either: the
+    /// Lease may be renewed a moment later, and nothing else queues the
+    /// primary again then (a renew activates no bucket); if the Lease is
+    /// lost instead, the next round releases the bucket.
+    Unsure,
+}
+
+/// How long a primary whose owner is [`Whose::Unsure`] waits before it is
+/// looked at again: about one retry period of the rounds.
+pub const UNSURE_RETRY: Duration = Duration::from_secs(1);
+
+impl Whose {
+    /// From whether this replica holds the bucket and whether its Lease is fresh.
+    pub fn of(held: bool, fresh: bool) -> Self {
+        match (held, fresh) {
+            (false, _) => Self::Others,
+            (true, true) => Self::Mine,
+            (true, false) => Self::Unsure,
+        }
+    }
 }
 
 /// A write in flight for one bucket; the bucket is not released while one is.
@@ -79,6 +112,7 @@ impl Shard {
             handovers_in: AtomicU64::new(0),
             handovers_out: AtomicU64::new(0),
             rescopes: AtomicU64::new(0),
+            put_off: AtomicU64::new(0),
         })
     }
 
@@ -92,8 +126,13 @@ impl Shard {
 
     /// Whether this replica reconciles the primary with this uid now.
     pub fn owns(&self, uid: &str) -> bool {
-        ring::contains(self.active.load(Ordering::SeqCst), ring::bucket_of(uid))
-            && self.lease_fresh()
+        self.whose(uid) == Whose::Mine
+    }
+
+    /// Who reconciles the primary with this uid, as this replica knows now.
+    pub fn whose(&self, uid: &str) -> Whose {
+        let held = ring::contains(self.active.load(Ordering::SeqCst), ring::bucket_of(uid));
+        Whose::of(held, self.lease_fresh())
     }
 
     /// A permit to write for the primary with this uid, or `None` when this
@@ -151,6 +190,17 @@ impl Shard {
     /// Lease was lost) since start.
     pub fn rescopes(&self) -> u64 {
         self.rescopes.load(Ordering::Relaxed)
+    }
+
+    /// Reconciles put off since start because the Lease was late
+    /// ([`Whose::Unsure`]).
+    pub fn put_off(&self) -> u64 {
+        self.put_off.load(Ordering::Relaxed)
+    }
+
+    /// A reconcile was put off: the Lease was late.
+    pub fn putting_off(&self) {
+        self.put_off.fetch_add(1, Ordering::Relaxed);
     }
 
     fn rescoped(&self) {
@@ -231,6 +281,26 @@ mod tests {
         assert!(shard.permit(&b).is_none(), "another bucket");
         shard.renewed_at(Some(Instant::now() - Duration::from_secs(11)));
         assert!(shard.permit(&a).is_none(), "paused past the renew deadline");
+    }
+
+    #[tokio::test]
+    async fn a_held_bucket_with_a_late_renew_is_unsure_not_another_replica_s() {
+        let shard = Shard::new(Duration::from_secs(10));
+        let (a, b) = (uid_in(3), uid_in(5));
+        shard.activate(1 << 3);
+        shard.renewed_at(Some(Instant::now()));
+        assert_eq!(
+            (shard.whose(&a), shard.whose(&b)),
+            (Whose::Mine, Whose::Others)
+        );
+        // The renew is late: the bucket is still held, nobody else has it.
+        shard.renewed_at(Some(Instant::now() - Duration::from_secs(11)));
+        assert_eq!(shard.whose(&a), Whose::Unsure);
+        assert!(!shard.owns(&a), "no write while unsure");
+        assert_eq!(shard.whose(&b), Whose::Others);
+        // Renewed again: the same primary is this replica's once more.
+        shard.renewed_at(Some(Instant::now()));
+        assert_eq!(shard.whose(&a), Whose::Mine);
     }
 
     #[tokio::test]

@@ -3,6 +3,9 @@
 //!
 //! With `KILN_TEST_KUBECONFIG` set, the tests run against that cluster instead
 //! of starting one (each test still gets its own namespace).
+//!
+//! With `KILN_TEST_LOGS=<dir>` set, the log of every `kiln run` process a
+//! failing test started is kept in `<dir>` (see [`KilnProcess`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -424,7 +427,7 @@ pub struct KilnProcess {
     pub metrics: u16,
     /// Its health port.
     pub health: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl KilnProcess {
@@ -459,7 +462,7 @@ impl KilnProcess {
             child,
             metrics,
             health,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -498,6 +501,27 @@ impl Drop for KilnProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failing test (dropped while panicking): keep the log when asked.
+        if std::thread::panicking()
+            && let Some(dir) = std::env::var_os("KILN_TEST_LOGS")
+        {
+            keep_log(self.dir.path(), Path::new(&dir), self.child.id());
+        }
+    }
+}
+
+/// Copies `kiln.log` of a process's directory to `into` as
+/// `kiln-<time>-<pid>.log`, saying where on stderr.
+fn keep_log(from: &Path, into: &Path, pid: u32) {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let to = into.join(format!("kiln-{stamp}-{pid}.log"));
+    let kept =
+        std::fs::create_dir_all(into).and_then(|()| std::fs::copy(from.join("kiln.log"), &to));
+    match kept {
+        Ok(_) => eprintln!("kiln log kept: {}", to.display()),
+        Err(e) => eprintln!("could not keep the kiln log in {}: {e}", into.display()),
     }
 }
 
