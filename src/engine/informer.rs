@@ -582,8 +582,8 @@ impl Informer {
                         .send_replace(self.epoch.load(Ordering::SeqCst));
                 }
             }
-            Event::Apply(obj) => {
-                let cached = Arc::new(Cached::new(obj.clone()));
+            Event::Apply(mut obj) => {
+                let cached = Arc::new(Cached::of(&mut obj));
                 let old = self.write().insert(cached.clone());
                 if !self.unchanged(old.as_deref(), &cached) {
                     self.emit(&Change::Applied(&Arc::new(obj)));

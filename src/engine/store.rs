@@ -51,19 +51,31 @@ pub struct Header {
 impl Cached {
     /// The compact form of `object`.
     pub fn new(mut object: DynamicObject) -> Self {
+        Self::of(&mut object)
+    }
+
+    /// The compact form of `object`, which is left as it was: its resource
+    /// version and labels (kept in the header, not the text) are lent and
+    /// put back, so the caller keeps the object without a deep copy.
+    pub fn of(object: &mut DynamicObject) -> Self {
         // Owners first: kiln's owner label is one of them.
         let owners = owners(&object.metadata).collect();
+        let resource_version = object.metadata.resource_version.take();
+        let labels = object.metadata.labels.take();
+        let text = compact(&*object).into_boxed_str();
+        object
+            .metadata
+            .resource_version
+            .clone_from(&resource_version);
+        object.metadata.labels.clone_from(&labels);
         let header = Header {
-            key: ObjKey::of(&object),
+            key: ObjKey::of(object),
             uid: object.metadata.uid.clone(),
-            resource_version: object.metadata.resource_version.take(),
-            labels: object.metadata.labels.take().unwrap_or_default(),
+            resource_version,
+            labels: labels.unwrap_or_default(),
             owners,
         };
-        Self {
-            text: compact(&object).into_boxed_str(),
-            header,
-        }
+        Self { text, header }
     }
 
     /// What filters and indexes read.
@@ -281,6 +293,14 @@ mod tests {
             "status": {"readyReplicas": 1}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn caching_a_borrowed_object_leaves_it_as_it_was_and_caches_the_same() {
+        let mut obj = deployment();
+        let cached = Cached::of(&mut obj);
+        assert_eq!(obj, deployment());
+        assert_eq!(cached, Cached::new(deployment()));
     }
 
     #[test]
