@@ -21,11 +21,13 @@ pub struct SelectorRef {
     pub selector: LabelSelector,
 }
 
-/// What one primary's watches point at.
+/// What one primary's watches point at; boxed slices, so a primary that
+/// names one object holds one entry, not a grown vector's spare capacity
+/// (issue 16).
 #[derive(Debug, Default)]
 struct Targets {
-    refs: Vec<(String, ObjKey)>,
-    selectors: Vec<SelectorRef>,
+    refs: Box<[(String, ObjKey)]>,
+    selectors: Box<[SelectorRef]>,
 }
 
 /// Watch name + related key → primaries, and the way back for cleanup.
@@ -50,8 +52,11 @@ impl Reverse {
                 .or_default()
                 .insert(primary.clone());
         }
-        self.by_primary
-            .insert(primary.clone(), Targets { refs, selectors });
+        let targets = Targets {
+            refs: refs.into_boxed_slice(),
+            selectors: selectors.into_boxed_slice(),
+        };
+        self.by_primary.insert(primary.clone(), targets);
     }
 
     /// Drops everything `primary` referred to.
@@ -59,7 +64,7 @@ impl Reverse {
         let Some(targets) = self.by_primary.remove(primary) else {
             return;
         };
-        for target in targets.refs {
+        for target in targets.refs.into_vec() {
             if let Some(set) = self.by_target.get_mut(&target) {
                 set.remove(primary);
                 if set.is_empty() {
