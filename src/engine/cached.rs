@@ -19,8 +19,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
-use kube::core::ObjectMeta;
+use kube::core::{ObjectMeta, TypeMeta};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -45,6 +49,10 @@ pub struct Cached {
     resource_version: Option<Version>,
     /// The uids it is indexed under (see [`owners`]).
     owners: Box<[Uid]>,
+    /// `apiVersion` and `kind`, shared with every object of the kind.
+    types: Option<Arc<TypeMeta>>,
+    /// `metadata.ownerReferences`.
+    owner_references: Option<Box<[OwnerRef]>>,
 }
 
 impl fmt::Debug for Cached {
@@ -72,8 +80,11 @@ impl Cached {
     pub fn of(object: &mut DynamicObject) -> Self {
         // Owners first: kiln's owner label is one of them.
         let owners = owners(&object.metadata);
+        let types = object.types.take();
         let meta = &mut object.metadata;
         let lent = Lent {
+            types,
+            owner_references: meta.owner_references.take(),
             name: meta.name.take(),
             namespace: meta.namespace.take(),
             uid: meta.uid.take(),
@@ -112,8 +123,13 @@ impl Cached {
             uid: lent.uid.as_deref().map(Uid::new),
             resource_version: lent.resource_version.as_deref().map(Version::new),
             owners,
+            types: lent.types.as_ref().map(shared),
+            owner_references: lent
+                .owner_references
+                .as_deref()
+                .map(|refs| refs.iter().map(OwnerRef::new).collect()),
         };
-        lent.put_back(&mut object.metadata);
+        lent.put_back(object);
         cached
     }
 
@@ -190,7 +206,12 @@ impl Cached {
             metadata: ObjectMeta::default(),
             data: Value::Null,
         });
+        object.types = self.types.as_deref().cloned();
         let meta = &mut object.metadata;
+        meta.owner_references = self
+            .owner_references
+            .as_deref()
+            .map(|refs| refs.iter().map(OwnerRef::to_reference).collect());
         if self.named {
             meta.name = Some(self.name().to_string());
         }
@@ -211,12 +232,16 @@ impl Cached {
             && self.namespaced == other.namespaced
             && self.named == other.named
             && self.uid == other.uid
+            && self.types == other.types
+            && self.owner_references == other.owner_references
     }
 }
 
 /// The fields of an object's metadata kept apart from its text, taken out
 /// while the rest is written as JSON.
 struct Lent {
+    types: Option<TypeMeta>,
+    owner_references: Option<Vec<OwnerReference>>,
     name: Option<String>,
     namespace: Option<String>,
     uid: Option<String>,
@@ -225,13 +250,71 @@ struct Lent {
 }
 
 impl Lent {
-    fn put_back(self, meta: &mut ObjectMeta) {
+    fn put_back(self, object: &mut DynamicObject) {
+        object.types = self.types;
+        let meta = &mut object.metadata;
+        meta.owner_references = self.owner_references;
         meta.name = self.name;
         meta.namespace = self.namespace;
         meta.uid = self.uid;
         meta.resource_version = self.resource_version;
         meta.labels = self.labels;
     }
+}
+
+/// An owner reference, its `apiVersion` and `kind` shared.
+#[derive(Clone, PartialEq)]
+struct OwnerRef {
+    types: Arc<TypeMeta>,
+    name: Box<str>,
+    uid: Uid,
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
+impl OwnerRef {
+    fn new(r: &OwnerReference) -> Self {
+        Self {
+            types: shared(&TypeMeta {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+            }),
+            name: r.name.as_str().into(),
+            uid: Uid::new(&r.uid),
+            controller: r.controller,
+            block_owner_deletion: r.block_owner_deletion,
+        }
+    }
+
+    fn to_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.types.api_version.clone(),
+            kind: self.types.kind.clone(),
+            name: self.name.to_string(),
+            uid: self.uid.to_string(),
+            controller: self.controller,
+            block_owner_deletion: self.block_owner_deletion,
+        }
+    }
+}
+
+/// `types` shared: one `Arc` per `apiVersion` and `kind` in use (the
+/// kinds kiln caches and their owners' kinds), dropped from the set once
+/// no cached object holds it (checked whenever the set has doubled).
+fn shared(types: &TypeMeta) -> Arc<TypeMeta> {
+    static SHARED: LazyLock<Mutex<(HashSet<Arc<TypeMeta>>, usize)>> = LazyLock::new(Mutex::default);
+    let mut guard = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    let (set, purged_at) = &mut *guard;
+    if let Some(found) = set.get(types) {
+        return found.clone();
+    }
+    if set.len() >= 2 * (*purged_at).max(16) {
+        set.retain(|t| Arc::strong_count(t) > 1);
+        *purged_at = set.len();
+    }
+    let new = Arc::new(types.clone());
+    set.insert(new.clone());
+    new
 }
 
 /// Where `packed` ends now, as an offset (objects are far below 4 GiB: the
@@ -521,11 +604,25 @@ mod tests {
                 name: "web".into()
             }
         );
-        assert!(
-            !cached.text().contains("\"web\"") && !cached.text().contains(UID),
-            "name and uid are kept once: {}",
-            cached.text()
-        );
+        for apart in [
+            "\"web\"",
+            UID,
+            "ownerReferences",
+            "apiVersion",
+            "kiln.dev/rule",
+        ] {
+            assert!(
+                !cached.text().contains(apart),
+                "{apart} is kept apart: {}",
+                cached.text()
+            );
+        }
+        // Every object of a kind shares its apiVersion and kind.
+        let other = Cached::new(deployment());
+        assert!(Arc::ptr_eq(
+            cached.types.as_ref().unwrap(),
+            other.types.as_ref().unwrap()
+        ));
     }
 
     #[test]
