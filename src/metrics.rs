@@ -67,7 +67,7 @@ pub struct Metrics {
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
     pub cached_objects: Family<Labels, Gauge>,
-    /// `kiln_cached_bytes{gvk}`: the cached objects' JSON text.
+    /// `kiln_cached_bytes{gvk}`: the cached objects' compact form (JSON text, namespace, name, labels).
     pub cached_bytes: Family<Labels, Gauge>,
     /// `kiln_rule_waiting_for_kinds{rule}`: 1 while a rule waits for a CRD.
     pub waiting_for_kinds: Family<Labels, Gauge>,

@@ -98,7 +98,7 @@ async fn explain(
             .or_else(|| {
                 let ns = key.namespace.as_deref()?;
                 rule.primary
-                    .namespace_refusal(ns, namespace_labels.as_ref())
+                    .namespace_refusal(ns, namespace_labels.as_ref().map(|l| l as _))
             });
         match refusal {
             Some(why) => out.push_str(&format!("  {}: does not select it: {why}\n", rule.name)),

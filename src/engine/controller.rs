@@ -32,7 +32,7 @@ use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
 use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
-use crate::rules::{Gvk, LabelSelector, Rule, WatchTarget};
+use crate::rules::{Gvk, LabelSelector, LabelSource, Rule, WatchTarget};
 use crate::shard::Whose;
 use crate::template::{Budget, to_jinja};
 
@@ -176,9 +176,8 @@ impl RuleController {
     /// Queues every primary the rule selects (start-up, resync, rule change).
     pub fn enqueue_all(&self) {
         for obj in self.wiring.primary.entries() {
-            let header = obj.header();
-            if self.selects(header.key.namespace.as_deref(), &header.labels) {
-                self.enqueue(header.key.clone());
+            if self.selects(obj.namespace(), &obj.labels()) {
+                self.enqueue(obj.key());
             }
         }
     }
@@ -406,10 +405,9 @@ impl RuleController {
         let (Change::Applied(ns) | Change::Deleted(ns)) = change;
         let name = ns.name_any();
         for obj in self.wiring.primary.entries() {
-            let header = obj.header();
-            let namespace = header.key.namespace.as_deref();
-            if namespace == Some(name.as_str()) && self.selects(namespace, &header.labels) {
-                self.enqueue(header.key.clone());
+            let namespace = obj.namespace();
+            if namespace == Some(name.as_str()) && self.selects(namespace, &obj.labels()) {
+                self.enqueue(obj.key());
             }
         }
     }
@@ -423,7 +421,7 @@ impl RuleController {
         }
     }
 
-    fn selects(&self, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+    fn selects<L: LabelSource + ?Sized>(&self, namespace: Option<&str>, labels: &L) -> bool {
         let primary = &self.rule.primary;
         primary.selects(namespace, labels)
             && namespace_takes(primary, namespace, self.wiring.namespaces.as_deref())
@@ -1310,8 +1308,10 @@ fn namespace_takes(
         namespace: None,
         name: ns.to_string(),
     });
-    let labels = found.as_ref().map(|n| &n.header().labels);
-    primary.namespace_refusal(ns, labels).is_none()
+    let labels = found.as_ref().map(|n| n.labels());
+    primary
+        .namespace_refusal(ns, labels.as_ref().map(|l| l as &dyn LabelSource))
+        .is_none()
 }
 
 /// Whether a child of the primary `uid` was left to outlive it: found by
@@ -1356,11 +1356,7 @@ fn matching(
     let mut found: Vec<Value> = informer
         .entries()
         .into_iter()
-        .filter(|o| {
-            let header = o.header();
-            (all || header.key.namespace.as_deref() == namespace)
-                && selector.matches(&header.labels)
-        })
+        .filter(|o| (all || o.namespace() == namespace) && selector.matches(&o.labels()))
         .map(|o| to_json(&o.decode()))
         .collect();
     found.sort_by(|a, b| {

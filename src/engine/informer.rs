@@ -545,12 +545,13 @@ impl Informer {
                 let vanished: Vec<ObjKey> = {
                     let store = self.read();
                     store
-                        .keys()
-                        .filter(|k| {
-                            self.streams[stream].is_none() || k.namespace == self.streams[stream]
+                        .all()
+                        .filter(|o| {
+                            self.streams[stream].is_none()
+                                || o.namespace() == self.streams[stream].as_deref()
                         })
-                        .filter(|k| !listed.contains_key(*k))
-                        .cloned()
+                        .filter(|o| listed.get(o.namespace(), o.name()).is_none())
+                        .map(|o| o.key())
                         .collect()
                 };
                 for key in vanished {
@@ -560,12 +561,9 @@ impl Informer {
                     }
                 }
                 let quiet = self.quiet_relist.load(Ordering::SeqCst);
-                for (_, obj) in listed {
+                for obj in listed {
                     let old = self.write().insert(obj.clone());
-                    let unchanged = quiet
-                        && old.is_some_and(|o| {
-                            o.header().resource_version == obj.header().resource_version
-                        });
+                    let unchanged = quiet && old.is_some_and(|o| o.same_version(&obj));
                     if !unchanged {
                         self.emit(&Change::Applied(&Arc::new(obj.decode())));
                     }
@@ -708,7 +706,7 @@ impl Informer {
         self.read().len()
     }
 
-    /// Bytes of the cached objects' JSON text.
+    /// Bytes of the cached objects' compact form: JSON text, namespace, name, labels.
     pub fn bytes(&self) -> usize {
         self.read().bytes()
     }
@@ -951,7 +949,7 @@ impl Registry {
             .unwrap_or(0)
     }
 
-    /// Objects cached per GVK, and the bytes of their JSON text.
+    /// Objects cached per GVK, and the bytes of their compact form (JSON text, namespace, name, labels).
     pub fn cached(&self) -> Vec<(crate::rules::Gvk, usize, usize)> {
         self.lock()
             .iter()

@@ -7,6 +7,7 @@
 
 pub mod backoff;
 pub mod board;
+pub mod cached;
 pub mod controller;
 pub mod decode;
 pub mod decorate;
@@ -426,7 +427,7 @@ impl Engine {
         m.clone()
     }
 
-    /// Objects cached per GVK, and the bytes of their JSON text.
+    /// Objects cached per GVK, and the bytes of their compact form (JSON text, namespace, name, labels).
     pub fn cached(&self) -> Vec<(Gvk, usize, usize)> {
         self.shared.informers.cached()
     }
@@ -499,7 +500,7 @@ impl Engine {
             .flat_map(|i| i.entries())
             .filter(|o| {
                 self.shared
-                    .owns(o.header().uid.as_deref().unwrap_or_default())
+                    .owns(&o.uid().map(ToString::to_string).unwrap_or_default())
             })
             .count()
     }

@@ -1,192 +1,191 @@
-//! The informer's store: every cached object in a compact form (issue 16).
+//! The informer's store: every cached object ([`Cached`], compact), indexed
+//! by namespace and name and by owner uid (issue 16).
 //!
-//! A `serde_json::Value` tree with `preserve_order` holds an `IndexMap` per
-//! JSON object, and a typed `ObjectMeta` a map node per label set and a
-//! string per field: about 8 KiB per object for 2 KiB of JSON (measured
-//! with heaptrack on the bench). The store keeps instead a small typed
-//! [`Header`] (key, uid, resource version, labels, the owner uids it is
-//! indexed under: what filters and indexes read) and the whole object as
-//! compact JSON text, parsed only when an object is read
-//! ([`Cached::decode`]). Filters run on the header without parsing; the
-//! engine parses the few objects a reconcile reads (its primary, that
-//! primary's children, the related objects it names).
+//! Each object is held once, shared (`Arc`) by both indexes: the key table
+//! hashes the key inside the object (no second copy of namespace and name
+//! per entry), and the owner index maps an owner's uid (16 bytes) to the
+//! one object it owns, or to a table of them, without a set per owner of
+//! copied keys.
 //!
 //! Pure data structure, no API calls.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
-use kube::api::DynamicObject;
-use kube::core::ObjectMeta;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
+use hashbrown::HashTable;
 
+pub use super::cached::{Cached, Labels, Uid};
 use super::informer::ObjKey;
 
-/// One cached object: what filters and indexes read, typed; the whole
-/// object (but its resource version) as compact JSON.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cached {
-    header: Header,
-    /// The object as the informer kept it, without its resource version
-    /// (in the header), as compact JSON.
-    text: Box<str>,
+/// Objects by namespace and name, the key read from the objects.
+#[derive(Default)]
+pub struct Objects {
+    table: HashTable<Arc<Cached>>,
+    hasher: RandomState,
 }
 
-/// What is read of a cached object without parsing it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Header {
-    /// Its namespace and name.
-    pub key: ObjKey,
-    /// `metadata.uid`.
-    pub uid: Option<String>,
-    /// `metadata.resourceVersion`.
-    pub resource_version: Option<String>,
-    /// `metadata.labels` (none: empty).
-    pub labels: BTreeMap<String, String>,
-    /// The uids it is indexed under (see [`owners`]).
-    owners: Box<[String]>,
-}
-
-impl Cached {
-    /// The compact form of `object`.
-    pub fn new(mut object: DynamicObject) -> Self {
-        Self::of(&mut object)
+impl Objects {
+    fn hash(hasher: &RandomState, namespace: Option<&str>, name: &str) -> u64 {
+        hasher.hash_one((namespace, name))
     }
 
-    /// The compact form of `object`, which is left as it was: its resource
-    /// version and labels (kept in the header, not the text) are lent and
-    /// put back, so the caller keeps the object without a deep copy.
-    pub fn of(object: &mut DynamicObject) -> Self {
-        // Owners first: kiln's owner label is one of them.
-        let owners = owners(&object.metadata).collect();
-        let resource_version = object.metadata.resource_version.take();
-        let labels = object.metadata.labels.take();
-        let text = compact(&*object).into_boxed_str();
-        object
-            .metadata
-            .resource_version
-            .clone_from(&resource_version);
-        object.metadata.labels.clone_from(&labels);
-        let header = Header {
-            key: ObjKey::of(object),
-            uid: object.metadata.uid.clone(),
-            resource_version,
-            labels: labels.unwrap_or_default(),
-            owners,
-        };
-        Self { text, header }
+    fn hash_of(hasher: &RandomState, obj: &Cached) -> u64 {
+        Self::hash(hasher, obj.namespace(), obj.name())
     }
 
-    /// What filters and indexes read.
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// Its namespace and name.
-    pub fn key(&self) -> &ObjKey {
-        &self.header.key
-    }
-
-    /// The whole object again (what the informer kept of it).
-    pub fn decode(&self) -> DynamicObject {
-        let mut object: DynamicObject = parse(&self.text).unwrap_or_else(|| DynamicObject {
-            types: None,
-            metadata: ObjectMeta {
-                name: Some(self.header.key.name.clone()),
-                namespace: self.header.key.namespace.clone(),
-                uid: self.header.uid.clone(),
-                ..ObjectMeta::default()
-            },
-            data: Value::Null,
-        });
-        object
-            .metadata
-            .resource_version
-            .clone_from(&self.header.resource_version);
-        if !self.header.labels.is_empty() {
-            object.metadata.labels = Some(self.header.labels.clone());
+    /// Holds `obj`; returns the object it replaces (the same key).
+    pub fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
+        let hash = Self::hash_of(&self.hasher, &obj);
+        let hasher = &self.hasher;
+        match self.table.entry(
+            hash,
+            |o| o.is(obj.namespace(), obj.name()),
+            |o| Self::hash_of(hasher, o),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut found) => {
+                Some(std::mem::replace(found.get_mut(), obj))
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(obj);
+                None
+            }
         }
-        object
     }
 
-    /// Whether `other` holds the same thing but for its resource version.
-    pub fn same_but_version(&self, other: &Cached) -> bool {
-        self.text == other.text
-            && self.header.labels == other.header.labels
-            && self.header.uid == other.header.uid
+    /// The object at `namespace`/`name`.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<Cached>> {
+        let hash = Self::hash(&self.hasher, namespace, name);
+        self.table.find(hash, |o| o.is(namespace, name))
+    }
+
+    /// Drops the object at `namespace`/`name`; returns it.
+    pub fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<Cached>> {
+        let hash = Self::hash(&self.hasher, namespace, name);
+        self.table
+            .find_entry(hash, |o| o.is(namespace, name))
+            .ok()
+            .map(|found| found.remove().0)
+    }
+
+    /// Whether an object is held at `key`.
+    pub fn contains_key(&self, key: &ObjKey) -> bool {
+        self.get(key.namespace.as_deref(), &key.name).is_some()
+    }
+
+    /// Every object.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Cached>> {
+        self.table.iter()
+    }
+
+    /// How many objects are held.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
     }
 }
 
-/// Compact JSON of something that serializes (a `Value`, metadata): cannot
-/// fail for these types.
-fn compact<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_default()
+impl IntoIterator for Objects {
+    type Item = Arc<Cached>;
+    type IntoIter = hashbrown::hash_table::IntoIter<Arc<Cached>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.table.into_iter()
+    }
 }
 
-/// Parses JSON this module wrote. It came from an object serde_json
-/// decoded (so within its nesting limit) and parses back; were it ever not
-/// to, the failure is logged and `None` returned.
-fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
-    serde_json::from_str(text)
-        .inspect_err(|error| {
-            tracing::error!(%error, "a cached object did not parse back; only its metadata is read");
-        })
-        .ok()
+/// What one owner uid owns: most own one object of a kind, held inline.
+enum Owned {
+    One(Arc<Cached>),
+    Many(Box<Objects>),
 }
 
 /// The cached objects of one informer, indexed by key and by owner uid.
 #[derive(Default)]
 pub struct Store {
-    objects: HashMap<ObjKey, Arc<Cached>>,
-    /// Owner uid → keys of the objects it owns.
-    owned: HashMap<String, HashSet<ObjKey>>,
+    objects: Objects,
+    /// Owner uid → the objects it owns.
+    owned: HashMap<Uid, Owned>,
     /// Objects of a re-list in progress, per watch stream.
-    relist: HashMap<usize, HashMap<ObjKey, Arc<Cached>>>,
-    /// Bytes of JSON text held by `objects`.
+    relist: HashMap<usize, Objects>,
+    /// Bytes of the objects' strings held by `objects` ([`Cached::bytes`]).
     bytes: usize,
 }
 
 impl Store {
     /// Caches `obj`; returns what it replaces.
     pub fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
-        let key = obj.key().clone();
-        for owner in &obj.header.owners {
-            self.owned
-                .entry(owner.clone())
-                .or_default()
-                .insert(key.clone());
+        for owner in obj.owners() {
+            self.index(owner, &obj);
         }
-        self.bytes += obj.text.len();
-        let old = self.objects.insert(key.clone(), obj);
+        self.bytes += obj.bytes();
+        let old = self.objects.insert(obj.clone());
         if let Some(old) = &old {
-            self.bytes -= old.text.len();
-            self.unindex(&old.header.owners, &key, false);
+            self.bytes -= old.bytes();
+            for owner in old.owners() {
+                if !obj.owners().contains(owner) {
+                    self.unindex(owner, old);
+                }
+            }
         }
         old
     }
 
     /// Drops the object at `key`; returns it.
     pub fn remove(&mut self, key: &ObjKey) -> Option<Arc<Cached>> {
-        let old = self.objects.remove(key)?;
-        self.bytes -= old.text.len();
-        self.unindex(&old.header.owners, key, true);
+        let old = self.objects.remove(key.namespace.as_deref(), &key.name)?;
+        self.bytes -= old.bytes();
+        for owner in old.owners() {
+            self.unindex(owner, &old);
+        }
         Some(old)
     }
 
-    fn unindex(&mut self, old: &[String], key: &ObjKey, all: bool) {
-        let current: &[String] = match self.objects.get(key) {
-            Some(o) if !all => &o.header.owners,
-            _ => &[],
+    /// Indexes `obj` under `owner`, in place of what it had at that key.
+    fn index(&mut self, owner: &Uid, obj: &Arc<Cached>) {
+        let Some(owned) = self.owned.get_mut(owner) else {
+            self.owned.insert(owner.clone(), Owned::One(obj.clone()));
+            return;
         };
-        for owner in old {
-            if current.contains(owner) {
-                continue;
+        match owned {
+            Owned::One(one) if one.is(obj.namespace(), obj.name()) => *one = obj.clone(),
+            Owned::One(one) => {
+                let mut many = Objects::default();
+                many.insert(one.clone());
+                many.insert(obj.clone());
+                *owned = Owned::Many(Box::new(many));
             }
-            if let Some(set) = self.owned.get_mut(owner) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.owned.remove(owner);
+            Owned::Many(many) => {
+                many.insert(obj.clone());
+            }
+        }
+    }
+
+    /// Takes the object at `obj`'s key out of `owner`'s.
+    fn unindex(&mut self, owner: &Uid, obj: &Cached) {
+        let Some(owned) = self.owned.get_mut(owner) else {
+            return;
+        };
+        let (namespace, name) = (obj.namespace(), obj.name());
+        match owned {
+            Owned::One(one) if one.is(namespace, name) => {
+                self.owned.remove(owner);
+            }
+            Owned::One(_) => {}
+            Owned::Many(many) => {
+                many.remove(namespace, name);
+                if many.len() <= 1 {
+                    let last = many.iter().next().cloned();
+                    match last {
+                        Some(last) => *owned = Owned::One(last),
+                        None => {
+                            self.owned.remove(owner);
+                        }
+                    }
                 }
             }
         }
@@ -194,26 +193,26 @@ impl Store {
 
     /// The object at `key`.
     pub fn get(&self, key: &ObjKey) -> Option<&Arc<Cached>> {
-        self.objects.get(key)
+        self.objects.get(key.namespace.as_deref(), &key.name)
     }
 
     /// Every object.
     pub fn all(&self) -> impl Iterator<Item = &Arc<Cached>> {
-        self.objects.values()
-    }
-
-    /// Every key.
-    pub fn keys(&self) -> impl Iterator<Item = &ObjKey> {
-        self.objects.keys()
+        self.objects.iter()
     }
 
     /// The objects indexed under owner `uid`.
     pub fn owned_by(&self, uid: &str) -> impl Iterator<Item = &Arc<Cached>> {
-        self.owned
-            .get(uid)
-            .into_iter()
-            .flatten()
-            .filter_map(|k| self.objects.get(k))
+        let owned = self.owned.get(&Uid::new(uid));
+        let one = match owned {
+            Some(Owned::One(one)) => Some(one),
+            _ => None,
+        };
+        let many = match owned {
+            Some(Owned::Many(many)) => Some(many.iter()),
+            _ => None,
+        };
+        one.into_iter().chain(many.into_iter().flatten())
     }
 
     /// How many objects are cached.
@@ -221,7 +220,8 @@ impl Store {
         self.objects.len()
     }
 
-    /// Bytes of the cached objects' JSON text (their headers not counted).
+    /// Bytes of the cached objects' strings: JSON text, namespace, name and
+    /// labels (the fixed part of each object not counted).
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -233,127 +233,73 @@ impl Store {
 
     /// A re-list of `stream` begins: what it lists is gathered apart.
     pub fn begin_relist(&mut self, stream: usize) {
-        self.relist.insert(stream, HashMap::new());
+        self.relist.insert(stream, Objects::default());
     }
 
     /// One object of the re-list of `stream`.
     pub fn relisted(&mut self, stream: usize, obj: Arc<Cached>) {
-        self.relist
-            .entry(stream)
-            .or_default()
-            .insert(obj.key().clone(), obj);
+        self.relist.entry(stream).or_default().insert(obj);
     }
 
     /// The re-list of `stream` is complete: what it listed.
-    pub fn end_relist(&mut self, stream: usize) -> HashMap<ObjKey, Arc<Cached>> {
+    pub fn end_relist(&mut self, stream: usize) -> Objects {
         self.relist.remove(&stream).unwrap_or_default()
     }
 }
 
-/// The uids an object is indexed under: its owner references', the primary
-/// named by kiln's owner label (an `outside` child, which can have no owner
-/// reference), and the primary an orphaned kiln child names.
-fn owners(meta: &ObjectMeta) -> impl Iterator<Item = String> + '_ {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .map(|r| r.uid.clone())
-        .chain(
-            meta.labels
-                .as_ref()
-                .and_then(|l| l.get(crate::render::OWNER_UID_LABEL))
-                .cloned(),
-        )
-        .chain(
-            meta.annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::render::PRIMARY_UID_ANNOTATION))
-                .cloned(),
-        )
-}
-
 #[cfg(test)]
 mod tests {
+    use kube::api::DynamicObject;
     use serde_json::json;
 
     use super::*;
 
-    fn deployment() -> DynamicObject {
-        serde_json::from_value(json!({
+    const U1: &str = "0b6f2d6e-3c1a-4f0e-9a57-1d2c3b4a5f60";
+
+    fn child(name: &str, owner: &str) -> Arc<Cached> {
+        let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": {
-                "name": "web", "namespace": "ns", "uid": "d1", "resourceVersion": "7",
+                "name": name, "namespace": "ns", "uid": "d1", "resourceVersion": "7",
                 "labels": {"kiln.dev/rule": "webapp"},
-                "ownerReferences": [{"apiVersion": "demo.kiln.dev/v1", "kind": "WebApp", "name": "w", "uid": "u1", "controller": true}],
-                "managedFields": [{"manager": "kiln", "operation": "Apply", "subresource": "status",
-                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:ready": {}}}}]
+                "ownerReferences": [{"apiVersion": "demo.kiln.dev/v1", "kind": "WebApp", "name": "w", "uid": owner, "controller": true}],
             },
-            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "app", "image": "x"}]}}},
-            "status": {"readyReplicas": 1}
+            "spec": {"replicas": 2},
         }))
-        .unwrap()
+        .unwrap();
+        Arc::new(Cached::new(obj))
     }
 
-    #[test]
-    fn caching_a_borrowed_object_leaves_it_as_it_was_and_caches_the_same() {
-        let mut obj = deployment();
-        let cached = Cached::of(&mut obj);
-        assert_eq!(obj, deployment());
-        assert_eq!(cached, Cached::new(deployment()));
+    fn key(name: &str) -> ObjKey {
+        ObjKey {
+            namespace: Some("ns".into()),
+            name: name.into(),
+        }
     }
 
-    #[test]
-    fn an_object_decodes_back_to_what_was_cached() {
-        let obj = deployment();
-        let cached = Cached::new(obj.clone());
-        let back = cached.decode();
-        assert_eq!(back.metadata, obj.metadata);
-        assert_eq!(back.data, obj.data);
-        assert_eq!(back.types, obj.types);
-        assert_eq!(cached.header().uid.as_deref(), Some("d1"));
-        assert_eq!(cached.header().labels["kiln.dev/rule"], "webapp");
-        assert_eq!(
-            *cached.key(),
-            ObjKey {
-                namespace: Some("ns".into()),
-                name: "web".into()
-            }
-        );
-    }
-
-    #[test]
-    fn only_a_new_resource_version_is_the_same_but_version() {
-        let a = Cached::new(deployment());
-        let mut moved = deployment();
-        moved.metadata.resource_version = Some("8".into());
-        assert!(a.same_but_version(&Cached::new(moved.clone())));
-        moved.data["status"]["readyReplicas"] = json!(2);
-        assert!(!a.same_but_version(&Cached::new(moved)));
-        let mut relabelled = deployment();
-        relabelled
-            .metadata
-            .labels
-            .get_or_insert_default()
-            .insert("x".into(), "y".into());
-        assert!(!a.same_but_version(&Cached::new(relabelled)));
+    fn names(store: &Store, owner: &str) -> Vec<String> {
+        let mut names: Vec<String> = store
+            .owned_by(owner)
+            .map(|o| o.name().to_string())
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
     fn the_owner_index_follows_inserts_updates_and_removals() {
         let mut store = Store::default();
-        store.insert(Arc::new(Cached::new(deployment())));
-        assert_eq!(store.owned_by("u1").count(), 1);
+        store.insert(child("web", U1));
+        assert_eq!(names(&store, U1), ["web"]);
         let bytes = store.bytes();
         assert!(bytes > 0);
-        let mut moved = deployment();
-        moved.metadata.owner_references.as_mut().unwrap()[0].uid = "u2".into();
-        store.insert(Arc::new(Cached::new(moved)));
-        assert_eq!(store.owned_by("u1").count(), 0);
-        assert_eq!(store.owned_by("u2").count(), 1);
-        assert_eq!(store.bytes(), bytes, "one object, of the same size");
+        store.insert(child("web", "u2"));
+        assert_eq!(names(&store, U1), Vec::<String>::new());
+        assert_eq!(names(&store, "u2"), ["web"]);
+        assert_eq!(store.bytes(), bytes, "one object, the same strings");
         // An `outside` child: kiln's owner label names its primary.
-        let mut outside = deployment();
+        let mut outside = child("web", "x").decode();
         outside.metadata.owner_references = None;
         outside
             .metadata
@@ -361,12 +307,51 @@ mod tests {
             .get_or_insert_default()
             .insert(crate::render::OWNER_UID_LABEL.into(), "u3".into());
         store.insert(Arc::new(Cached::new(outside)));
-        assert_eq!(store.owned_by("u3").count(), 1);
-        assert_eq!(store.owned_by("u2").count(), 0);
-        let key = store.keys().next().unwrap().clone();
-        store.remove(&key);
-        assert_eq!(store.owned_by("u3").count(), 0);
+        assert_eq!(names(&store, "u3"), ["web"]);
+        assert_eq!(names(&store, "u2"), Vec::<String>::new());
+        store.remove(&key("web"));
+        assert_eq!(names(&store, "u3"), Vec::<String>::new());
         assert!(store.is_empty());
         assert_eq!(store.bytes(), 0);
+        assert!(store.owned.is_empty());
+    }
+
+    #[test]
+    fn an_owner_of_many_sees_each_replaced_and_removed() {
+        let mut store = Store::default();
+        for name in ["a", "b", "c"] {
+            store.insert(child(name, U1));
+        }
+        assert_eq!(names(&store, U1), ["a", "b", "c"]);
+        // A new version of one replaces it in the index too.
+        let mut newer = child("b", U1).decode();
+        newer.data["spec"]["replicas"] = json!(5);
+        store.insert(Arc::new(Cached::new(newer)));
+        let b = store.owned_by(U1).find(|o| o.name() == "b").unwrap();
+        assert_eq!(b.decode().data["spec"]["replicas"], 5);
+        assert!(Arc::ptr_eq(b, store.get(&key("b")).unwrap()));
+        store.remove(&key("a"));
+        store.insert(child("c", "u2"));
+        assert_eq!(names(&store, U1), ["b"]);
+        assert_eq!(names(&store, "u2"), ["c"]);
+        store.remove(&key("b"));
+        store.remove(&key("c"));
+        assert!(store.owned.is_empty());
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_relist_is_gathered_apart_by_key() {
+        let mut store = Store::default();
+        store.begin_relist(0);
+        store.relisted(0, child("a", U1));
+        store.relisted(0, child("a", U1));
+        store.relisted(0, child("b", U1));
+        assert!(store.is_empty());
+        let listed = store.end_relist(0);
+        assert_eq!(listed.len(), 2);
+        assert!(listed.contains_key(&key("a")));
+        assert!(!listed.contains_key(&key("c")));
+        assert_eq!(listed.into_iter().count(), 2);
     }
 }

@@ -89,7 +89,7 @@ pub fn namespace_gvk() -> Gvk {
 
 impl Primary {
     /// Whether the rule takes an object in `namespace` with these labels.
-    pub fn selects(&self, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+    pub fn selects<L: LabelSource + ?Sized>(&self, namespace: Option<&str>, labels: &L) -> bool {
         self.refusal(namespace, labels).is_none()
     }
 
@@ -99,7 +99,7 @@ impl Primary {
     pub fn namespace_refusal(
         &self,
         namespace: &str,
-        labels: Option<&BTreeMap<String, String>>,
+        labels: Option<&dyn LabelSource>,
     ) -> Option<String> {
         let selector = self.namespace_selector.as_ref()?;
         match labels {
@@ -116,10 +116,10 @@ impl Primary {
     /// Why the rule does not take an object in `namespace` with these
     /// labels; `None` when it does. (Not `namespaceSelector`: see
     /// [`Primary::namespace_refusal`].)
-    pub fn refusal(
+    pub fn refusal<L: LabelSource + ?Sized>(
         &self,
         namespace: Option<&str>,
-        labels: &BTreeMap<String, String>,
+        labels: &L,
     ) -> Option<String> {
         let in_namespace = self.namespaces.is_empty()
             || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns));
@@ -141,6 +141,19 @@ impl Primary {
             )),
             _ => None,
         }
+    }
+}
+
+/// Labels an object has, wherever they are kept: a map, or a cached
+/// object's compact form (`engine::cached::Labels`).
+pub trait LabelSource: std::fmt::Debug {
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSource for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
     }
 }
 
@@ -179,15 +192,15 @@ pub enum Operator {
 
 impl LabelSelector {
     /// Whether labels satisfy the selector.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: LabelSource + ?Sized>(&self, labels: &L) -> bool {
         self.match_labels
             .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
+            .all(|(k, v)| labels.label(k) == Some(v.as_str()))
             && self.match_expressions.iter().all(|req| {
-                let value = labels.get(&req.key);
+                let value = labels.label(&req.key);
                 match req.operator {
-                    Operator::In => value.is_some_and(|v| req.values.contains(v)),
-                    Operator::NotIn => value.is_none_or(|v| !req.values.contains(v)),
+                    Operator::In => value.is_some_and(|v| req.values.iter().any(|x| x == v)),
+                    Operator::NotIn => value.is_none_or(|v| !req.values.iter().any(|x| x == v)),
                     Operator::Exists => value.is_some(),
                     Operator::DoesNotExist => value.is_none(),
                 }

@@ -1,0 +1,717 @@
+//! One cached object in a compact form (issue 16).
+//!
+//! A `serde_json::Value` tree with `preserve_order` holds an `IndexMap` per
+//! JSON object, and a typed `ObjectMeta` a map node per label set and a
+//! string per field: about 8 KiB per object for 2 KiB of JSON (measured
+//! with heaptrack on the bench). A [`Cached`] object is instead two
+//! allocations: a fixed record (uid and resource version as numbers when
+//! they are the usual UUID and decimal, the owner uids it is indexed
+//! under) and one string holding its namespace, name and labels (what
+//! filters and indexes read, without parsing) followed by the rest of the
+//! object as compact JSON, parsed only when the object is read
+//! ([`Cached::decode`], which puts the fields kept apart back). At the
+//! bench's N=3000, the headers of the earlier form (a `String` per field, a
+//! `BTreeMap` node per label set, boxed owner uids) cost about 1 KiB per
+//! object on top of its JSON.
+//!
+//! Pure data, no API calls.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::DynamicObject;
+use kube::core::{ObjectMeta, TypeMeta};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::informer::ObjKey;
+
+/// One cached object: namespace, name, labels, uid and resource version
+/// apart (read without parsing), the rest as compact JSON.
+#[derive(Clone, PartialEq)]
+pub struct Cached {
+    /// Namespace, name, labels ([`Labels`]' encoding), then the JSON text.
+    packed: Box<str>,
+    /// Where in `packed` the namespace ends, the name, the labels.
+    ends: [u32; 3],
+    /// Whether it has a namespace (an empty one is still one).
+    namespaced: bool,
+    /// Whether `metadata.name` was set (the key's name is `generateName`
+    /// otherwise, left in the text).
+    named: bool,
+    /// `metadata.uid`.
+    uid: Option<Uid>,
+    /// `metadata.resourceVersion`.
+    resource_version: Option<Version>,
+    /// The uids it is indexed under (see [`owners`]).
+    owners: Box<[Uid]>,
+    /// `apiVersion` and `kind`, shared with every object of the kind.
+    types: Option<Arc<TypeMeta>>,
+    /// `metadata.ownerReferences`.
+    owner_references: Option<Box<[OwnerRef]>>,
+}
+
+impl fmt::Debug for Cached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cached")
+            .field("key", &self.key())
+            .field("uid", &self.uid)
+            .field("resource_version", &self.resource_version)
+            .field("labels", &self.labels())
+            .field("owners", &self.owners)
+            .field("text", &self.text())
+            .finish()
+    }
+}
+
+impl Cached {
+    /// The compact form of `object`.
+    pub fn new(mut object: DynamicObject) -> Self {
+        Self::of(&mut object)
+    }
+
+    /// The compact form of `object`, which is left as it was: the fields
+    /// kept apart from the text are lent and put back, so the caller keeps
+    /// the object without a deep copy.
+    pub fn of(object: &mut DynamicObject) -> Self {
+        // Owners first: kiln's owner label is one of them.
+        let owners = owners(&object.metadata);
+        let types = object.types.take();
+        let meta = &mut object.metadata;
+        let lent = Lent {
+            types,
+            owner_references: meta.owner_references.take(),
+            name: meta.name.take(),
+            namespace: meta.namespace.take(),
+            uid: meta.uid.take(),
+            resource_version: meta.resource_version.take(),
+            labels: meta.labels.take(),
+        };
+        // The key's name is `generateName` for an object without a name
+        // (as `ObjKey::of` has it), left in the text.
+        let generated = meta.generate_name.take();
+        let name = lent
+            .name
+            .as_deref()
+            .or(generated.as_deref())
+            .unwrap_or_default();
+        let namespace = lent.namespace.as_deref().unwrap_or_default();
+        let labels = lent.labels.as_ref();
+        meta.generate_name.clone_from(&generated);
+        let text = compact(&*object);
+        let mut packed = String::with_capacity(
+            namespace.len() + name.len() + labels.map_or(0, Labels::encoded_len) + text.len(),
+        );
+        packed.push_str(namespace);
+        let namespace_end = offset(&packed);
+        packed.push_str(name);
+        let name_end = offset(&packed);
+        if let Some(labels) = labels {
+            Labels::encode(labels, &mut packed);
+        }
+        let labels_end = offset(&packed);
+        packed.push_str(&text);
+        let cached = Self {
+            packed: packed.into_boxed_str(),
+            ends: [namespace_end, name_end, labels_end],
+            namespaced: lent.namespace.is_some(),
+            named: lent.name.is_some(),
+            uid: lent.uid.as_deref().map(Uid::new),
+            resource_version: lent.resource_version.as_deref().map(Version::new),
+            owners,
+            types: lent.types.as_ref().map(shared),
+            owner_references: lent
+                .owner_references
+                .as_deref()
+                .map(|refs| refs.iter().map(OwnerRef::new).collect()),
+        };
+        lent.put_back(object);
+        cached
+    }
+
+    /// The part of `packed` from the end of part `from` (its start for
+    /// none) to the end of part `to` (its end for none).
+    fn part(&self, from: Option<usize>, to: Option<usize>) -> &str {
+        let end = |i: Option<usize>, none: usize| {
+            i.and_then(|i| self.ends.get(i))
+                .map_or(none, |e| *e as usize)
+        };
+        let range = end(from, 0)..end(to, self.packed.len());
+        self.packed.get(range).unwrap_or_default()
+    }
+
+    /// Its namespace (`None`: cluster-scoped).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespaced.then(|| self.part(None, Some(0)))
+    }
+
+    /// Its name (`generateName` when it has none).
+    pub fn name(&self) -> &str {
+        self.part(Some(0), Some(1))
+    }
+
+    /// Its namespace and name.
+    pub fn key(&self) -> ObjKey {
+        ObjKey {
+            namespace: self.namespace().map(str::to_string),
+            name: self.name().to_string(),
+        }
+    }
+
+    /// Whether its key is `namespace`/`name`.
+    pub fn is(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.name() == name && self.namespace() == namespace
+    }
+
+    /// `metadata.labels` (none: empty).
+    pub fn labels(&self) -> Labels<'_> {
+        Labels(self.part(Some(1), Some(2)))
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&Uid> {
+        self.uid.as_ref()
+    }
+
+    /// The uids it is indexed under: its owner references', the primary
+    /// named by kiln's owner label or by an orphaned child's annotation.
+    pub fn owners(&self) -> &[Uid] {
+        &self.owners
+    }
+
+    /// Whether `other` has the same resource version.
+    pub fn same_version(&self, other: &Cached) -> bool {
+        self.resource_version == other.resource_version
+    }
+
+    /// The JSON text (the object without the fields kept apart).
+    fn text(&self) -> &str {
+        self.part(Some(2), None)
+    }
+
+    /// Bytes held for the object's strings (its JSON text, namespace, name
+    /// and labels).
+    pub fn bytes(&self) -> usize {
+        self.packed.len()
+    }
+
+    /// The whole object again (what the informer kept of it).
+    pub fn decode(&self) -> DynamicObject {
+        let mut object: DynamicObject = parse(self.text()).unwrap_or_else(|| DynamicObject {
+            types: None,
+            metadata: ObjectMeta::default(),
+            data: Value::Null,
+        });
+        object.types = self.types.as_deref().cloned();
+        let meta = &mut object.metadata;
+        meta.owner_references = self
+            .owner_references
+            .as_deref()
+            .map(|refs| refs.iter().map(OwnerRef::to_reference).collect());
+        if self.named {
+            meta.name = Some(self.name().to_string());
+        }
+        meta.namespace = self.namespace().map(str::to_string);
+        meta.uid = self.uid.as_ref().map(Uid::to_string);
+        meta.resource_version = self.resource_version.as_ref().map(Version::to_string);
+        let labels = self.labels();
+        if !labels.is_empty() {
+            meta.labels = Some(labels.to_map());
+        }
+        object
+    }
+
+    /// Whether `other` holds the same thing but for its resource version.
+    pub fn same_but_version(&self, other: &Cached) -> bool {
+        self.packed == other.packed
+            && self.ends == other.ends
+            && self.namespaced == other.namespaced
+            && self.named == other.named
+            && self.uid == other.uid
+            && self.types == other.types
+            && self.owner_references == other.owner_references
+    }
+}
+
+/// The fields of an object's metadata kept apart from its text, taken out
+/// while the rest is written as JSON.
+struct Lent {
+    types: Option<TypeMeta>,
+    owner_references: Option<Vec<OwnerReference>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+}
+
+impl Lent {
+    fn put_back(self, object: &mut DynamicObject) {
+        object.types = self.types;
+        let meta = &mut object.metadata;
+        meta.owner_references = self.owner_references;
+        meta.name = self.name;
+        meta.namespace = self.namespace;
+        meta.uid = self.uid;
+        meta.resource_version = self.resource_version;
+        meta.labels = self.labels;
+    }
+}
+
+/// An owner reference, its `apiVersion` and `kind` shared.
+#[derive(Clone, PartialEq)]
+struct OwnerRef {
+    types: Arc<TypeMeta>,
+    name: Box<str>,
+    uid: Uid,
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
+impl OwnerRef {
+    fn new(r: &OwnerReference) -> Self {
+        Self {
+            types: shared(&TypeMeta {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+            }),
+            name: r.name.as_str().into(),
+            uid: Uid::new(&r.uid),
+            controller: r.controller,
+            block_owner_deletion: r.block_owner_deletion,
+        }
+    }
+
+    fn to_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.types.api_version.clone(),
+            kind: self.types.kind.clone(),
+            name: self.name.to_string(),
+            uid: self.uid.to_string(),
+            controller: self.controller,
+            block_owner_deletion: self.block_owner_deletion,
+        }
+    }
+}
+
+/// `types` shared: one `Arc` per `apiVersion` and `kind` in use (the
+/// kinds kiln caches and their owners' kinds), dropped from the set once
+/// no cached object holds it (checked whenever the set has doubled).
+fn shared(types: &TypeMeta) -> Arc<TypeMeta> {
+    static SHARED: LazyLock<Mutex<(HashSet<Arc<TypeMeta>>, usize)>> = LazyLock::new(Mutex::default);
+    let mut guard = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    let (set, purged_at) = &mut *guard;
+    if let Some(found) = set.get(types) {
+        return found.clone();
+    }
+    if set.len() >= 2 * (*purged_at).max(16) {
+        set.retain(|t| Arc::strong_count(t) > 1);
+        *purged_at = set.len();
+    }
+    let new = Arc::new(types.clone());
+    set.insert(new.clone());
+    new
+}
+
+/// Where `packed` ends now, as an offset (objects are far below 4 GiB: the
+/// API server takes requests of a few MiB).
+fn offset(packed: &str) -> u32 {
+    u32::try_from(packed.len()).unwrap_or(u32::MAX)
+}
+
+/// Compact JSON of something that serializes (a `Value`, metadata): cannot
+/// fail for these types.
+fn compact<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Parses JSON this module wrote. It came from an object serde_json
+/// decoded (so within its nesting limit) and parses back; were it ever not
+/// to, the failure is logged and `None` returned.
+fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
+    serde_json::from_str(text)
+        .inspect_err(|error| {
+            tracing::error!(%error, "a cached object did not parse back; only its metadata is read");
+        })
+        .ok()
+}
+
+/// The uids an object is indexed under (each once): its owner references',
+/// the primary named by kiln's owner label (an `outside` child, which can
+/// have no owner reference), and the primary an orphaned kiln child names.
+fn owners(meta: &ObjectMeta) -> Box<[Uid]> {
+    let mut uids: Vec<Uid> = Vec::new();
+    let found = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|r| r.uid.as_str())
+        .chain(
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(crate::render::OWNER_UID_LABEL))
+                .map(String::as_str),
+        )
+        .chain(
+            meta.annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::render::PRIMARY_UID_ANNOTATION))
+                .map(String::as_str),
+        );
+    for uid in found.map(Uid::new) {
+        if !uids.contains(&uid) {
+            uids.push(uid);
+        }
+    }
+    uids.into_boxed_slice()
+}
+
+/// An object's uid: 16 bytes when it is a UUID as the API server writes
+/// them (lowercase, hyphenated), its text otherwise.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Uid {
+    /// A canonical UUID.
+    Uuid([u8; 16]),
+    /// Anything else, as it was.
+    Other(Box<str>),
+}
+
+impl Uid {
+    /// The uid `text`.
+    pub fn new(text: &str) -> Self {
+        parse_uuid(text).map_or_else(|| Self::Other(text.into()), Self::Uuid)
+    }
+}
+
+/// The 16 bytes of a lowercase hyphenated UUID (8-4-4-4-12 hex digits);
+/// `None` for anything else, which then keeps its text (so every uid
+/// prints back exactly as it came).
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let text = text.as_bytes();
+    if text.len() != 36 {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    let mut digits = text
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !matches!(i, 8 | 13 | 18 | 23));
+    if [8, 13, 18, 23].iter().any(|i| text[*i] != b'-') {
+        return None;
+    }
+    for byte in &mut bytes {
+        let (Some((_, high)), Some((_, low))) = (digits.next(), digits.next()) else {
+            return None;
+        };
+        *byte = hex(*high)? << 4 | hex(*low)?;
+    }
+    Some(bytes)
+}
+
+/// A lowercase hex digit's value.
+fn hex(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        _ => None,
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Other(text) => f.write_str(text),
+            Self::Uuid(bytes) => {
+                for (i, byte) in bytes.iter().enumerate() {
+                    if matches!(i, 4 | 6 | 8 | 10) {
+                        f.write_str("-")?;
+                    }
+                    write!(f, "{byte:02x}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// A resource version: a number when it is a decimal one (etcd's
+/// revisions are), its text otherwise (it is opaque to clients).
+#[derive(Clone, PartialEq, Eq)]
+enum Version {
+    Number(u64),
+    Other(Box<str>),
+}
+
+impl Version {
+    fn new(text: &str) -> Self {
+        let canonical = !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && (text == "0" || !text.starts_with('0'));
+        match text.parse() {
+            Ok(n) if canonical => Self::Number(n),
+            _ => Self::Other(text.into()),
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// A cached object's labels, read in place: each key and value is written
+/// as its length in bytes, `:`, then the text (sorted by key, as a
+/// `BTreeMap` gives them), so any text at all reads back as it was.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Labels<'a>(&'a str);
+
+impl<'a> Labels<'a> {
+    fn encoded_len(labels: &BTreeMap<String, String>) -> usize {
+        let one = |text: &str| decimal_digits(text.len()) + 1 + text.len();
+        labels.iter().map(|(k, v)| one(k) + one(v)).sum()
+    }
+
+    fn encode(labels: &BTreeMap<String, String>, out: &mut String) {
+        use std::fmt::Write;
+        for text in labels.iter().flat_map(|(k, v)| [k, v]) {
+            let _ = write!(out, "{}:{text}", text.len());
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every label, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        let mut rest = self.0;
+        let mut next = move || {
+            let (len, after) = rest.split_once(':')?;
+            let text = after.get(..len.parse().ok()?)?;
+            rest = &after[text.len()..];
+            Some(text)
+        };
+        std::iter::from_fn(move || Some((next()?, next()?)))
+    }
+
+    /// The value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// The labels as a map.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+/// How many digits `n` has in decimal.
+fn decimal_digits(mut n: usize) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
+
+impl fmt::Debug for Labels<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl crate::rules::LabelSource for Labels<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const UID: &str = "0b6f2d6e-3c1a-4f0e-9a57-1d2c3b4a5f60";
+
+    fn deployment() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "ns", "uid": UID, "resourceVersion": "7",
+                "labels": {"kiln.dev/rule": "webapp", "a:b": "3:x", "": ""},
+                "ownerReferences": [{"apiVersion": "demo.kiln.dev/v1", "kind": "WebApp", "name": "w", "uid": "u1", "controller": true}],
+                "managedFields": [{"manager": "kiln", "operation": "Apply", "subresource": "status",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:ready": {}}}}]
+            },
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "app", "image": "x"}]}}},
+            "status": {"readyReplicas": 1}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn caching_a_borrowed_object_leaves_it_as_it_was_and_caches_the_same() {
+        let mut obj = deployment();
+        let cached = Cached::of(&mut obj);
+        assert_eq!(obj, deployment());
+        assert_eq!(cached, Cached::new(deployment()));
+    }
+
+    #[test]
+    fn an_object_decodes_back_to_what_was_cached() {
+        let obj = deployment();
+        let cached = Cached::new(obj.clone());
+        let back = cached.decode();
+        assert_eq!(back.metadata, obj.metadata);
+        assert_eq!(back.data, obj.data);
+        assert_eq!(back.types, obj.types);
+        assert_eq!(cached.uid().map(Uid::to_string).as_deref(), Some(UID));
+        assert!(matches!(cached.uid(), Some(Uid::Uuid(_))));
+        assert_eq!(cached.labels().get("kiln.dev/rule"), Some("webapp"));
+        assert_eq!(cached.labels().get("a:b"), Some("3:x"));
+        assert_eq!(cached.labels().get(""), Some(""));
+        assert_eq!(cached.labels().get("kiln.dev"), None);
+        assert_eq!(
+            cached.key(),
+            ObjKey {
+                namespace: Some("ns".into()),
+                name: "web".into()
+            }
+        );
+        for apart in [
+            "\"web\"",
+            UID,
+            "ownerReferences",
+            "apiVersion",
+            "kiln.dev/rule",
+        ] {
+            assert!(
+                !cached.text().contains(apart),
+                "{apart} is kept apart: {}",
+                cached.text()
+            );
+        }
+        // Every object of a kind shares its apiVersion and kind.
+        let other = Cached::new(deployment());
+        assert!(Arc::ptr_eq(
+            cached.types.as_ref().unwrap(),
+            other.types.as_ref().unwrap()
+        ));
+    }
+
+    #[test]
+    fn odd_metadata_decodes_back_as_it_was() {
+        // Cluster-scoped, no name but a generateName, a uid and a resource
+        // version that are not the usual UUID and number, an empty namespace.
+        let odd = [
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"generateName": "gen-", "uid": "ABC", "resourceVersion": "007"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "x", "namespace": "", "uid": UID.to_uppercase(),
+                                "resourceVersion": "18446744073709551616"}}),
+            json!({"metadata": {"name": "bare"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "é", "namespace": "ns", "labels": {}, "resourceVersion": "0"}}),
+        ];
+        for obj in odd {
+            let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+            let back = Cached::new(obj.clone()).decode();
+            let mut expected = obj.metadata.clone();
+            // An empty label set reads back as none.
+            expected.labels = expected.labels.filter(|l| !l.is_empty());
+            assert_eq!(back.metadata, expected);
+            assert_eq!(back.data, obj.data);
+            assert_eq!(Cached::new(obj.clone()).key(), ObjKey::of(&obj));
+        }
+    }
+
+    #[test]
+    fn a_uid_is_16_bytes_only_when_it_prints_back_the_same() {
+        assert!(matches!(Uid::new(UID), Uid::Uuid(_)));
+        assert_eq!(Uid::new(UID).to_string(), UID);
+        for other in [
+            "u1",
+            "",
+            &UID.to_uppercase(),
+            "0b6f2d6e-3c1a-4f0e-9a57-1d2c3b4a5f6",
+            "0b6f2d6e-3c1a-4f0e-9a57-1d2c3b4a5f6g",
+            "0b6f2d6e3c1a-4f0e-9a57-1d2c3b4a5f60x",
+            "0b6f2d6e-3c1a-4f0e-9a57-1d2c3b4a5f6é",
+        ] {
+            assert!(matches!(Uid::new(other), Uid::Other(_)), "{other}");
+            assert_eq!(Uid::new(other).to_string(), other);
+        }
+        for text in [
+            "0",
+            "7",
+            "123456789",
+            "007",
+            "",
+            "-1",
+            "1a",
+            "18446744073709551616",
+        ] {
+            assert_eq!(Version::new(text).to_string(), text);
+        }
+        assert!(matches!(Version::new("123"), Version::Number(123)));
+    }
+
+    #[test]
+    fn owners_are_each_indexed_once() {
+        let mut obj = deployment();
+        obj.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(crate::render::OWNER_UID_LABEL.into(), "u1".into());
+        obj.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(crate::render::PRIMARY_UID_ANNOTATION.into(), UID.into());
+        let cached = Cached::new(obj);
+        assert_eq!(cached.owners(), [Uid::new("u1"), Uid::new(UID)]);
+    }
+
+    #[test]
+    fn only_a_new_resource_version_is_the_same_but_version() {
+        let a = Cached::new(deployment());
+        let mut moved = deployment();
+        moved.metadata.resource_version = Some("8".into());
+        assert!(a.same_but_version(&Cached::new(moved.clone())));
+        assert!(!a.same_version(&Cached::new(moved.clone())));
+        moved.data["status"]["readyReplicas"] = json!(2);
+        assert!(!a.same_but_version(&Cached::new(moved)));
+        let mut relabelled = deployment();
+        relabelled
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("x".into(), "y".into());
+        assert!(!a.same_but_version(&Cached::new(relabelled)));
+    }
+}
