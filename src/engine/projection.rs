@@ -9,6 +9,9 @@
 //! `children.x`) keeps everything under the part that is known, so an
 //! expression kiln cannot see through never loses a field it reads.
 //!
+//! Of a kind used only for children, `metadata.creationTimestamp` is dropped
+//! too unless a rule reads it: the engine itself never reads it of a child.
+//!
 //! Objects of a child kind that kiln did not make (no rule label) keep only
 //! their identity, unless a rule also watches or is primary for the kind.
 //!
@@ -96,6 +99,8 @@ pub struct Projection {
     own: Keep,
     /// Of every other object.
     others: Keep,
+    /// Whether `metadata.creationTimestamp` is kept (of every object).
+    stamps: bool,
 }
 
 impl Default for Projection {
@@ -110,6 +115,7 @@ impl Projection {
         Self {
             own: Keep::All,
             others: Keep::All,
+            stamps: true,
         }
     }
 
@@ -118,12 +124,23 @@ impl Projection {
         Self {
             own: Keep::Fields(BTreeMap::new()),
             others: Keep::Fields(BTreeMap::new()),
+            stamps: true,
         }
     }
 
     /// Whether whole objects are kept.
     pub fn is_everything(&self) -> bool {
-        self.own == Keep::All && self.others == Keep::All
+        self.own == Keep::All && self.others == Keep::All && self.stamps
+    }
+
+    /// Drops `metadata.creationTimestamp` unless what is kept already reads
+    /// it (a kind used only for children: the engine never reads it there).
+    #[must_use]
+    fn without_stamps_unread(mut self) -> Self {
+        let mut stamp = Keep::Fields(BTreeMap::new());
+        stamp.keep_path(&["metadata", "creationTimestamp"]);
+        self.stamps = self.own.covers(&stamp) || self.others.covers(&stamp);
+        self
     }
 
     /// Whether kiln's objects are kept whole.
@@ -223,13 +240,16 @@ impl Projection {
     pub fn union(&mut self, other: &Projection) {
         self.own.union(&other.own);
         self.others.union(&other.others);
+        self.stamps |= other.stamps;
     }
 
     /// Whether this projection keeps everything `other` keeps: a cache
     /// filled under `self` can serve rules that need only `other` without a
     /// re-list.
     pub fn covers(&self, other: &Projection) -> bool {
-        self.own.covers(&other.own) && self.others.covers(&other.others)
+        self.own.covers(&other.own)
+            && self.others.covers(&other.others)
+            && (self.stamps || !other.stamps)
     }
 
     /// Drops from `object` what is not kept: what is kept of kiln's objects
@@ -242,11 +262,19 @@ impl Projection {
             .is_some_and(|l| l.contains_key(crate::render::RULE_LABEL));
         let keep = if kilns { &self.own } else { &self.others };
         apply(keep, &mut object.data);
+        if !self.stamps {
+            object.metadata.creation_timestamp = None;
+        }
     }
 
     /// Drops from `object` (kiln's) what is not kept (its identity always is).
     pub fn apply(&self, object: &mut Value) {
         apply(&self.own, object);
+        if !self.stamps
+            && let Some(Value::Object(meta)) = object.get_mut("metadata")
+        {
+            meta.remove("creationTimestamp");
+        }
     }
 }
 
@@ -290,7 +318,7 @@ pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
                 keep.keep_read(&reference, "child");
             }
         }
-        out.push((child.gvk.clone(), keep));
+        out.push((child.gvk.clone(), keep.without_stamps_unread()));
     }
     for watch in &rule.watches {
         let decorated = rule
@@ -636,5 +664,58 @@ mod rule_tests {
         let all = of_rule(&rule_from(&text));
         assert!(of(&all, "Service").keeps_kilns_whole());
         assert!(!of(&all, "Deployment").keeps_kilns_whole());
+    }
+
+    #[test]
+    fn a_childs_creation_timestamp_is_dropped_unless_a_rule_reads_it() {
+        let stamped = |kind: &str, labels: Value| {
+            let mut o = object(labels, json!({}));
+            o.types = Some(kube::api::TypeMeta {
+                api_version: "v1".into(),
+                kind: kind.into(),
+            });
+            o.metadata.creation_timestamp =
+                Some(serde_json::from_value(json!("2026-11-23T18:44:55Z")).unwrap());
+            o
+        };
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        // Children, kiln's or anyone's: the engine never reads it.
+        for labels in [json!({"kiln.dev/rule": "webapp"}), json!({})] {
+            let mut cm = stamped("ConfigMap", labels);
+            of(&all, "ConfigMap").apply_to(&mut cm);
+            assert_eq!(cm.metadata.creation_timestamp, None);
+            assert_eq!(cm.metadata.name.as_deref(), Some("c"));
+        }
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "w", "creationTimestamp": "2026-11-23T18:44:55Z", "generation": 1}});
+        of(&all, "Deployment").apply(&mut d);
+        assert_eq!(d["metadata"], json!({"name": "w", "generation": 1}));
+        // The primary and watched kinds keep it: templates read them freely.
+        for kind in ["WebApp", "Secret"] {
+            let mut o = stamped(kind, json!({}));
+            of(&all, kind).apply_to(&mut o);
+            assert!(o.metadata.creation_timestamp.is_some(), "{kind}");
+        }
+        // A rule that reads it of a child keeps it, and a cache filled
+        // without it is re-listed for that rule.
+        for read in [
+            "children.service.metadata.creationTimestamp",
+            "children.service.metadata",
+            "children.service",
+        ] {
+            let text = include_str!("../../tests/bench/webapp.yaml").replace(
+                "children.deployment.status.readyReplicas | default(0)",
+                &format!("{read} | tojson | length"),
+            );
+            let reading = of_rule(&rule_from(&text));
+            let mut svc = stamped("Service", json!({"kiln.dev/rule": "webapp"}));
+            of(&reading, "Service").apply_to(&mut svc);
+            assert!(svc.metadata.creation_timestamp.is_some(), "{read}");
+            assert!(
+                !of(&all, "Service").covers(of(&reading, "Service")),
+                "{read}"
+            );
+        }
     }
 }
