@@ -1102,8 +1102,14 @@ impl RuleController {
             .map_or_else(|f| f.category.label(), |_| "success");
         let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
         self.shared.metrics.apply_total.get_or_create(&labels).inc();
-        let stored = applied?;
-        let normalized = diff::normalized(&child.object, &to_json(&stored));
+        let mut stored = to_json(&applied?);
+        // Compared later with the cached child: cut as the cache cuts it, so
+        // a leaf stored whole (a list the server lengthened) is compared
+        // with what the cache holds of it.
+        if let Some(informer) = self.wiring.children.get(&child.gvk) {
+            informer.project(&mut stored);
+        }
+        let normalized = diff::normalized(&child.object, &stored);
         let mut states = lock(&self.states);
         let state = states.entry(ObjKey::of(obj)).or_default();
         let key = (child.gvk.clone(), ckey);

@@ -36,17 +36,23 @@ enum Keep {
     All,
     /// Only these fields (each with what is kept under it).
     Fields(BTreeMap<String, Keep>),
+    /// Of a list, every item, each with this kept of it.
+    Items(Box<Keep>),
 }
 
 impl Keep {
     fn keep_path(&mut self, path: &[&str]) {
-        let Keep::Fields(fields) = self else { return };
-        match path.split_first() {
-            None => *self = Keep::All,
-            Some((first, rest)) => fields
-                .entry((*first).to_string())
-                .or_insert_with(|| Keep::Fields(BTreeMap::new()))
-                .keep_path(rest),
+        match self {
+            Keep::All => {}
+            // A path through a list by name: kept whole, to be safe.
+            Keep::Items(_) => *self = Keep::All,
+            Keep::Fields(fields) => match path.split_first() {
+                None => *self = Keep::All,
+                Some((first, rest)) => fields
+                    .entry((*first).to_string())
+                    .or_insert_with(|| Keep::Fields(BTreeMap::new()))
+                    .keep_path(rest),
+            },
         }
     }
 
@@ -61,28 +67,98 @@ impl Keep {
                         .or_insert_with(|| keep.clone());
                 }
             }
+            (Keep::Items(mine), Keep::Items(theirs)) => mine.union(theirs),
+            // A list on one side, a map on the other: keep it whole.
+            (Keep::Fields(_), Keep::Items(_)) | (Keep::Items(_), Keep::Fields(_)) => {
+                *self = Keep::All;
+            }
         }
     }
 
     fn covers(&self, other: &Keep) -> bool {
         match (self, other) {
             (Keep::All, _) => true,
-            (Keep::Fields(_), Keep::All) => false,
+            (_, Keep::All) => false,
             (Keep::Fields(mine), Keep::Fields(theirs)) => theirs
                 .iter()
                 .all(|(name, keep)| mine.get(name).is_some_and(|k| k.covers(keep))),
+            (Keep::Items(mine), Keep::Items(theirs)) => mine.covers(theirs),
+            (Keep::Fields(_), Keep::Items(_)) | (Keep::Items(_), Keep::Fields(_)) => false,
         }
     }
 
     fn apply(&self, value: &mut Value) {
-        let (Keep::Fields(fields), Value::Object(map)) = (self, value) else {
-            return;
-        };
-        map.retain(|name, _| fields.contains_key(name));
-        for (name, child) in map.iter_mut() {
-            if let Some(keep) = fields.get(name) {
-                keep.apply(child);
+        match (self, value) {
+            (Keep::Fields(fields), Value::Object(map)) => {
+                map.retain(|name, _| fields.contains_key(name));
+                for (name, child) in map.iter_mut() {
+                    if let Some(keep) = fields.get(name) {
+                        keep.apply(child);
+                    }
+                }
             }
+            (Keep::Items(keep), Value::Array(items)) => {
+                for item in items {
+                    keep.apply(item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What a compiled template sets: each map with literal keys key by
+    /// key; a non-empty list whose items are all such maps, of every item
+    /// the union of their keys (`diff::satisfied` compares items by index
+    /// and lists by length, and reads of a live item only the keys its
+    /// desired item has); anything else (an expression, a scalar, a list
+    /// of other items, a templated key) the whole subtree.
+    fn set_by(tree: &Tree) -> Keep {
+        fn map_entries(tree: &Tree) -> Option<Vec<(String, Tree)>> {
+            match tree {
+                Tree::Value(Value::Object(map)) if !map.is_empty() => Some(
+                    map.iter()
+                        .map(|(k, v)| (k.clone(), Tree::Value(v.clone())))
+                        .collect(),
+                ),
+                Tree::Map(entries) if !entries.is_empty() => entries
+                    .iter()
+                    .map(|(k, v)| match k {
+                        Piece::Literal(name) => Some((name.clone(), v.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            }
+        }
+        let items: Option<Vec<Tree>> = match tree {
+            Tree::Value(Value::Array(items)) => {
+                Some(items.iter().cloned().map(Tree::Value).collect())
+            }
+            Tree::Seq(items) => Some(items.clone()),
+            _ => None,
+        };
+        if let Some(items) = items {
+            let mut keep: Option<Keep> = None;
+            for item in &items {
+                if map_entries(item).is_none() {
+                    return Keep::All;
+                }
+                let one = Keep::set_by(item);
+                match &mut keep {
+                    Some(k) => k.union(&one),
+                    None => keep = Some(one),
+                }
+            }
+            return keep.map_or(Keep::All, |k| Keep::Items(Box::new(k)));
+        }
+        match map_entries(tree) {
+            Some(entries) => Keep::Fields(
+                entries
+                    .iter()
+                    .map(|(name, child)| (name.clone(), Keep::set_by(child)))
+                    .collect(),
+            ),
+            None => Keep::All,
         }
     }
 }
@@ -164,9 +240,9 @@ impl Projection {
     }
 
     /// Also keeps every path a child template sets: each map is followed
-    /// key by key; anything else (an expression, a list, a scalar) keeps the
-    /// whole subtree where it stands, since its shape is known only once
-    /// rendered.
+    /// key by key, a list of such maps item by item (the union of their
+    /// keys); anything else (an expression, a scalar) keeps the whole
+    /// subtree where it stands, since its shape is known only once rendered.
     pub fn keep_set_by(&mut self, template: &Value) {
         self.keep_set_by_tree(&Tree::Value(template.clone()));
     }
@@ -175,37 +251,11 @@ impl Projection {
     /// [`keep_set_by`](Self::keep_set_by); a templated key keeps the whole
     /// map it stands in).
     pub fn keep_set_by_tree(&mut self, template: &Tree) {
-        fn walk(keep: &mut Projection, tree: &Tree, path: &mut Vec<String>) {
-            let entries: Option<Vec<(String, Tree)>> = match tree {
-                Tree::Value(Value::Object(map)) if !map.is_empty() => Some(
-                    map.iter()
-                        .map(|(k, v)| (k.clone(), Tree::Value(v.clone())))
-                        .collect(),
-                ),
-                Tree::Map(entries) => entries
-                    .iter()
-                    .map(|(k, v)| match k {
-                        Piece::Literal(name) => Some((name.clone(), v.clone())),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => None,
-            };
-            let Some(entries) = entries else {
-                let steps: Vec<&str> = path.iter().map(String::as_str).collect();
-                keep.keep_path(&steps);
-                return;
-            };
-            for (name, child) in entries {
-                if path.is_empty() && IDENTITY.contains(&name.as_str()) {
-                    continue;
-                }
-                path.push(name);
-                walk(keep, &child, path);
-                path.pop();
-            }
+        let mut set = Keep::set_by(template);
+        if let Keep::Fields(fields) = &mut set {
+            fields.retain(|name, _| !IDENTITY.contains(&name.as_str()));
         }
-        walk(self, template, &mut Vec::new());
+        self.own.union(&set);
     }
 
     /// Also keeps what a template reference reads of the object named
@@ -452,8 +502,8 @@ mod tests {
                     "selector": {"matchLabels": {"app": "w"}},
                     "template": {
                         "metadata": {"labels": {"app": "w"}},
-                        // A list is kept whole: its shape is known only once rendered.
-                        "spec": {"containers": [{"name": "app", "image": "i", "imagePullPolicy": "Always"}]}
+                        // Of a list of maps, in each item the keys the items set.
+                        "spec": {"containers": [{"name": "app", "image": "i"}]}
                     }
                 },
                 "status": {"readyReplicas": 2}
@@ -717,5 +767,95 @@ mod rule_tests {
                 "{read}"
             );
         }
+    }
+
+    #[test]
+    fn of_a_list_of_maps_each_item_keeps_the_keys_any_item_sets_and_satisfied_is_unchanged() {
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        let live: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/projection/deployment_live.json"
+        ))
+        .unwrap();
+        let mut kept = live.clone();
+        of(&all, "Deployment").apply(&mut kept);
+        assert_eq!(
+            kept["spec"]["template"]["spec"]["containers"],
+            json!([{"env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "credentials"}}}],
+                "envFrom": [{"configMapRef": {"name": "app-00001-config"}}],
+                "image": "nginx:1.27", "name": "app",
+                "ports": [{"containerPort": 8080, "name": "http"}]}])
+        );
+        // What kiln renders is satisfied by the projected object exactly
+        // when by the whole one, whatever changed in a list.
+        let desired = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": "nginx:1.27",
+             "ports": [{"name": "http", "containerPort": 8080}],
+             "envFrom": [{"configMapRef": {"name": "app-00001-config"}}],
+             "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "credentials", "key": "password"}}}]}]}}}});
+        let variants = [
+            desired.clone(),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}}),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app"}, {"name": "side"}]}}}}),
+            json!({"spec": {"template": {"spec": {"containers": []}}}}),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app",
+                "ports": [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}]}]}}}}),
+        ];
+        for d in &variants {
+            assert_eq!(
+                crate::engine::diff::satisfied(&kept, d),
+                crate::engine::diff::satisfied(&live, d),
+                "{d}"
+            );
+        }
+        assert!(crate::engine::diff::satisfied(&kept, &desired));
+        // Lists of scalars, of templated items, or empty: kept whole.
+        let mut p = Projection::identity();
+        p.keep_set_by(&json!({"spec": {"args": ["a"], "empty": [], "mixed": [{"a": 1}, "b"]}}));
+        let mut o = json!({"spec": {"args": ["a", "x"], "empty": [{"k": 1}], "mixed": [{"a": 1, "z": 2}, "b"]}});
+        let whole = o.clone();
+        p.apply(&mut o);
+        assert_eq!(o, whole);
+        // A rule reading into the list keeps it whole.
+        let mut read = of(&all, "Deployment").clone();
+        read.keep_read("child.spec.template.spec.containers", "child");
+        let mut whole = live.clone();
+        read.apply(&mut whole);
+        assert_eq!(
+            whole["spec"]["template"]["spec"]["containers"],
+            live["spec"]["template"]["spec"]["containers"]
+        );
+        assert!(!of(&all, "Deployment").covers(&read), "widening re-lists");
+        assert!(read.covers(of(&all, "Deployment")));
+    }
+
+    #[test]
+    fn a_list_the_server_lengthened_converges_when_what_it_stored_is_cut_as_the_cache_cuts() {
+        use crate::engine::diff::{converged, normalized};
+        let mut p = Projection::identity();
+        p.keep_set_by(
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},
+            "spec": {"containers": [{"name": "app", "image": "i"}]}}),
+        );
+        let meta = json!({"name": "w", "annotations": {"kiln.dev/applied": "h"}});
+        let sent = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"containers": [{"name": "app", "image": "i"}]}});
+        // A mutating webhook added a sidecar; the server filled defaults.
+        let stored = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"containers": [
+                {"name": "app", "image": "i", "imagePullPolicy": "IfNotPresent"},
+                {"name": "side", "image": "s", "imagePullPolicy": "IfNotPresent"}]}});
+        let mut cached = stored.clone();
+        p.apply(&mut cached);
+        let mut cut = stored.clone();
+        p.apply(&mut cut);
+        let known = normalized(&sent, &cut).unwrap();
+        assert!(
+            converged(&cached, &sent, Some(&known)),
+            "0 writes at steady state"
+        );
+        // What the controller did before cutting: a write loop.
+        let whole = normalized(&sent, &stored).unwrap();
+        assert!(!converged(&cached, &sent, Some(&whole)));
     }
 }
