@@ -51,18 +51,27 @@ pub struct Wiring {
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
+/// Kept small (48 bytes): what most primaries never need sits behind
+/// [`PrimaryState::rare`], allocated only while in use (issue 16).
 #[derive(Debug, Default)]
 struct PrimaryState {
     /// Fingerprint of spec and metadata last queued, so status-only updates
     /// do not re-render.
     fingerprint: Option<u64>,
     /// The last condition reported as an Event, so Events are not repeated.
-    reported: Option<String>,
+    reported: Option<Box<str>>,
     /// Transient failures of children's writes in a row (their backoff's exponent).
     failures: u32,
     /// Transient failures of the status write in a row, counted apart so
     /// that a refused status never slows the retries of a child.
     status_failures: u32,
+    /// Normalised children, recent writes and a pause; `None` while all empty.
+    rare: Option<Box<Rare>>,
+}
+
+/// The part of [`PrimaryState`] that is empty for most primaries most of the time.
+#[derive(Debug, Default)]
+struct Rare {
     /// How the server stored children it normalises.
     known: Known,
     /// When child applies were made within the last [`BUDGET_WINDOW`].
@@ -71,11 +80,48 @@ struct PrimaryState {
     paused: Option<(std::time::Instant, String)>,
 }
 
+impl Rare {
+    /// Forgets applies older than [`BUDGET_WINDOW`] and a pause that is over.
+    fn expire(&mut self, now: std::time::Instant) {
+        while self
+            .recent_applies
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > BUDGET_WINDOW)
+        {
+            self.recent_applies.pop_front();
+        }
+        if self.paused.as_ref().is_some_and(|(until, _)| *until <= now) {
+            self.paused = None;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.known.is_empty() && self.recent_applies.is_empty() && self.paused.is_none()
+    }
+}
+
 impl PrimaryState {
-    /// A reconcile succeeded: every retry count starts again.
-    fn succeeded(&mut self) {
+    /// A reconcile succeeded: every retry count starts again, and what
+    /// expired by `now` is freed.
+    fn succeeded(&mut self, now: std::time::Instant) {
         self.failures = 0;
         self.status_failures = 0;
+        self.tidy(now);
+    }
+
+    /// The rarely used part, allocated on first use.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drops what expired by `now`, and the rarely used part once empty.
+    fn tidy(&mut self, now: std::time::Instant) {
+        if let Some(rare) = &mut self.rare {
+            rare.expire(now);
+            if rare.is_empty() {
+                self.rare = None;
+            }
+        }
     }
 
     /// A reconcile failed in `stage`; returns that stage's retry number (from
@@ -303,7 +349,7 @@ impl RuleController {
         match result {
             Ok(next) => {
                 if let Some(state) = lock(&self.states).get_mut(key) {
-                    state.succeeded();
+                    state.succeeded(std::time::Instant::now());
                 }
                 match next {
                     Next::After(delay) => {
@@ -522,7 +568,7 @@ impl RuleController {
         };
         let known = lock(&self.states)
             .get(key)
-            .map(|s| s.known.clone())
+            .and_then(|s| s.rare.as_ref().map(|r| r.known.clone()))
             .unwrap_or_default();
         let kinds = &self.shared.kinds;
         let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
@@ -903,22 +949,13 @@ impl RuleController {
         {
             let mut states = lock(&self.states);
             let state = states.entry(key.clone()).or_default();
-            match &state.paused {
-                Some((until, why)) if *until > now => {
-                    return Some(Failure::new(Category::Conflict, why.clone()));
-                }
-                Some(_) => state.paused = None,
-                None => {}
+            let rare = state.rare();
+            rare.expire(now);
+            if let Some((_, why)) = &rare.paused {
+                return Some(Failure::new(Category::Conflict, why.clone()));
             }
-            while state
-                .recent_applies
-                .front()
-                .is_some_and(|t| now.duration_since(*t) > BUDGET_WINDOW)
-            {
-                state.recent_applies.pop_front();
-            }
-            if state.recent_applies.len() + plan.apply.len() <= WRITE_BUDGET {
-                state.recent_applies.extend(plan.apply.iter().map(|_| now));
+            if rare.recent_applies.len() + plan.apply.len() <= WRITE_BUDGET {
+                rare.recent_applies.extend(plan.apply.iter().map(|_| now));
                 return None;
             }
         }
@@ -940,9 +977,9 @@ impl RuleController {
             .get_or_create(&metrics::label("rule", &self.rule.name))
             .inc();
         let mut states = lock(&self.states);
-        let state = states.entry(key).or_default();
-        state.recent_applies.clear();
-        state.paused = Some((now + cool_down, why.clone()));
+        let rare = states.entry(key).or_default().rare();
+        rare.recent_applies.clear();
+        rare.paused = Some((now + cool_down, why.clone()));
         Some(Failure::new(Category::Conflict, why))
     }
 
@@ -1065,15 +1102,27 @@ impl RuleController {
             .map_or_else(|f| f.category.label(), |_| "success");
         let labels = metrics::labels2(("rule", &self.rule.name), ("result", result));
         self.shared.metrics.apply_total.get_or_create(&labels).inc();
-        let stored = applied?;
-        let normalized = diff::normalized(&child.object, &to_json(&stored));
+        let mut stored = to_json(&applied?);
+        // Compared later with the cached child: cut as the cache cuts it, so
+        // a leaf stored whole (a list the server lengthened) is compared
+        // with what the cache holds of it.
+        if let Some(informer) = self.wiring.children.get(&child.gvk) {
+            informer.project(&mut stored);
+        }
+        let normalized = diff::normalized(&child.object, &stored);
         let mut states = lock(&self.states);
-        let known = &mut states.entry(ObjKey::of(obj)).or_default().known;
+        let state = states.entry(ObjKey::of(obj)).or_default();
         let key = (child.gvk.clone(), ckey);
         match normalized {
-            Some(n) => known.insert(key, n),
-            None => known.remove(&key),
-        };
+            Some(n) => {
+                state.rare().known.insert(key, n);
+            }
+            None => {
+                if let Some(rare) = &mut state.rare {
+                    rare.known.remove(&key);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1247,7 +1296,7 @@ impl RuleController {
 
     /// Publishes an Event once per distinct reason and message.
     async fn report(&self, obj: &DynamicObject, kind: EventType, reason: &str, message: &str) {
-        let said = Some(format!("{reason}: {message}"));
+        let said = Some(format!("{reason}: {message}").into_boxed_str());
         {
             let mut states = lock(&self.states);
             let state = states.entry(ObjKey::of(obj)).or_default();
@@ -1530,8 +1579,31 @@ mod tests {
         // goes on, the children's starts again.
         assert_eq!(state.failed(Stage::Status), 6);
         assert_eq!(state.failed(Stage::Children), 0);
-        state.succeeded();
+        state.succeeded(std::time::Instant::now());
         assert_eq!(state.failed(Stage::Status), 0);
+    }
+
+    #[test]
+    fn a_primary_state_is_small() {
+        assert!(std::mem::size_of::<PrimaryState>() <= 48);
+    }
+
+    #[test]
+    fn the_rarely_used_state_is_freed_once_expired_and_kept_while_in_use() {
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let mut state = PrimaryState::default();
+        state.rare().recent_applies.push_back(start);
+        state.succeeded(start + Duration::from_secs(1));
+        assert!(state.rare.is_some(), "an apply within the window is kept");
+        state.succeeded(start + BUDGET_WINDOW + Duration::from_secs(1));
+        assert!(state.rare.is_none(), "freed once the window is over");
+
+        state.rare().paused = Some((start + Duration::from_secs(30), "fight".into()));
+        state.succeeded(start);
+        assert!(state.rare.is_some(), "a pause in force is kept");
+        state.succeeded(start + Duration::from_secs(30));
+        assert!(state.rare.is_none(), "an ended pause is dropped");
     }
 
     #[test]

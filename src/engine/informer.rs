@@ -268,6 +268,14 @@ impl Informer {
         true
     }
 
+    /// Drops from `object` (kiln's) what the cache would not keep of it now.
+    pub fn project(&self, object: &mut serde_json::Value) {
+        self.projection
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .apply(object);
+    }
+
     /// What of each object is kept now.
     pub fn projection(&self) -> Projection {
         self.projection

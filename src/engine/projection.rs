@@ -9,6 +9,9 @@
 //! `children.x`) keeps everything under the part that is known, so an
 //! expression kiln cannot see through never loses a field it reads.
 //!
+//! Of a kind used only for children, `metadata.creationTimestamp` is dropped
+//! too unless a rule reads it: the engine itself never reads it of a child.
+//!
 //! Objects of a child kind that kiln did not make (no rule label) keep only
 //! their identity, unless a rule also watches or is primary for the kind.
 //!
@@ -33,17 +36,23 @@ enum Keep {
     All,
     /// Only these fields (each with what is kept under it).
     Fields(BTreeMap<String, Keep>),
+    /// Of a list, every item, each with this kept of it.
+    Items(Box<Keep>),
 }
 
 impl Keep {
     fn keep_path(&mut self, path: &[&str]) {
-        let Keep::Fields(fields) = self else { return };
-        match path.split_first() {
-            None => *self = Keep::All,
-            Some((first, rest)) => fields
-                .entry((*first).to_string())
-                .or_insert_with(|| Keep::Fields(BTreeMap::new()))
-                .keep_path(rest),
+        match self {
+            Keep::All => {}
+            // A path through a list by name: kept whole, to be safe.
+            Keep::Items(_) => *self = Keep::All,
+            Keep::Fields(fields) => match path.split_first() {
+                None => *self = Keep::All,
+                Some((first, rest)) => fields
+                    .entry((*first).to_string())
+                    .or_insert_with(|| Keep::Fields(BTreeMap::new()))
+                    .keep_path(rest),
+            },
         }
     }
 
@@ -58,28 +67,98 @@ impl Keep {
                         .or_insert_with(|| keep.clone());
                 }
             }
+            (Keep::Items(mine), Keep::Items(theirs)) => mine.union(theirs),
+            // A list on one side, a map on the other: keep it whole.
+            (Keep::Fields(_), Keep::Items(_)) | (Keep::Items(_), Keep::Fields(_)) => {
+                *self = Keep::All;
+            }
         }
     }
 
     fn covers(&self, other: &Keep) -> bool {
         match (self, other) {
             (Keep::All, _) => true,
-            (Keep::Fields(_), Keep::All) => false,
+            (_, Keep::All) => false,
             (Keep::Fields(mine), Keep::Fields(theirs)) => theirs
                 .iter()
                 .all(|(name, keep)| mine.get(name).is_some_and(|k| k.covers(keep))),
+            (Keep::Items(mine), Keep::Items(theirs)) => mine.covers(theirs),
+            (Keep::Fields(_), Keep::Items(_)) | (Keep::Items(_), Keep::Fields(_)) => false,
         }
     }
 
     fn apply(&self, value: &mut Value) {
-        let (Keep::Fields(fields), Value::Object(map)) = (self, value) else {
-            return;
-        };
-        map.retain(|name, _| fields.contains_key(name));
-        for (name, child) in map.iter_mut() {
-            if let Some(keep) = fields.get(name) {
-                keep.apply(child);
+        match (self, value) {
+            (Keep::Fields(fields), Value::Object(map)) => {
+                map.retain(|name, _| fields.contains_key(name));
+                for (name, child) in map.iter_mut() {
+                    if let Some(keep) = fields.get(name) {
+                        keep.apply(child);
+                    }
+                }
             }
+            (Keep::Items(keep), Value::Array(items)) => {
+                for item in items {
+                    keep.apply(item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What a compiled template sets: each map with literal keys key by
+    /// key; a non-empty list whose items are all such maps, of every item
+    /// the union of their keys (`diff::satisfied` compares items by index
+    /// and lists by length, and reads of a live item only the keys its
+    /// desired item has); anything else (an expression, a scalar, a list
+    /// of other items, a templated key) the whole subtree.
+    fn set_by(tree: &Tree) -> Keep {
+        fn map_entries(tree: &Tree) -> Option<Vec<(String, Tree)>> {
+            match tree {
+                Tree::Value(Value::Object(map)) if !map.is_empty() => Some(
+                    map.iter()
+                        .map(|(k, v)| (k.clone(), Tree::Value(v.clone())))
+                        .collect(),
+                ),
+                Tree::Map(entries) if !entries.is_empty() => entries
+                    .iter()
+                    .map(|(k, v)| match k {
+                        Piece::Literal(name) => Some((name.clone(), v.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            }
+        }
+        let items: Option<Vec<Tree>> = match tree {
+            Tree::Value(Value::Array(items)) => {
+                Some(items.iter().cloned().map(Tree::Value).collect())
+            }
+            Tree::Seq(items) => Some(items.clone()),
+            _ => None,
+        };
+        if let Some(items) = items {
+            let mut keep: Option<Keep> = None;
+            for item in &items {
+                if map_entries(item).is_none() {
+                    return Keep::All;
+                }
+                let one = Keep::set_by(item);
+                match &mut keep {
+                    Some(k) => k.union(&one),
+                    None => keep = Some(one),
+                }
+            }
+            return keep.map_or(Keep::All, |k| Keep::Items(Box::new(k)));
+        }
+        match map_entries(tree) {
+            Some(entries) => Keep::Fields(
+                entries
+                    .iter()
+                    .map(|(name, child)| (name.clone(), Keep::set_by(child)))
+                    .collect(),
+            ),
+            None => Keep::All,
         }
     }
 }
@@ -96,6 +175,8 @@ pub struct Projection {
     own: Keep,
     /// Of every other object.
     others: Keep,
+    /// Whether `metadata.creationTimestamp` is kept (of every object).
+    stamps: bool,
 }
 
 impl Default for Projection {
@@ -110,6 +191,7 @@ impl Projection {
         Self {
             own: Keep::All,
             others: Keep::All,
+            stamps: true,
         }
     }
 
@@ -118,12 +200,23 @@ impl Projection {
         Self {
             own: Keep::Fields(BTreeMap::new()),
             others: Keep::Fields(BTreeMap::new()),
+            stamps: true,
         }
     }
 
     /// Whether whole objects are kept.
     pub fn is_everything(&self) -> bool {
-        self.own == Keep::All && self.others == Keep::All
+        self.own == Keep::All && self.others == Keep::All && self.stamps
+    }
+
+    /// Drops `metadata.creationTimestamp` unless what is kept already reads
+    /// it (a kind used only for children: the engine never reads it there).
+    #[must_use]
+    fn without_stamps_unread(mut self) -> Self {
+        let mut stamp = Keep::Fields(BTreeMap::new());
+        stamp.keep_path(&["metadata", "creationTimestamp"]);
+        self.stamps = self.own.covers(&stamp) || self.others.covers(&stamp);
+        self
     }
 
     /// Whether kiln's objects are kept whole.
@@ -147,9 +240,9 @@ impl Projection {
     }
 
     /// Also keeps every path a child template sets: each map is followed
-    /// key by key; anything else (an expression, a list, a scalar) keeps the
-    /// whole subtree where it stands, since its shape is known only once
-    /// rendered.
+    /// key by key, a list of such maps item by item (the union of their
+    /// keys); anything else (an expression, a scalar) keeps the whole
+    /// subtree where it stands, since its shape is known only once rendered.
     pub fn keep_set_by(&mut self, template: &Value) {
         self.keep_set_by_tree(&Tree::Value(template.clone()));
     }
@@ -158,37 +251,11 @@ impl Projection {
     /// [`keep_set_by`](Self::keep_set_by); a templated key keeps the whole
     /// map it stands in).
     pub fn keep_set_by_tree(&mut self, template: &Tree) {
-        fn walk(keep: &mut Projection, tree: &Tree, path: &mut Vec<String>) {
-            let entries: Option<Vec<(String, Tree)>> = match tree {
-                Tree::Value(Value::Object(map)) if !map.is_empty() => Some(
-                    map.iter()
-                        .map(|(k, v)| (k.clone(), Tree::Value(v.clone())))
-                        .collect(),
-                ),
-                Tree::Map(entries) => entries
-                    .iter()
-                    .map(|(k, v)| match k {
-                        Piece::Literal(name) => Some((name.clone(), v.clone())),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => None,
-            };
-            let Some(entries) = entries else {
-                let steps: Vec<&str> = path.iter().map(String::as_str).collect();
-                keep.keep_path(&steps);
-                return;
-            };
-            for (name, child) in entries {
-                if path.is_empty() && IDENTITY.contains(&name.as_str()) {
-                    continue;
-                }
-                path.push(name);
-                walk(keep, &child, path);
-                path.pop();
-            }
+        let mut set = Keep::set_by(template);
+        if let Keep::Fields(fields) = &mut set {
+            fields.retain(|name, _| !IDENTITY.contains(&name.as_str()));
         }
-        walk(self, template, &mut Vec::new());
+        self.own.union(&set);
     }
 
     /// Also keeps what a template reference reads of the object named
@@ -223,13 +290,16 @@ impl Projection {
     pub fn union(&mut self, other: &Projection) {
         self.own.union(&other.own);
         self.others.union(&other.others);
+        self.stamps |= other.stamps;
     }
 
     /// Whether this projection keeps everything `other` keeps: a cache
     /// filled under `self` can serve rules that need only `other` without a
     /// re-list.
     pub fn covers(&self, other: &Projection) -> bool {
-        self.own.covers(&other.own) && self.others.covers(&other.others)
+        self.own.covers(&other.own)
+            && self.others.covers(&other.others)
+            && (self.stamps || !other.stamps)
     }
 
     /// Drops from `object` what is not kept: what is kept of kiln's objects
@@ -242,11 +312,19 @@ impl Projection {
             .is_some_and(|l| l.contains_key(crate::render::RULE_LABEL));
         let keep = if kilns { &self.own } else { &self.others };
         apply(keep, &mut object.data);
+        if !self.stamps {
+            object.metadata.creation_timestamp = None;
+        }
     }
 
     /// Drops from `object` (kiln's) what is not kept (its identity always is).
     pub fn apply(&self, object: &mut Value) {
         apply(&self.own, object);
+        if !self.stamps
+            && let Some(Value::Object(meta)) = object.get_mut("metadata")
+        {
+            meta.remove("creationTimestamp");
+        }
     }
 }
 
@@ -290,7 +368,7 @@ pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
                 keep.keep_read(&reference, "child");
             }
         }
-        out.push((child.gvk.clone(), keep));
+        out.push((child.gvk.clone(), keep.without_stamps_unread()));
     }
     for watch in &rule.watches {
         let decorated = rule
@@ -424,8 +502,8 @@ mod tests {
                     "selector": {"matchLabels": {"app": "w"}},
                     "template": {
                         "metadata": {"labels": {"app": "w"}},
-                        // A list is kept whole: its shape is known only once rendered.
-                        "spec": {"containers": [{"name": "app", "image": "i", "imagePullPolicy": "Always"}]}
+                        // Of a list of maps, in each item the keys the items set.
+                        "spec": {"containers": [{"name": "app", "image": "i"}]}
                     }
                 },
                 "status": {"readyReplicas": 2}
@@ -636,5 +714,148 @@ mod rule_tests {
         let all = of_rule(&rule_from(&text));
         assert!(of(&all, "Service").keeps_kilns_whole());
         assert!(!of(&all, "Deployment").keeps_kilns_whole());
+    }
+
+    #[test]
+    fn a_childs_creation_timestamp_is_dropped_unless_a_rule_reads_it() {
+        let stamped = |kind: &str, labels: Value| {
+            let mut o = object(labels, json!({}));
+            o.types = Some(kube::api::TypeMeta {
+                api_version: "v1".into(),
+                kind: kind.into(),
+            });
+            o.metadata.creation_timestamp =
+                Some(serde_json::from_value(json!("2026-11-23T18:44:55Z")).unwrap());
+            o
+        };
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        // Children, kiln's or anyone's: the engine never reads it.
+        for labels in [json!({"kiln.dev/rule": "webapp"}), json!({})] {
+            let mut cm = stamped("ConfigMap", labels);
+            of(&all, "ConfigMap").apply_to(&mut cm);
+            assert_eq!(cm.metadata.creation_timestamp, None);
+            assert_eq!(cm.metadata.name.as_deref(), Some("c"));
+        }
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "w", "creationTimestamp": "2026-11-23T18:44:55Z", "generation": 1}});
+        of(&all, "Deployment").apply(&mut d);
+        assert_eq!(d["metadata"], json!({"name": "w", "generation": 1}));
+        // The primary and watched kinds keep it: templates read them freely.
+        for kind in ["WebApp", "Secret"] {
+            let mut o = stamped(kind, json!({}));
+            of(&all, kind).apply_to(&mut o);
+            assert!(o.metadata.creation_timestamp.is_some(), "{kind}");
+        }
+        // A rule that reads it of a child keeps it, and a cache filled
+        // without it is re-listed for that rule.
+        for read in [
+            "children.service.metadata.creationTimestamp",
+            "children.service.metadata",
+            "children.service",
+        ] {
+            let text = include_str!("../../tests/bench/webapp.yaml").replace(
+                "children.deployment.status.readyReplicas | default(0)",
+                &format!("{read} | tojson | length"),
+            );
+            let reading = of_rule(&rule_from(&text));
+            let mut svc = stamped("Service", json!({"kiln.dev/rule": "webapp"}));
+            of(&reading, "Service").apply_to(&mut svc);
+            assert!(svc.metadata.creation_timestamp.is_some(), "{read}");
+            assert!(
+                !of(&all, "Service").covers(of(&reading, "Service")),
+                "{read}"
+            );
+        }
+    }
+
+    #[test]
+    fn of_a_list_of_maps_each_item_keeps_the_keys_any_item_sets_and_satisfied_is_unchanged() {
+        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let all = of_rule(&rule);
+        let live: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/projection/deployment_live.json"
+        ))
+        .unwrap();
+        let mut kept = live.clone();
+        of(&all, "Deployment").apply(&mut kept);
+        assert_eq!(
+            kept["spec"]["template"]["spec"]["containers"],
+            json!([{"env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "credentials"}}}],
+                "envFrom": [{"configMapRef": {"name": "app-00001-config"}}],
+                "image": "nginx:1.27", "name": "app",
+                "ports": [{"containerPort": 8080, "name": "http"}]}])
+        );
+        // What kiln renders is satisfied by the projected object exactly
+        // when by the whole one, whatever changed in a list.
+        let desired = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": "nginx:1.27",
+             "ports": [{"name": "http", "containerPort": 8080}],
+             "envFrom": [{"configMapRef": {"name": "app-00001-config"}}],
+             "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "credentials", "key": "password"}}}]}]}}}});
+        let variants = [
+            desired.clone(),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}}),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app"}, {"name": "side"}]}}}}),
+            json!({"spec": {"template": {"spec": {"containers": []}}}}),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app",
+                "ports": [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}]}]}}}}),
+        ];
+        for d in &variants {
+            assert_eq!(
+                crate::engine::diff::satisfied(&kept, d),
+                crate::engine::diff::satisfied(&live, d),
+                "{d}"
+            );
+        }
+        assert!(crate::engine::diff::satisfied(&kept, &desired));
+        // Lists of scalars, of templated items, or empty: kept whole.
+        let mut p = Projection::identity();
+        p.keep_set_by(&json!({"spec": {"args": ["a"], "empty": [], "mixed": [{"a": 1}, "b"]}}));
+        let mut o = json!({"spec": {"args": ["a", "x"], "empty": [{"k": 1}], "mixed": [{"a": 1, "z": 2}, "b"]}});
+        let whole = o.clone();
+        p.apply(&mut o);
+        assert_eq!(o, whole);
+        // A rule reading into the list keeps it whole.
+        let mut read = of(&all, "Deployment").clone();
+        read.keep_read("child.spec.template.spec.containers", "child");
+        let mut whole = live.clone();
+        read.apply(&mut whole);
+        assert_eq!(
+            whole["spec"]["template"]["spec"]["containers"],
+            live["spec"]["template"]["spec"]["containers"]
+        );
+        assert!(!of(&all, "Deployment").covers(&read), "widening re-lists");
+        assert!(read.covers(of(&all, "Deployment")));
+    }
+
+    #[test]
+    fn a_list_the_server_lengthened_converges_when_what_it_stored_is_cut_as_the_cache_cuts() {
+        use crate::engine::diff::{converged, normalized};
+        let mut p = Projection::identity();
+        p.keep_set_by(
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},
+            "spec": {"containers": [{"name": "app", "image": "i"}]}}),
+        );
+        let meta = json!({"name": "w", "annotations": {"kiln.dev/applied": "h"}});
+        let sent = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"containers": [{"name": "app", "image": "i"}]}});
+        // A mutating webhook added a sidecar; the server filled defaults.
+        let stored = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"containers": [
+                {"name": "app", "image": "i", "imagePullPolicy": "IfNotPresent"},
+                {"name": "side", "image": "s", "imagePullPolicy": "IfNotPresent"}]}});
+        let mut cached = stored.clone();
+        p.apply(&mut cached);
+        let mut cut = stored.clone();
+        p.apply(&mut cut);
+        let known = normalized(&sent, &cut).unwrap();
+        assert!(
+            converged(&cached, &sent, Some(&known)),
+            "0 writes at steady state"
+        );
+        // What the controller did before cutting: a write loop.
+        let whole = normalized(&sent, &stored).unwrap();
+        assert!(!converged(&cached, &sent, Some(&whole)));
     }
 }

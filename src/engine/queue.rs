@@ -2,10 +2,13 @@
 //! queue at most once (adds are deduplicated), a key is never handed to two
 //! workers at once (an add while it is being processed runs it once more
 //! afterwards), and a delayed add keeps only the earliest due time.
+//!
+//! Each waiting key is stored once, behind an `Arc`: the ready list, the
+//! sets and the timers share it instead of holding copies (issue 16).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -20,14 +23,14 @@ pub struct Queue<K> {
 
 #[derive(Debug)]
 struct Inner<K> {
-    ready: VecDeque<K>,
-    queued: HashSet<K>,
-    active: HashSet<K>,
-    dirty: HashSet<K>,
-    timers: BTreeMap<(Instant, u64), K>,
-    due: HashMap<K, (Instant, u64)>,
+    ready: VecDeque<Arc<K>>,
+    queued: HashSet<Arc<K>>,
+    active: HashSet<Arc<K>>,
+    dirty: HashSet<Arc<K>>,
+    timers: BTreeMap<(Instant, u64), Arc<K>>,
+    due: HashMap<Arc<K>, (Instant, u64)>,
     /// When each waiting key became ready, for how long it waited.
-    since: HashMap<K, Instant>,
+    since: HashMap<Arc<K>, Instant>,
     seq: u64,
     closed: bool,
 }
@@ -52,7 +55,7 @@ impl<K: Clone + Eq + Hash> Default for Queue<K> {
 }
 
 impl<K: Clone + Eq + Hash> Inner<K> {
-    fn add(&mut self, key: K) {
+    fn add(&mut self, key: Arc<K>) {
         if let Some(t) = self.due.remove(&key) {
             self.timers.remove(&t);
         }
@@ -92,7 +95,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         if inner.closed {
             return;
         }
-        inner.add(key);
+        inner.add(Arc::new(key));
         drop(inner);
         self.notify.notify_one();
     }
@@ -115,6 +118,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         }
         inner.seq += 1;
         let seq = inner.seq;
+        let key = Arc::new(key);
         inner.timers.insert((at, seq), key.clone());
         inner.due.insert(key, (at, seq));
         drop(inner);
@@ -143,7 +147,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
                     if !inner.ready.is_empty() {
                         self.notify.notify_one();
                     }
-                    return Some((key, waited));
+                    return Some((K::clone(&key), waited));
                 }
                 inner.timers.first_key_value().map(|(&(at, _), _)| at)
             };
@@ -163,8 +167,8 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     pub fn done(&self, key: &K) {
         let mut inner = self.lock();
         inner.active.remove(key);
-        if inner.dirty.remove(key) {
-            inner.add(key.clone());
+        if let Some(key) = inner.dirty.take(key) {
+            inner.add(key);
             drop(inner);
             self.notify.notify_one();
         }
@@ -247,6 +251,35 @@ mod tests {
         // The delayed add was consumed by the immediate one.
         let next = tokio::time::timeout(Duration::from_secs(400), q.next()).await;
         assert!(next.is_err(), "no second run: {next:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_is_stored_once() {
+        let q = Queue::default();
+        q.add_after("a".to_owned(), Duration::from_secs(60));
+        let inner = q.lock();
+        let (_, timer) = inner.timers.first_key_value().unwrap();
+        let (due, _) = inner.due.get_key_value(&String::from("a")).unwrap();
+        assert!(
+            Arc::ptr_eq(timer, due),
+            "the timer and the due map share one key"
+        );
+        assert_eq!(Arc::strong_count(timer), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_while_active_is_stored_once() {
+        let q = Queue::default();
+        q.add("a".to_owned());
+        let (key, _) = q.next().await.unwrap();
+        q.add("a".to_owned());
+        q.done(&key);
+        let inner = q.lock();
+        assert_eq!(inner.ready.len(), 1);
+        assert!(Arc::ptr_eq(
+            &inner.ready[0],
+            inner.queued.get(&String::from("a")).unwrap()
+        ));
     }
 
     #[tokio::test(start_paused = true)]
