@@ -222,7 +222,7 @@ impl Metrics {
         );
         r.register(
             "kiln_cached_bytes",
-            "Bytes of the cached objects' compact JSON per kind (their typed headers not counted)",
+            "Bytes of the cached objects' strings per kind: compact JSON text, namespace, name and labels (the fixed record of each object not counted)",
             m.cached_bytes.clone(),
         );
         r.register(
