@@ -24,6 +24,7 @@ use super::diff;
 use super::failure::{Category, Failure, Stage};
 use super::informer::{Change, Handler, Informer, ObjKey};
 use super::kinds::Kind;
+use super::owned_status;
 pub use super::plan::Next;
 use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
@@ -1257,7 +1258,7 @@ impl RuleController {
             &now,
             obj.metadata.generation,
         ));
-        let owned = owned_status_fields(obj, &self.shared.options.field_manager);
+        let owned = owned_status::owned(&obj.metadata, &self.shared.options.field_manager);
         if status::converged(&live, &desired, &owned) {
             return Ok(());
         }
@@ -1482,39 +1483,6 @@ fn event_note(message: &str) -> String {
         end -= 1;
     }
     format!("{}…", &message[..end])
-}
-
-/// The top-level status fields kiln's field manager owns on the object (its
-/// managed fields for the status subresource, which the cache keeps).
-fn owned_status_fields(obj: &DynamicObject, manager: &str) -> Vec<String> {
-    let statuses = obj
-        .managed_fields()
-        .iter()
-        .filter(|m| {
-            m.manager.as_deref() == Some(manager) && m.subresource.as_deref() == Some("status")
-        })
-        .filter_map(|m| m.fields_v1.as_ref())
-        .filter_map(|f| f.0.get("f:status").and_then(Value::as_object));
-    let mut owned = Vec::new();
-    for status in statuses {
-        owned.extend(
-            status
-                .keys()
-                .filter_map(|k| k.strip_prefix("f:"))
-                .map(str::to_string),
-        );
-        // Conditions kiln wrote, by type: `k:{"type":"Ready"}`.
-        let types = status
-            .get("f:conditions")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flat_map(|cs| cs.keys())
-            .filter_map(|k| k.strip_prefix("k:"))
-            .filter_map(|k| serde_json::from_str::<Value>(k).ok())
-            .filter_map(|k| k["type"].as_str().map(|t| format!("conditions/{t}")));
-        owned.extend(types);
-    }
-    owned
 }
 
 /// Whether kiln writes conditions to this kind's status: custom resources

@@ -22,6 +22,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::kinds::Kind;
+use super::owned_status;
 use super::projection::Projection;
 use super::store::{Cached, Store};
 
@@ -361,12 +362,16 @@ impl Informer {
                             .modify(move |o: &mut Incoming| {
                                 // kiln's status entry, and its decorators'
                                 // (`kiln.<rule>.<id>`): what each set where.
-                                o.object.managed_fields_mut().retain(|m| {
-                                    let manager = m.manager.as_deref().unwrap_or_default();
-                                    (manager == keep && m.subresource.as_deref() == Some("status"))
-                                        || manager
-                                            .strip_prefix(keep.as_str())
-                                            .is_some_and(|rest| rest.starts_with('.'))
+                                // The status entry is cut to what is read of it.
+                                o.object.managed_fields_mut().retain_mut(|m| {
+                                    if owned_status::is_status_entry(m, &keep) {
+                                        owned_status::trim(m);
+                                        return true;
+                                    }
+                                    m.manager
+                                        .as_deref()
+                                        .and_then(|manager| manager.strip_prefix(keep.as_str()))
+                                        .is_some_and(|rest| rest.starts_with('.'))
                                 });
                                 if o.undecodable.is_none() {
                                     projection

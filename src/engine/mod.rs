@@ -15,6 +15,7 @@ pub mod diff;
 pub mod failure;
 pub mod informer;
 pub mod kinds;
+pub mod owned_status;
 pub mod plan;
 pub mod projection;
 pub mod queue;
