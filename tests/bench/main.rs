@@ -253,6 +253,11 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Bytes in MiB.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
 /// The process being measured (none for the ceiling between its phases).
 struct Measured {
     child: Option<Child>,
@@ -269,10 +274,12 @@ impl Measured {
         let live = procstat::Sample {
             cpu_seconds: each.iter().map(|s| s.cpu_seconds).sum(),
             peak_rss_bytes: each.iter().map(|s| s.peak_rss_bytes).sum(),
+            file_rss_bytes: each.iter().map(|s| s.file_rss_bytes).sum(),
         };
         procstat::Sample {
             cpu_seconds: live.cpu_seconds + self.finished_cpu,
             peak_rss_bytes: live.peak_rss_bytes.max(self.finished_rss),
+            file_rss_bytes: live.file_rss_bytes,
         }
     }
 
@@ -396,13 +403,12 @@ async fn measure(
     let last = measured.sample();
     fig.phases.insert("end".into(), unix_now());
     fig.cpu_seconds_total = last.cpu_seconds;
-    fig.peak_rss_mib = last.peak_rss_bytes as f64 / (1024.0 * 1024.0);
+    fig.peak_rss_mib = mib(last.peak_rss_bytes);
+    fig.mapped_mib = (last.file_rss_bytes > 0).then(|| mib(last.file_rss_bytes));
     if !measured.others.is_empty() {
-        fig.replica_peak_rss_mib = measured
-            .replica_samples()
-            .iter()
-            .map(|s| s.peak_rss_bytes as f64 / (1024.0 * 1024.0))
-            .collect();
+        let each = measured.replica_samples();
+        fig.replica_peak_rss_mib = each.iter().map(|s| mib(s.peak_rss_bytes)).collect();
+        fig.replica_mapped_mib = each.iter().map(|s| mib(s.file_rss_bytes)).collect();
     }
     for child in measured
         .child

@@ -9,6 +9,9 @@ pub struct Sample {
     pub cpu_seconds: f64,
     /// Peak resident set size so far (`VmHWM`), in bytes.
     pub peak_rss_bytes: u64,
+    /// Resident pages of mapped files now (`RssFile`: the binary and its
+    /// libraries), in bytes.
+    pub file_rss_bytes: u64,
 }
 
 /// Reads `/proc/<pid>` (`None` for `self`). `None` when the process is gone.
@@ -21,7 +24,8 @@ pub fn sample(pid: Option<u32>) -> Option<Sample> {
     let status = std::fs::read_to_string(dir.join("status")).ok()?;
     Some(Sample {
         cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks_per_second(),
-        peak_rss_bytes: peak_rss_kib(&status)? * 1024,
+        peak_rss_bytes: status_kib(&status, "VmHWM:")? * 1024,
+        file_rss_bytes: status_kib(&status, "RssFile:").unwrap_or(0) * 1024,
     })
 }
 
@@ -36,11 +40,11 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// `VmHWM` (kB) from `/proc/<pid>/status`.
-fn peak_rss_kib(status: &str) -> Option<u64> {
+/// A field in kB (`VmHWM:`, `RssFile:`) of `/proc/<pid>/status`.
+fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .find_map(|l| l.strip_prefix(field))?
         .split_whitespace()
         .next()?
         .parse()
@@ -69,14 +73,16 @@ mod tests {
     }
 
     #[test]
-    fn parses_vmhwm() {
-        let status = "Name:\tkiln\nVmPeak:\t  9000 kB\nVmHWM:\t  18900 kB\nVmRSS:\t 17000 kB\n";
-        assert_eq!(peak_rss_kib(status), Some(18900));
+    fn parses_vmhwm_and_rssfile() {
+        let status = "Name:\tkiln\nVmPeak:\t  9000 kB\nVmHWM:\t  18900 kB\nVmRSS:\t 17000 kB\nRssFile:\t 15100 kB\n";
+        assert_eq!(status_kib(status, "VmHWM:"), Some(18900));
+        assert_eq!(status_kib(status, "RssFile:"), Some(15100));
+        assert_eq!(status_kib(status, "RssShmem:"), None);
     }
 
     #[test]
     fn samples_this_process() {
         let s = sample(None);
-        assert!(s.is_some_and(|s| s.peak_rss_bytes > 0));
+        assert!(s.is_some_and(|s| s.peak_rss_bytes > 0 && s.file_rss_bytes > 0));
     }
 }

@@ -46,6 +46,12 @@ pub struct Figures {
     pub phases: BTreeMap<String, f64>,
     /// A sharded contender's peak RSS per replica, MiB (empty otherwise).
     pub replica_peak_rss_mib: Vec<f64>,
+    /// Of the peak RSS, the resident pages of mapped files (`RssFile`: the
+    /// binary and its libraries, read at the end), MiB. A fixed cost that
+    /// does not grow with N, nor divide between replicas.
+    pub mapped_mib: Option<f64>,
+    /// The same per replica of a sharded contender.
+    pub replica_mapped_mib: Vec<f64>,
 }
 
 impl Figures {
@@ -165,8 +171,9 @@ impl Report {
         );
         out.push_str(
             "| contender | converge s | CPU s (converge) | CPU s (run) | peak RSS MiB \
-             | requests | writes in resync | update p50 / p99 ms | update s | idle CPU s |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+             | of it mapped files MiB | requests | writes in resync | update p50 / p99 ms \
+             | update s | idle CPU s |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for c in &self.contenders {
             let converge = match c.convergence_seconds {
@@ -175,12 +182,13 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {:.2} | {:.1} | {} | {} | {} / {} | {} | {} |",
+                "| {} | {} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} / {} | {} | {} |",
                 c.name,
                 converge,
                 c.cpu_seconds_convergence,
                 c.cpu_seconds_total,
                 c.peak_rss_mib,
+                opt(c.mapped_mib, 1),
                 c.requests(),
                 c.resync_writes
                     .map_or_else(|| "—".into(), |w| w.to_string()),
@@ -196,11 +204,7 @@ impl Report {
             .filter(|c| !c.replica_peak_rss_mib.is_empty())
         {
             out.push('\n');
-            out.push_str(&crate::sharded::note(
-                &c.name,
-                &c.replica_peak_rss_mib,
-                self.get("kiln").map(|k| k.peak_rss_mib),
-            ));
+            out.push_str(&crate::sharded::note(c, self.get("kiln")));
         }
         out.push_str("\nRequests by verb over the whole run:\n\n");
         for c in &self.contenders {

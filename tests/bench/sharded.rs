@@ -7,6 +7,7 @@ use std::path::Path;
 
 use tokio::process::Command;
 
+use crate::report::Figures;
 use crate::workload::NAMESPACE;
 
 /// How many replicas the sharded contender runs.
@@ -37,20 +38,44 @@ pub fn commands(
         .collect()
 }
 
-/// One line per sharded contender: each replica's peak RSS, and its ratio
-/// to the single replica's peak when `single` (kiln's peak) is known.
-pub fn note(name: &str, replicas: &[f64], single: Option<f64>) -> String {
-    let peaks: Vec<String> = replicas.iter().map(|p| format!("{p:.1}")).collect();
-    let max = replicas.iter().copied().fold(0.0_f64, f64::max);
-    let ratio = single.filter(|s| *s > 0.0).map_or_else(String::new, |s| {
-        format!("; the largest is {:.2}× one replica's peak", max / s)
-    });
-    format!(
-        "{name}: {} replicas, peak RSS per replica {} MiB (sum {:.1}){ratio}.\n",
+/// The lines of a sharded contender: each replica's peak RSS and its ratio
+/// to one kiln's (`single`, when it ran); then the same above each one's
+/// mapped files (binary and libraries), the part that can divide.
+pub fn note(sharded: &Figures, single: Option<&Figures>) -> String {
+    let replicas = &sharded.replica_peak_rss_mib;
+    let mut out = format!(
+        "{}: {} replicas, peak RSS per replica {} MiB (sum {:.1}){}.\n",
+        sharded.name,
         replicas.len(),
-        peaks.join(" / "),
-        replicas.iter().sum::<f64>()
-    )
+        list(replicas),
+        replicas.iter().sum::<f64>(),
+        largest(replicas, single.map(|k| k.peak_rss_mib))
+    );
+    let mapped = &sharded.replica_mapped_mib;
+    if mapped.len() == replicas.len() {
+        let above: Vec<f64> = replicas.iter().zip(mapped).map(|(p, m)| p - m).collect();
+        let single_above = single.and_then(|k| Some(k.peak_rss_mib - k.mapped_mib?));
+        out.push_str(&format!(
+            "Above their mapped files ({} MiB each): {} MiB{}.\n",
+            list(mapped),
+            list(&above),
+            largest(&above, single_above)
+        ));
+    }
+    out
+}
+
+fn list(values: &[f64]) -> String {
+    let each: Vec<String> = values.iter().map(|v| format!("{v:.1}")).collect();
+    each.join(" / ")
+}
+
+/// `; the largest is R× one replica's`, when `single` is known.
+fn largest(values: &[f64], single: Option<f64>) -> String {
+    let max = values.iter().copied().fold(0.0_f64, f64::max);
+    single.filter(|s| *s > 0.0).map_or_else(String::new, |s| {
+        format!("; the largest is {:.2}× one replica's ({s:.1})", max / s)
+    })
 }
 
 #[cfg(test)]
@@ -58,10 +83,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_note_gives_each_replica_and_the_ratio_to_one() {
+    fn the_note_gives_each_replica_and_the_ratio_to_one_also_above_mapped_files() {
+        let sharded = Figures {
+            name: "kiln-sharded".into(),
+            replica_peak_rss_mib: vec![20.0, 22.0, 21.0],
+            replica_mapped_mib: vec![15.0, 15.0, 15.0],
+            ..Figures::default()
+        };
+        let single = Figures {
+            peak_rss_mib: 60.0,
+            mapped_mib: Some(15.0),
+            ..Figures::default()
+        };
         assert_eq!(
-            note("kiln-sharded", &[20.0, 22.0, 21.0], Some(60.0)),
-            "kiln-sharded: 3 replicas, peak RSS per replica 20.0 / 22.0 / 21.0 MiB (sum 63.0); the largest is 0.37× one replica's peak.\n"
+            note(&sharded, Some(&single)),
+            "kiln-sharded: 3 replicas, peak RSS per replica 20.0 / 22.0 / 21.0 MiB (sum 63.0); \
+             the largest is 0.37× one replica's (60.0).\n\
+             Above their mapped files (15.0 / 15.0 / 15.0 MiB each): 5.0 / 7.0 / 6.0 MiB; \
+             the largest is 0.16× one replica's (45.0).\n"
+        );
+        assert_eq!(
+            note(
+                &Figures {
+                    replica_mapped_mib: vec![],
+                    ..sharded
+                },
+                None
+            ),
+            "kiln-sharded: 3 replicas, peak RSS per replica 20.0 / 22.0 / 21.0 MiB (sum 63.0).\n"
         );
     }
 }
