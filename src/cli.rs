@@ -130,13 +130,13 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "leader_elect")]
     pub shards: bool,
     /// The shard group: replicas of one group share the primaries.
-    #[arg(long, default_value = "kiln")]
+    #[arg(long, default_value = "kiln", value_parser = parse_shard_group)]
     pub shard_group: String,
     /// This replica's name in the shard group (its Lease's name), which
     /// decides its share: unique in the group, and stable across restarts
     /// so a restarted replica takes back the same buckets. Default:
     /// `$POD_NAME` when set, else the hostname and the pid.
-    #[arg(long, requires = "shards")]
+    #[arg(long, requires = "shards", value_parser = parse_shard_identity)]
     pub shard_identity: Option<String>,
 }
 
@@ -241,6 +241,22 @@ fn parse_configmap(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("expected NAMESPACE/NAME, got `{s}`")),
     }
+}
+
+/// A shard identity names a Lease: a DNS-1123 subdomain.
+fn parse_shard_identity(s: &str) -> Result<String, String> {
+    kiln::rules::names::dns_subdomain(s)
+        .map(|()| s.to_string())
+        .map_err(|why| format!("`{s}` cannot name a Lease: it {why}"))
+}
+
+/// A shard group is a label's value on the members' Leases: a DNS-1123
+/// label here (a label value may also hold `_` and `.`, kept out for a
+/// name that reads the same everywhere).
+fn parse_shard_group(s: &str) -> Result<String, String> {
+    kiln::rules::names::dns_label(s)
+        .map(|()| s.to_string())
+        .map_err(|why| format!("`{s}` cannot be a shard group: it {why}"))
 }
 
 fn parse_named(s: &str) -> Result<(String, PathBuf), String> {

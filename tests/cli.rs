@@ -203,3 +203,19 @@ fn validate_explains_a_watch_that_reads_every_namespace() {
         "{out}"
     );
 }
+
+#[test]
+fn a_shard_identity_or_group_that_cannot_name_a_lease_is_refused_at_once() {
+    let (ok, _, err) = kiln(&["run", "--shards", "--shard-identity", "Bench_0"]);
+    assert!(!ok);
+    assert!(
+        err.contains("`Bench_0` cannot name a Lease"),
+        "stderr: {err}"
+    );
+    let (ok, _, err) = kiln(&["run", "--shards", "--shard-group", "a.b"]);
+    assert!(!ok);
+    assert!(
+        err.contains("`a.b` cannot be a shard group"),
+        "stderr: {err}"
+    );
+}

@@ -245,6 +245,14 @@ async fn run_sharded(
     use kiln::shard::{Shard, member::Member, scope::Scope};
     let (namespace, _) = lease_place(args);
     let identity = shard_identity(args);
+    // `--shard-identity` is checked as it is parsed; `$POD_NAME` or the
+    // hostname here, rather than retrying a join the API server refuses.
+    kiln::rules::names::dns_subdomain(&identity).map_err(|why| {
+        anyhow::anyhow!(
+            "the shard identity `{identity}` ($POD_NAME, else hostname and pid) \
+             cannot name a Lease: it {why}; set --shard-identity"
+        )
+    })?;
     let shard = Shard::new(timing.renew_deadline);
     let retry = timing.retry_period;
     let mut member = Member::new(
