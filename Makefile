@@ -22,7 +22,7 @@ test: lint controlplane node ## Lints, unit tests and integration tests against 
 	$(CARGO) test --locked
 
 fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
-	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --release --test fuzz
+	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --profile fuzz --test fuzz
 
 bench: controlplane ## Benchmark kiln against kube-rs, controller-runtime and the API server's ceiling (N=100; make bench N=1000)
 	$(CARGO) build --locked --release --bin kiln --example bench --example bench-kube-rs
