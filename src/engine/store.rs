@@ -127,7 +127,7 @@ impl Store {
         if let Some(old) = &old {
             self.bytes -= old.bytes();
             for owner in old.owners() {
-                if !obj.owners().contains(owner) {
+                if !obj.owners().any(|o| o == owner) {
                     self.unindex(owner, old);
                 }
             }
