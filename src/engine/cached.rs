@@ -185,11 +185,22 @@ impl Cached {
     /// the primary named by kiln's owner label or by an orphaned child's
     /// annotation.
     pub fn owners(&self) -> impl Iterator<Item = &Uid> + '_ {
+        self.owners_at().map(|(_, uid)| uid)
+    }
+
+    /// [`owners`](Self::owners), each with where it sits: what
+    /// [`owner_at`](Self::owner_at) takes.
+    pub fn owners_at(&self) -> impl Iterator<Item = (u32, &Uid)> + '_ {
         self.owners
             .iter()
             .enumerate()
             .filter(|(i, o)| !self.owners[..*i].iter().any(|p| p.uid == o.uid))
-            .map(|(_, o)| &o.uid)
+            .map(|(i, o)| (u32::try_from(i).unwrap_or(u32::MAX), &o.uid))
+    }
+
+    /// The owner uid at `at` (from [`owners_at`](Self::owners_at)).
+    pub fn owner_at(&self, at: u32) -> Option<&Uid> {
+        self.owners.get(at as usize).map(|o| &o.uid)
     }
 
     /// Whether `other` has the same resource version.
