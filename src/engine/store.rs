@@ -3,9 +3,11 @@
 //!
 //! Each object is held once, shared (`Arc`) by both indexes: the key table
 //! hashes the key inside the object (no second copy of namespace and name
-//! per entry), and the owner index maps an owner's uid (16 bytes) to the
-//! one object it owns, or to a table of them, without a set per owner of
-//! copied keys.
+//! per entry), and the owner index maps an owner's uid to the one object
+//! it owns, or to a table of them, without a set per owner of copied keys.
+//! An owner of one object is a 16-byte slot naming where its uid sits in
+//! the object (no copy of the uid: 24 bytes less per slot, at the bench's
+//! N=3000 about 0.3 MB over the three child kinds).
 //!
 //! Pure data structure, no API calls.
 
@@ -98,10 +100,41 @@ impl IntoIterator for Objects {
     }
 }
 
-/// What one owner uid owns: most own one object of a kind, held inline.
+/// What one owner uid owns: most own one object of a kind, held inline
+/// with where the uid sits among the object's owners
+/// ([`Cached::owner_at`]); an owner of many holds its uid.
 enum Owned {
-    One(Arc<Cached>),
-    Many(Box<Objects>),
+    One(Arc<Cached>, u32),
+    Many(Box<(Uid, Objects)>),
+}
+
+impl Owned {
+    /// The owner's uid.
+    fn uid(&self) -> Option<&Uid> {
+        match self {
+            Self::One(one, at) => one.owner_at(*at),
+            Self::Many(many) => Some(&many.0),
+        }
+    }
+}
+
+/// The owner index: owner uid → the objects it owns, the uid read from
+/// the entry.
+#[derive(Default)]
+struct OwnerIndex {
+    table: HashTable<Owned>,
+    hasher: RandomState,
+}
+
+impl OwnerIndex {
+    fn hash(&self, uid: Option<&Uid>) -> u64 {
+        self.hasher.hash_one(uid)
+    }
+
+    fn get(&self, uid: &Uid) -> Option<&Owned> {
+        self.table
+            .find(self.hash(Some(uid)), |o| o.uid() == Some(uid))
+    }
 }
 
 /// The cached objects of one informer, indexed by key and by owner uid.
@@ -109,7 +142,7 @@ enum Owned {
 pub struct Store {
     objects: Objects,
     /// Owner uid → the objects it owns.
-    owned: HashMap<Uid, Owned>,
+    owned: OwnerIndex,
     /// Objects of a re-list in progress, per watch stream.
     relist: HashMap<usize, Objects>,
     /// Bytes of the objects' strings held by `objects` ([`Cached::bytes`]).
@@ -119,15 +152,15 @@ pub struct Store {
 impl Store {
     /// Caches `obj`; returns what it replaces.
     pub fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
-        for owner in obj.owners() {
-            self.index(owner, &obj);
+        for (at, owner) in obj.owners_at() {
+            self.index(owner, at, &obj);
         }
         self.bytes += obj.bytes();
         let old = self.objects.insert(obj.clone());
         if let Some(old) = &old {
             self.bytes -= old.bytes();
             for owner in old.owners() {
-                if !obj.owners().contains(owner) {
+                if !obj.owners().any(|o| o == owner) {
                     self.unindex(owner, old);
                 }
             }
@@ -145,49 +178,74 @@ impl Store {
         Some(old)
     }
 
-    /// Indexes `obj` under `owner`, in place of what it had at that key.
-    fn index(&mut self, owner: &Uid, obj: &Arc<Cached>) {
-        let Some(owned) = self.owned.get_mut(owner) else {
-            self.owned.insert(owner.clone(), Owned::One(obj.clone()));
-            return;
+    /// Indexes `obj` under `owner` (at `at` among its owners), in place of
+    /// what it had at that key.
+    fn index(&mut self, owner: &Uid, at: u32, obj: &Arc<Cached>) {
+        let index = &mut self.owned;
+        let hash = index.hash(Some(owner));
+        let hasher = &index.hasher;
+        let entry = index.table.entry(
+            hash,
+            |o| o.uid() == Some(owner),
+            |o| hasher.hash_one(o.uid()),
+        );
+        let owned = match entry {
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(Owned::One(obj.clone(), at));
+                return;
+            }
+            hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
         };
         match owned {
-            Owned::One(one) if one.is(obj.namespace(), obj.name()) => *one = obj.clone(),
-            Owned::One(one) => {
+            Owned::One(one, _) if one.is(obj.namespace(), obj.name()) => {
+                *owned = Owned::One(obj.clone(), at);
+            }
+            Owned::One(one, _) => {
                 let mut many = Objects::default();
                 many.insert(one.clone());
                 many.insert(obj.clone());
-                *owned = Owned::Many(Box::new(many));
+                *owned = Owned::Many(Box::new((owner.clone(), many)));
             }
             Owned::Many(many) => {
-                many.insert(obj.clone());
+                many.1.insert(obj.clone());
             }
         }
     }
 
     /// Takes the object at `obj`'s key out of `owner`'s.
     fn unindex(&mut self, owner: &Uid, obj: &Cached) {
-        let Some(owned) = self.owned.get_mut(owner) else {
+        let index = &mut self.owned;
+        let hash = index.hash(Some(owner));
+        let Ok(mut found) = index.table.find_entry(hash, |o| o.uid() == Some(owner)) else {
             return;
         };
         let (namespace, name) = (obj.namespace(), obj.name());
-        match owned {
-            Owned::One(one) if one.is(namespace, name) => {
-                self.owned.remove(owner);
-            }
-            Owned::One(_) => {}
+        let owned = found.get_mut();
+        let keep = match owned {
+            Owned::One(one, _) => !one.is(namespace, name),
             Owned::Many(many) => {
-                many.remove(namespace, name);
-                if many.len() <= 1 {
-                    let last = many.iter().next().cloned();
-                    match last {
-                        Some(last) => *owned = Owned::One(last),
-                        None => {
-                            self.owned.remove(owner);
+                many.1.remove(namespace, name);
+                if many.1.len() <= 1 {
+                    let last = many.1.iter().next().cloned();
+                    let at = last.as_ref().and_then(|last| {
+                        last.owners_at()
+                            .find(|(_, uid)| *uid == owner)
+                            .map(|(at, _)| at)
+                    });
+                    match (last, at) {
+                        (Some(last), Some(at)) => {
+                            *owned = Owned::One(last, at);
+                            true
                         }
+                        _ => false,
                     }
+                } else {
+                    true
                 }
             }
+        };
+        if !keep {
+            found.remove();
         }
     }
 
@@ -205,11 +263,11 @@ impl Store {
     pub fn owned_by(&self, uid: &str) -> impl Iterator<Item = &Arc<Cached>> {
         let owned = self.owned.get(&Uid::new(uid));
         let one = match owned {
-            Some(Owned::One(one)) => Some(one),
+            Some(Owned::One(one, _)) => Some(one),
             _ => None,
         };
         let many = match owned {
-            Some(Owned::Many(many)) => Some(many.iter()),
+            Some(Owned::Many(many)) => Some(many.1.iter()),
             _ => None,
         };
         one.into_iter().chain(many.into_iter().flatten())
@@ -313,7 +371,7 @@ mod tests {
         assert_eq!(names(&store, "u3"), Vec::<String>::new());
         assert!(store.is_empty());
         assert_eq!(store.bytes(), 0);
-        assert!(store.owned.is_empty());
+        assert!(store.owned.table.is_empty());
     }
 
     #[test]
@@ -336,8 +394,30 @@ mod tests {
         assert_eq!(names(&store, "u2"), ["c"]);
         store.remove(&key("b"));
         store.remove(&key("c"));
-        assert!(store.owned.is_empty());
+        assert!(store.owned.table.is_empty());
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn an_owner_of_one_object_is_a_16_byte_slot() {
+        assert_eq!(std::mem::size_of::<Owned>(), 16);
+        // An object indexed under two owners: each finds it, and a lookup
+        // of one never lands on the other's slot.
+        let mut two = child("web", U1).decode();
+        two.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(crate::render::OWNER_UID_LABEL.into(), "u2".into());
+        let mut store = Store::default();
+        store.insert(Arc::new(Cached::new(two)));
+        store.insert(child("other", "u2"));
+        assert_eq!(names(&store, U1), ["web"]);
+        assert_eq!(names(&store, "u2"), ["other", "web"]);
+        store.remove(&key("other"));
+        assert_eq!(names(&store, "u2"), ["web"]);
+        assert_eq!(store.owned.table.len(), 2);
+        store.remove(&key("web"));
+        assert!(store.owned.table.is_empty());
     }
 
     #[test]
