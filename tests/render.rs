@@ -157,6 +157,23 @@ fn a_created_once_child_that_exists_is_not_written() {
 }
 
 #[test]
+fn a_created_once_child_left_by_another_policy_gets_only_its_owner_written() {
+    let out = render_fixture(
+        "tests/fixtures/lifecycle/rules",
+        &[
+            "--object",
+            "tests/fixtures/lifecycle/widget.yaml",
+            "--observed",
+            "defaults=tests/fixtures/lifecycle/w-defaults-orphaned.yaml",
+        ],
+    );
+    assert!(
+        out.contains("# updatePolicy: CreateOnce: it exists, so the engine writes only its owner (owning it, as its deletionPolicy now says)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn application_with_a_ready_deployment_renders_its_service_and_ingress() {
     insta::assert_snapshot!(render(&[
         "--object",

@@ -201,7 +201,13 @@ async fn children(
         };
         let state = match here {
             None => "missing: kiln would create it".to_string(),
-            Some(_) if once => format!("created once: kiln does not write it again{readiness}"),
+            Some(l) if once => match kiln::engine::reown::needed(child, l) {
+                Some(r) => format!(
+                    "created once: kiln writes only its owner ({} it, as its deletionPolicy now says){readiness}",
+                    r.to.describe()
+                ),
+                None => format!("created once: kiln does not write it again{readiness}"),
+            },
             Some(l) if converged(l, &child.object, None) => format!("applied{readiness}"),
             Some(_) => "would change: the live object lacks or differs in a field the rule sets"
                 .to_string(),

@@ -144,8 +144,16 @@ fn print_policies(rule: &Rule, inputs: &Inputs, child: &kiln::render::DesiredChi
     };
     if spec.update_policy == UpdatePolicy::CreateOnce {
         let live = kiln::render::observed_named(inputs.observed.get(&child.id), &child.name);
-        if live.is_some() {
-            println!("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it");
+        if let Some(live) = live {
+            match kiln::engine::reown::needed(child, live) {
+                Some(r) => println!(
+                    "# updatePolicy: CreateOnce: it exists, so the engine writes only its owner ({} it, as its deletionPolicy now says)",
+                    r.to.describe()
+                ),
+                None => println!(
+                    "# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it"
+                ),
+            }
         } else {
             println!(
                 "# updatePolicy: CreateOnce: the engine applies this only while the child does not exist, and never rewrites it"

@@ -28,6 +28,7 @@ use super::owned_status;
 pub use super::plan::Next;
 use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
+use super::reown::{self, Reown};
 use super::reverse::{Reverse, SelectorRef};
 use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
@@ -599,6 +600,7 @@ impl RuleController {
                 };
                 let plan = Plan {
                     apply: Vec::new(),
+                    reown: Vec::new(),
                     prune: Vec::new(),
                     status,
                     next: Next::Done,
@@ -903,6 +905,11 @@ impl RuleController {
                 return self.failed(obj, plan, failure, secrets).await;
             }
         }
+        for reown in &plan.reown {
+            if let Err(failure) = self.reown(obj, reown).await {
+                return self.failed(obj, plan, failure, secrets).await;
+            }
+        }
         for prune in &plan.prune {
             if let Err(failure) = self.prune(obj, prune).await {
                 return self.failed(obj, plan, failure, secrets).await;
@@ -1103,6 +1110,44 @@ impl RuleController {
                 "this replica's shard Lease or this primary's bucket is not held",
             )
         })
+    }
+
+    /// Gives a created-once child the ownership its `deletionPolicy` says
+    /// (`reown.rs`): read again, then a merge patch of its owner
+    /// references and kiln's annotations only, conditioned on the
+    /// `resourceVersion` read (a concurrent change is a conflict, retried).
+    async fn reown(&self, obj: &DynamicObject, reown: &Reown) -> Result<(), Failure> {
+        let Some(informer) = self.wiring.children.get(&reown.gvk) else {
+            return Ok(());
+        };
+        let _permit = self.fence(obj)?;
+        let api = self.api(informer.kind(), reown.key.namespace.as_deref());
+        let what = format!("{} {} {}", reown.to.describe(), reown.gvk.kind, reown.key);
+        let live = match api.get(&reown.key.name).await {
+            Ok(live) => to_json(&live),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(Failure::of(&e, &what, false)),
+        };
+        // Another object by that name now: it is not this child.
+        if live["metadata"]["uid"].as_str() != reown.uid.as_deref() {
+            return Ok(());
+        }
+        let Some(patch) = reown::patch(&live, &reown.to) else {
+            return Ok(());
+        };
+        let pp = PatchParams {
+            field_manager: Some(self.shared.options.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        self.shared
+            .stats
+            .applies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match api.patch(&reown.key.name, &pp, &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, &what, false)),
+        }
     }
 
     /// Server-side applies one child, and remembers how the server stored it.

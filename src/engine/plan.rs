@@ -12,6 +12,7 @@ use minijinja::Value as JinjaValue;
 
 use super::diff::{Normalized, converged};
 use super::informer::ObjKey;
+use super::reown::Reown;
 use super::status::{Outcome, Part, reasons};
 use crate::render::{self, DesiredChild, Inputs, ScopeOf};
 use crate::rules::DeletionPolicy::Orphan;
@@ -117,6 +118,9 @@ pub struct Prune {
 pub struct Plan {
     /// Children whose live object lacks something the rule renders, in rule order.
     pub apply: Vec<DesiredChild>,
+    /// Created-once children whose ownership no longer matches their
+    /// `deletionPolicy` (only that is patched).
+    pub reown: Vec<Reown>,
     /// Children the rule no longer renders, deleted once every apply succeeded.
     pub prune: Vec<Prune>,
     /// The rule's part of the primary's status, once every write succeeded.
@@ -130,6 +134,7 @@ impl Plan {
     fn only(status: Part, next: Next) -> Self {
         Self {
             apply: Vec::new(),
+            reown: Vec::new(),
             prune: Vec::new(),
             status,
             next,
@@ -138,7 +143,7 @@ impl Plan {
 
     /// Whether the plan writes anything besides status.
     pub fn writes_children(&self) -> bool {
-        !self.apply.is_empty() || !self.prune.is_empty()
+        !self.apply.is_empty() || !self.reown.is_empty() || !self.prune.is_empty()
     }
 }
 
@@ -209,19 +214,26 @@ pub fn plan(
     } else {
         Next::After(rule.requeue.waiting)
     };
+    let mut reown = Vec::new();
     let apply = rendered
         .children
         .into_iter()
         .filter(|c| {
             let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
             let key = (c.gvk.clone(), key_of(c));
-            // Created once: a child that exists is never written again.
+            // Created once: a child that exists is never applied again; only
+            // its ownership follows the rule's `deletionPolicy`.
             let once = policy(rule, &c.id).is_some_and(|s| s.update_policy == CreateOnce);
-            !live.is_some_and(|l| once || converged(l, &c.object, known.get(&key)))
+            if once && let Some(l) = live {
+                reown.extend(super::reown::needed(c, l));
+                return false;
+            }
+            !live.is_some_and(|l| converged(l, &c.object, known.get(&key)))
         })
         .collect();
     Plan {
         apply,
+        reown,
         prune,
         status: Part {
             outcome: Outcome::Applied { not_ready, waiting },
@@ -909,6 +921,37 @@ spec:
             .converged()
             .spec(base());
         assert_eq!(pruned(&world.plan()), ["shop-extra"]);
+    }
+
+    #[test]
+    fn a_created_once_child_follows_a_changed_deletion_policy_by_its_ownership_only() {
+        // Created owned (the default policy), then the rule says Orphan.
+        let mut world = an_app(base())
+            .child_with("config", "updatePolicy: CreateOnce")
+            .converged();
+        world.live_mut("config")["data"]["edited"] = json!("by a user");
+        assert!(!world.plan().writes_children(), "converged: nothing to do");
+        let world = world.child_with(
+            "config",
+            "updatePolicy: CreateOnce\n      deletionPolicy: Orphan",
+        );
+        let plan = world.plan();
+        assert!(plan.apply.is_empty(), "never applied again");
+        assert_eq!(plan.reown.len(), 1);
+        assert_eq!(plan.reown[0].key.name, "shop");
+        assert!(matches!(
+            &plan.reown[0].to,
+            super::super::reown::Ownership::Orphan { uid, .. } if uid == "u1"
+        ));
+        // Once the patch landed (no reference, the annotations), nothing more.
+        let mut world = world;
+        let live = world.live_mut("config");
+        live["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        live["metadata"]["annotations"][render::PRIMARY_UID_ANNOTATION] = json!("u1");
+        assert!(!world.plan().writes_children());
     }
 
     #[test]

@@ -198,23 +198,141 @@ async fn an_orphaned_child_outlives_its_when_and_its_primary() {
 
     // The primary goes: the garbage collector takes the owned child and
     // leaves the orphan.
+    delete_and_collect(&scene, "w").await;
+    let left = scene.get("v1", "ConfigMap", "w-kept").await;
+    assert!(left.is_some(), "the orphan went with its primary");
+    scene.end().await;
+}
+
+/// [`ORPHAN`] with its `kept` child created once, under `policy`.
+fn once_kept(policy: &str) -> String {
+    let kept = format!("      updatePolicy: CreateOnce\n      deletionPolicy: {policy}\n");
+    ORPHAN.replace("name: orphan}", "name: once-kept}").replace(
+        "      deletionPolicy: Orphan\n      when: self.spec.keep\n",
+        &kept,
+    )
+}
+
+/// Deletes widget `name` and waits until the garbage collector took its
+/// owned child (`<name>-owned`), so it has had its say on the others.
+async fn delete_and_collect(scene: &Scene, name: &str) {
     let widget = ("test.kiln.dev/v1", "Widget");
-    support::delete(&scene.client, widget, Some(scene.ns()), "w").await;
+    support::delete(&scene.client, widget, Some(scene.ns()), name).await;
     // (The collector learns a new CRD's kind on its own schedule: up to a minute.)
+    let owned = format!("{name}-owned");
     eventually(
         "the owned child collected",
-        Duration::from_secs(60),
+        Duration::from_secs(90),
         || async {
             scene
-                .get("v1", "ConfigMap", "w-owned")
+                .get("v1", "ConfigMap", &owned)
                 .await
                 .is_none()
                 .then_some(())
         },
     )
     .await;
+}
+
+/// A created-once child is never applied again, yet its ownership follows
+/// the rule's `deletionPolicy`: `Delete` → `Orphan` removes the owner
+/// reference (else the garbage collector deletes the child the rule author
+/// asked to keep), `Orphan` → `Delete` adds it; a user's edit stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_once_child_follows_a_changed_deletion_policy() {
+    let scene = Scene::new("life-reown").await.with_widgets().await;
+    let w = scene.apply(widget("w", json!({"value": "a"}))).await;
+    let scene = scene
+        .running(&[support::rule_from_yaml(&once_kept("Delete"))])
+        .await;
+    scene
+        .until("the owned created-once child", configmap("w-kept"), |c| {
+            c["metadata"]["ownerReferences"][0]["uid"] == w["metadata"]["uid"]
+        })
+        .await;
+    scene.ready("w").await;
+    edit_value(&scene, "w-kept", "the user's").await;
+
+    // The rule now says Orphan: only the ownership changes.
+    let orphan = once_kept("Orphan");
+    scene
+        .engine()
+        .replace(support::rule_from_yaml(&orphan))
+        .await;
+    let kept = scene
+        .until("the owner reference gone", configmap("w-kept"), |c| {
+            c["metadata"].get("ownerReferences").is_none()
+        })
+        .await;
+    assert_eq!(
+        kept["metadata"]["annotations"]["kiln.dev/primary-uid"],
+        w["metadata"]["uid"]
+    );
+    assert_eq!(
+        kept["metadata"]["annotations"]["kiln.dev/primary-name"],
+        "w"
+    );
+    assert_eq!(kept["data"]["value"], "the user's", "{kept}");
+    assert_eq!(scene.writes_during_resync("once-kept", 1).await, 0);
+
+    // A widget made under the Orphan rule, then the rule says Delete again.
+    let v = scene.apply(widget("v", json!({"value": "b"}))).await;
+    scene
+        .until("the orphan created-once child", configmap("v-kept"), |c| {
+            c["metadata"]["annotations"]["kiln.dev/primary-uid"] == v["metadata"]["uid"]
+        })
+        .await;
+    scene
+        .engine()
+        .replace(support::rule_from_yaml(&once_kept("Delete")))
+        .await;
+    let owned = scene
+        .until("the owner reference added", configmap("v-kept"), |c| {
+            c["metadata"]["ownerReferences"][0]["uid"] == v["metadata"]["uid"]
+        })
+        .await;
+    assert!(
+        owned["metadata"]["annotations"]
+            .get("kiln.dev/primary-uid")
+            .is_none(),
+        "{}",
+        owned["metadata"]
+    );
+    // `w-kept` was orphaned while the rule said so; now the rule says
+    // Delete again, and it gets its reference back too: the policy in force
+    // decides. So both go with their primaries.
+    scene
+        .until("w-kept owned again", configmap("w-kept"), |c| {
+            c["metadata"]["ownerReferences"][0]["uid"] == w["metadata"]["uid"]
+        })
+        .await;
+    delete_and_collect(&scene, "v").await;
+    eventually("v-kept collected", Duration::from_secs(30), || async {
+        scene
+            .get("v1", "ConfigMap", "v-kept")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // Orphan once more, then the primary goes: the child stays.
+    scene
+        .engine()
+        .replace(support::rule_from_yaml(&orphan))
+        .await;
+    scene
+        .until("w-kept orphaned again", configmap("w-kept"), |c| {
+            c["metadata"].get("ownerReferences").is_none()
+        })
+        .await;
+    delete_and_collect(&scene, "w").await;
     let left = scene.get("v1", "ConfigMap", "w-kept").await;
-    assert!(left.is_some(), "the orphan went with its primary");
+    assert!(
+        left.is_some(),
+        "the created-once child went with its primary"
+    );
+    assert_eq!(left.unwrap()["data"]["value"], "the user's");
     scene.end().await;
 }
 
