@@ -939,6 +939,14 @@ impl Registry {
         });
     }
 
+    /// Stops every informer, used or lingering (the engine shuts down: no
+    /// watch outlives it to fail against a cluster that is going away).
+    pub fn stop_all(&self) {
+        for (_, e) in self.lock().drain() {
+            e.informer.stop();
+        }
+    }
+
     /// The informer for `gvk`, when a rule uses it now.
     pub fn running(&self, gvk: &crate::rules::Gvk) -> Option<Arc<Informer>> {
         self.lock()

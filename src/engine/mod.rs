@@ -362,12 +362,14 @@ impl Engine {
         }
     }
 
-    /// Stops every rule, letting in-flight reconciles finish (bounded).
+    /// Stops every rule, letting in-flight reconciles finish (bounded),
+    /// then every watch, lingering ones included.
     pub async fn shutdown(&self) {
         let names: Vec<String> = self.lock().keys().cloned().collect();
         for name in names {
             self.stop(&name).await;
         }
+        self.shared.informers.stop_all();
     }
 
     /// Queues every primary of a rule (a forced resync).

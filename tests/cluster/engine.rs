@@ -594,6 +594,11 @@ async fn rules_sharing_kinds_share_one_watch_per_kind() {
     )
     .await;
     assert_eq!(kiln.engine.watches(), 2, "Widget and ConfigMap, once each");
+    // A stopped rule leaves its watches lingering for a next version;
+    // shutting the engine down stops them too, so none outlives it (the
+    // demo's cluster went away under them: "watch failed" at Ctrl-C).
+    kiln.engine.shutdown().await;
+    assert_eq!(kiln.engine.cached(), vec![], "a watch outlived the engine");
     ns.delete().await;
 }
 
