@@ -9,11 +9,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Event;
-use kiln::engine::controller::{Refusal, namespace_of};
 use kiln::engine::diff::converged;
 use kiln::engine::informer::ObjKey;
+use kiln::engine::related::{self, Found, Refusal, Target};
 use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
-use kiln::rules::{Gvk, Rule, WatchTarget};
+use kiln::rules::{Gvk, Rule};
 use kiln::template::generate::Draw;
 use kiln::template::{Budget, Piece, to_jinja};
 use kube::api::{DynamicObject, ListParams};
@@ -278,59 +278,45 @@ async fn related(
                 .render_string(&rule.templates, &ctx, &mut budget)
                 .map_err(|e| Refusal::Template(e.to_string()))
         };
-        let namespaced = scope == Scope::Namespaced;
-        let value = match &watch.target {
-            WatchTarget::Ref { name, namespace } => {
-                let ns = namespace_of(watch, namespaced, namespace, key, &mut text)?;
-                let name = text(name)?;
-                let got = api(client, &ar, &scope, ns.as_deref())
-                    .get_opt(&name)
+        let target = related::target(watch, scope == Scope::Namespaced, key, &mut text)?;
+        let read = |e: kube::Error| Refusal::Template(e.to_string());
+        let got = match &target {
+            Target::Named(at) => {
+                let got = api(client, &ar, &scope, at.namespace.as_deref())
+                    .get_opt(&at.name)
                     .await
-                    .map_err(|e| Refusal::Template(e.to_string()))?;
-                got.map(|o| serde_json::to_value(o).unwrap_or_default())
+                    .map_err(read)?;
+                Found::Named(got.map(|o| serde_json::to_value(o).unwrap_or_default()))
             }
-            WatchTarget::Selector {
-                match_labels,
-                match_expressions,
+            Target::Selected {
                 namespace,
-                all_namespaces,
+                selector,
+                ..
             } => {
-                let ns = match all_namespaces {
-                    true => None,
-                    false => namespace_of(watch, namespaced, namespace, key, &mut text)?,
-                };
-                let mut selector = Vec::new();
-                for (k, piece) in match_labels {
-                    selector.push(format!("{k}={}", text(piece)?));
-                }
-                let list = api(client, &ar, &scope, ns.as_deref())
-                    .list(&ListParams::default().labels(&selector.join(",")))
-                    .await
-                    .map_err(|e| Refusal::Template(e.to_string()))?;
-                let expressions = kiln::rules::LabelSelector {
-                    match_labels: BTreeMap::new(),
-                    match_expressions: match_expressions.clone(),
-                };
-                let mut items: Vec<Value> = list
-                    .items
-                    .into_iter()
-                    .filter(|o| {
-                        expressions.matches(o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-                    })
-                    .map(|o| serde_json::to_value(o).unwrap_or_default())
+                let labels: Vec<String> = selector
+                    .match_labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
                     .collect();
-                by_name(&mut items);
-                (!items.is_empty()).then_some(Value::Array(items))
+                let list = api(client, &ar, &scope, namespace.as_deref())
+                    .list(&ListParams::default().labels(&labels.join(",")))
+                    .await
+                    .map_err(read)?;
+                Found::Selected(
+                    list.items
+                        .into_iter()
+                        .filter(|o| {
+                            selector.matches(o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                        })
+                        .map(|o| serde_json::to_value(o).unwrap_or_default())
+                        .collect(),
+                )
             }
         };
-        match value {
-            Some(v) => {
-                found.insert(watch.name.clone(), v);
-            }
-            None if watch.required => {
-                missing.push(format!("{} (related.{})", watch.gvk.kind, watch.name));
-            }
-            None => {}
+        let (value, absent) = related::seen(watch, &target, got);
+        missing.extend(absent);
+        if let Some(value) = value {
+            found.insert(watch.name.clone(), value);
         }
     }
     inputs.related = found;

@@ -28,13 +28,14 @@ use super::owned_status;
 pub use super::plan::Next;
 use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
 use super::queue::Queue;
+use super::related::{self, Found, Refusal, Target};
 use super::reown::{self, Reown};
 use super::reverse::{Reverse, SelectorRef};
 use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
 use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
-use crate::rules::{Gvk, LabelSelector, LabelSource, Rule, WatchTarget};
+use crate::rules::{Gvk, LabelSelector, LabelSource, Rule};
 use crate::shard::Whose;
 use crate::template::{Budget, to_jinja};
 
@@ -828,59 +829,35 @@ impl RuleController {
                     .render_string(set, &ctx, &mut budget)
                     .map_err(|e| Refusal::Template(e.to_string()))
             };
-            let namespaced = informer.kind().namespaced;
-            let found = match &watch.target {
-                WatchTarget::Ref { name, namespace } => {
-                    let target = ObjKey {
-                        namespace: namespace_of(watch, namespaced, namespace, key, &mut text)?,
-                        name: text(name)?,
-                    };
-                    refs.push((watch.name.clone(), target.clone()));
-                    let found = informer.get(&target).map(|o| to_json(&o));
-                    if found.is_none() && watch.required {
-                        observed.missing.push(format!(
-                            "{} {target} (related.{})",
-                            watch.gvk.kind, watch.name
-                        ));
-                    }
-                    found
+            let target = related::target(watch, informer.kind().namespaced, key, &mut text)?;
+            let found = match &target {
+                Target::Named(key) => {
+                    refs.push((watch.name.clone(), key.clone()));
+                    Found::Named(informer.get(key).map(|o| to_json(&o)))
                 }
-                WatchTarget::Selector {
-                    match_labels,
-                    match_expressions,
+                Target::Selected {
                     namespace,
                     all_namespaces,
+                    selector,
                 } => {
-                    let mut labels = BTreeMap::new();
-                    for (k, piece) in match_labels {
-                        labels.insert(k.clone(), text(piece)?);
-                    }
-                    let ns = match all_namespaces {
-                        true => None,
-                        false => namespace_of(watch, namespaced, namespace, key, &mut text)?,
-                    };
-                    let selector = LabelSelector {
-                        match_labels: labels,
-                        match_expressions: match_expressions.clone(),
-                    };
-                    let found = matching(informer, ns.as_deref(), *all_namespaces, &selector);
-                    if found.is_empty() && watch.required {
-                        observed.missing.push(format!(
-                            "{} with labels {:?} (related.{})",
-                            watch.gvk.kind, selector.match_labels, watch.name
-                        ));
-                    }
                     selectors.push(SelectorRef {
                         watch: watch.name.clone(),
-                        namespace: ns,
+                        namespace: namespace.clone(),
                         all_namespaces: *all_namespaces,
-                        selector,
+                        selector: selector.clone(),
                     });
-                    Some(Value::Array(found))
+                    Found::Selected(matching(
+                        informer,
+                        namespace.as_deref(),
+                        *all_namespaces,
+                        selector,
+                    ))
                 }
             };
-            if let Some(found) = found {
-                observed.inputs.related.insert(watch.name.clone(), found);
+            let (value, missing) = related::seen(watch, &target, found);
+            observed.missing.extend(missing);
+            if let Some(value) = value {
+                observed.inputs.related.insert(watch.name.clone(), value);
             }
         }
         lock(&self.reverse).set(key, refs, selectors);
@@ -1487,68 +1464,12 @@ fn matching(
     all: bool,
     selector: &LabelSelector,
 ) -> Vec<Value> {
-    let mut found: Vec<Value> = informer
+    informer
         .entries()
         .into_iter()
         .filter(|o| (all || o.namespace() == namespace) && selector.matches(&o.labels()))
         .map(|o| to_json(&o.decode()))
-        .collect();
-    found.sort_by(|a, b| {
-        let at = |o: &Value| {
-            (
-                o["metadata"]["name"].as_str().map(str::to_string),
-                o["metadata"]["namespace"].as_str().map(str::to_string),
-            )
-        };
-        at(a).cmp(&at(b))
-    });
-    found
-}
-
-/// The namespace a watch looks in: none for a cluster-scoped kind, the
-/// rendered one (within the tenant boundary, see [`may_read`]), or the
-/// primary's. (`kiln explain` reads related objects the same way.)
-pub fn namespace_of(
-    watch: &crate::rules::Watch,
-    namespaced: bool,
-    template: &Option<crate::template::Piece>,
-    primary: &ObjKey,
-    text: &mut impl FnMut(&crate::template::Piece) -> Result<String, Refusal>,
-) -> Result<Option<String>, Refusal> {
-    match template {
-        _ if !namespaced => Ok(None),
-        Some(crate::template::Piece::Literal(ns)) => Ok(Some(ns.clone())),
-        Some(piece) => may_read(watch, primary, Some(text(piece)?)),
-        None => Ok(primary.namespace.clone()),
-    }
-}
-
-/// Tenant boundary: a namespace that comes from a namespaced primary may be
-/// read only when it is the primary's own or the rule allows it.
-fn may_read(
-    watch: &crate::rules::Watch,
-    primary: &ObjKey,
-    namespace: Option<String>,
-) -> Result<Option<String>, Refusal> {
-    match (&primary.namespace, &namespace) {
-        (Some(own), Some(ns)) if own != ns && !watch.allow_namespaces.contains(ns) => {
-            Err(Refusal::Namespace(format!(
-                "related.{}: the namespace `{}` comes from the object, and it is not the object's own (`{own}`): a rule reads other namespaces only when it names them (a literal `namespace` or `allowNamespaces`)",
-                watch.name,
-                crate::rules::names::shown(ns)
-            )))
-        }
-        _ => Ok(namespace),
-    }
-}
-
-/// Why a primary's watches cannot be read.
-#[derive(Debug)]
-pub enum Refusal {
-    /// A reference did not render.
-    Template(String),
-    /// A reference points where the rule does not allow the primary to point.
-    Namespace(String),
+        .collect()
 }
 
 fn to_json(obj: &DynamicObject) -> Value {

@@ -19,6 +19,7 @@ pub mod owned_status;
 pub mod plan;
 pub mod projection;
 pub mod queue;
+pub mod related;
 pub mod reown;
 pub mod reverse;
 pub mod schema;

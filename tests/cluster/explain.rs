@@ -87,3 +87,53 @@ async fn kiln_explain_shows_selection_children_conditions_and_events() {
     }
     scene.end().await;
 }
+
+/// A rule whose child counts the ConfigMaps a label selector finds.
+const COUNTING: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: counting}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  watches:
+    - name: peers
+      apiVersion: v1
+      kind: ConfigMap
+      selector:
+        matchLabels: {peer-of: "{{ self.metadata.name }}"}
+  children:
+    - id: count
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-count"}
+        data: {peers: "{{ related.peers | length | string }}"}
+"#;
+
+/// A selector that finds nothing is an empty list to templates, in
+/// `kiln explain` as in the engine: explain renders what the engine applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_explain_reads_a_selector_that_finds_nothing_as_the_engine_does() {
+    let scene = Scene::new("explain-none").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[rule_from_yaml(COUNTING)]).await;
+    scene
+        .until("the count", ("v1", "ConfigMap", "w-count"), |c| {
+            c["data"]["peers"] == "0"
+        })
+        .await;
+    let stdout = support::kiln_explain(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{}/w", scene.ns()),
+        &[("counting.yaml", COUNTING)],
+    );
+    assert!(
+        stdout.contains("    count ConfigMap w-count: applied"),
+        "{stdout}"
+    );
+    scene.end().await;
+}
