@@ -10,6 +10,7 @@ mod compare;
 mod observe;
 mod procstat;
 mod report;
+mod scrape;
 mod sharded;
 mod workload;
 
@@ -326,8 +327,8 @@ async fn measure(
     };
     let wall_start = unix_now();
     let start = Instant::now();
-    let mut children = match contender {
-        Contender::Ceiling => Vec::new(),
+    let (mut children, metrics) = match contender {
+        Contender::Ceiling => (Vec::new(), Vec::new()),
         _ => spawn(contender, args, &cluster, &dir, &log)?,
     };
     let first = (!children.is_empty()).then(|| children.remove(0));
@@ -348,6 +349,16 @@ async fn measure(
     fig.converged = converged.is_some();
     fig.convergence_seconds =
         Some(converged.unwrap_or_else(Instant::now) - start).map(|d| d.as_secs_f64());
+    // What kiln's caches hold now, each process's own figure.
+    for addr in &metrics {
+        match scrape::cached(*addr).await {
+            Ok(c) => {
+                fig.cached_objects.push(c.objects);
+                fig.cached_mib.push(mib(c.bytes));
+            }
+            Err(e) => eprintln!("bench: reading {addr}/metrics: {e}"),
+        }
+    }
 
     let mut resync_window = None;
     if fig.converged {
@@ -460,16 +471,21 @@ async fn wait(
     }
 }
 
+/// Starts the contender's process(es); returns them and, for kiln, each
+/// one's metrics address.
 fn spawn(
     contender: Contender,
     args: &RunArgs,
     cluster: &Cluster,
     dir: &Path,
     log: &Path,
-) -> anyhow::Result<Vec<Child>> {
+) -> anyhow::Result<(Vec<Child>, Vec<std::net::SocketAddr>)> {
     let concurrency = args.concurrency.to_string();
     let resync = args.resync().to_string();
-    let kiln_args = || -> anyhow::Result<Vec<String>> {
+    let mut metrics = Vec::new();
+    let mut kiln_args = || -> anyhow::Result<Vec<String>> {
+        let address = scrape::free_address()?;
+        metrics.push(address);
         let rule = dir.join("webapp.yaml");
         std::fs::write(&rule, bench_rule(args.resync())?)?;
         let mut a: Vec<String> = vec!["run".into(), "--rules".into()];
@@ -480,23 +496,27 @@ fn spawn(
                 NAMESPACE,
                 "--concurrency",
                 &concurrency,
-                "--metrics-bind-address",
-                "0",
                 "--health-probe-bind-address",
                 "0",
             ]
             .map(String::from),
         );
+        a.extend(["--metrics-bind-address".into(), address.to_string()]);
         Ok(a)
     };
     let commands = match contender {
-        Contender::KilnSharded => sharded::commands(&args.kiln, &kiln_args()?, dir),
+        Contender::KilnSharded => {
+            let each = (0..sharded::REPLICAS)
+                .map(|_| kiln_args())
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            sharded::commands(&args.kiln, each, dir)
+        }
         _ => vec![(
-            single(contender, args, &kiln_args, &resync)?,
+            single(contender, args, &mut kiln_args, &resync)?,
             log.to_path_buf(),
         )],
     };
-    commands
+    let children = commands
         .into_iter()
         .map(|(mut cmd, log)| {
             let out = std::fs::File::create(log)?;
@@ -508,14 +528,15 @@ fn spawn(
                 .kill_on_drop(true);
             Ok(cmd.spawn()?)
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((children, metrics))
 }
 
 /// The command of a one-process contender.
 fn single(
     contender: Contender,
     args: &RunArgs,
-    kiln_args: &dyn Fn() -> anyhow::Result<Vec<String>>,
+    kiln_args: &mut dyn FnMut() -> anyhow::Result<Vec<String>>,
     resync: &str,
 ) -> anyhow::Result<Command> {
     let concurrency = args.concurrency.to_string();

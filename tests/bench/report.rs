@@ -52,6 +52,13 @@ pub struct Figures {
     pub mapped_mib: Option<f64>,
     /// The same per replica of a sharded contender.
     pub replica_mapped_mib: Vec<f64>,
+    /// kiln only: objects in each process's caches at convergence (its
+    /// `kiln_cached_objects`, every kind): one entry, or one per replica.
+    #[serde(default)]
+    pub cached_objects: Vec<u64>,
+    /// The same in MiB of their compact form (`kiln_cached_bytes`).
+    #[serde(default)]
+    pub cached_mib: Vec<f64>,
 }
 
 impl Figures {

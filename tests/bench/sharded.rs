@@ -13,15 +13,18 @@ use crate::workload::NAMESPACE;
 /// How many replicas the sharded contender runs.
 pub const REPLICAS: usize = 3;
 
-/// The commands of the replicas: `base` (kiln's own command line, built by
-/// the caller) with the sharding flags; each logs to its own file.
+/// The commands of the replicas: each one's `base` (kiln's own command
+/// line, built by the caller: its own metrics address) with the sharding
+/// flags; each logs to its own file.
 pub fn commands(
     kiln: &Path,
-    base: &[String],
+    bases: Vec<Vec<String>>,
     log_dir: &Path,
 ) -> Vec<(Command, std::path::PathBuf)> {
-    (0..REPLICAS)
-        .map(|i| {
+    bases
+        .into_iter()
+        .enumerate()
+        .map(|(i, base)| {
             let mut cmd = Command::new(kiln);
             cmd.args(base).args([
                 "--shards",
@@ -62,6 +65,23 @@ pub fn note(sharded: &Figures, single: Option<&Figures>) -> String {
             largest(&above, single_above)
         ));
     }
+    let objects = &sharded.cached_objects;
+    if objects.len() == replicas.len() && !objects.is_empty() {
+        let max = objects.iter().copied().max().unwrap_or(0);
+        let one = single.and_then(|k| k.cached_objects.first().copied());
+        let ratio = one.filter(|&o| o > 0).map_or_else(String::new, |o| {
+            format!(
+                "; the largest is {:.2}× one replica's ({o})",
+                max as f64 / o as f64
+            )
+        });
+        let each: Vec<String> = objects.iter().map(u64::to_string).collect();
+        out.push_str(&format!(
+            "Objects in the caches at convergence: {} ({} MiB compact){ratio}.\n",
+            each.join(" / "),
+            list(&sharded.cached_mib),
+        ));
+    }
     out
 }
 
@@ -88,11 +108,15 @@ mod tests {
             name: "kiln-sharded".into(),
             replica_peak_rss_mib: vec![20.0, 22.0, 21.0],
             replica_mapped_mib: vec![15.0, 15.0, 15.0],
+            cached_objects: vec![4010, 3990, 4001],
+            cached_mib: vec![3.04, 3.0, 3.02],
             ..Figures::default()
         };
         let single = Figures {
             peak_rss_mib: 60.0,
             mapped_mib: Some(15.0),
+            cached_objects: vec![12001],
+            cached_mib: vec![9.1],
             ..Figures::default()
         };
         assert_eq!(
@@ -100,12 +124,15 @@ mod tests {
             "kiln-sharded: 3 replicas, peak RSS per replica 20.0 / 22.0 / 21.0 MiB (sum 63.0); \
              the largest is 0.37× one replica's (60.0).\n\
              Above their mapped files (15.0 / 15.0 / 15.0 MiB each): 5.0 / 7.0 / 6.0 MiB; \
-             the largest is 0.16× one replica's (45.0).\n"
+             the largest is 0.16× one replica's (45.0).\n\
+             Objects in the caches at convergence: 4010 / 3990 / 4001 (3.0 / 3.0 / 3.0 MiB compact); \
+             the largest is 0.33× one replica's (12001).\n"
         );
         assert_eq!(
             note(
                 &Figures {
                     replica_mapped_mib: vec![],
+                    cached_objects: vec![],
                     ..sharded
                 },
                 None
