@@ -93,10 +93,7 @@ pub fn needed(desired: &DesiredChild, live: &Value) -> Option<Reown> {
     };
     Some(Reown {
         gvk: desired.gvk.clone(),
-        key: ObjKey {
-            namespace: desired.namespace.clone(),
-            name: desired.name.clone(),
-        },
+        key: super::plan::key_of(desired),
         uid: live["metadata"]["uid"].as_str().map(str::to_string),
         to,
     })
