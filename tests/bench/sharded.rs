@@ -50,9 +50,9 @@ pub fn note(sharded: &Figures, single: Option<&Figures>) -> String {
         "{}: {} replicas, peak RSS per replica {} MiB (sum {:.1}){}.\n",
         sharded.name,
         replicas.len(),
-        list(replicas),
+        list(replicas, 1),
         replicas.iter().sum::<f64>(),
-        largest(replicas, single.map(|k| k.peak_rss_mib))
+        largest(replicas, single.map(|k| k.peak_rss_mib), 1)
     );
     let mapped = &sharded.replica_mapped_mib;
     if mapped.len() == replicas.len() {
@@ -60,41 +60,40 @@ pub fn note(sharded: &Figures, single: Option<&Figures>) -> String {
         let single_above = single.and_then(|k| Some(k.peak_rss_mib - k.mapped_mib?));
         out.push_str(&format!(
             "Above their mapped files ({} MiB each): {} MiB{}.\n",
-            list(mapped),
-            list(&above),
-            largest(&above, single_above)
+            list(mapped, 1),
+            list(&above, 1),
+            largest(&above, single_above, 1)
         ));
     }
     let objects = &sharded.cached_objects;
     if objects.len() == replicas.len() && !objects.is_empty() {
-        let max = objects.iter().copied().max().unwrap_or(0);
-        let one = single.and_then(|k| k.cached_objects.first().copied());
-        let ratio = one.filter(|&o| o > 0).map_or_else(String::new, |o| {
-            format!(
-                "; the largest is {:.2}× one replica's ({o})",
-                max as f64 / o as f64
-            )
-        });
-        let each: Vec<String> = objects.iter().map(u64::to_string).collect();
+        let objects: Vec<f64> = objects.iter().map(|&o| o as f64).collect();
+        let one = single.and_then(|k| k.cached_objects.first().map(|&o| o as f64));
         out.push_str(&format!(
-            "Objects in the caches at convergence: {} ({} MiB compact){ratio}.\n",
-            each.join(" / "),
-            list(&sharded.cached_mib),
+            "Objects in the caches at convergence: {} ({} MiB compact){}.\n",
+            list(&objects, 0),
+            list(&sharded.cached_mib, 1),
+            largest(&objects, one, 0)
         ));
     }
     out
 }
 
-fn list(values: &[f64]) -> String {
-    let each: Vec<String> = values.iter().map(|v| format!("{v:.1}")).collect();
+/// `a / b / c`, each with `decimals` digits after the point.
+fn list(values: &[f64], decimals: usize) -> String {
+    let each: Vec<String> = values.iter().map(|v| format!("{v:.decimals$}")).collect();
     each.join(" / ")
 }
 
-/// `; the largest is R× one replica's`, when `single` is known.
-fn largest(values: &[f64], single: Option<f64>) -> String {
+/// `; the largest is R× one replica's (S)`, when `single` is known (`S`
+/// with `decimals` digits after the point).
+fn largest(values: &[f64], single: Option<f64>, decimals: usize) -> String {
     let max = values.iter().copied().fold(0.0_f64, f64::max);
     single.filter(|s| *s > 0.0).map_or_else(String::new, |s| {
-        format!("; the largest is {:.2}× one replica's ({s:.1})", max / s)
+        format!(
+            "; the largest is {:.2}× one replica's ({s:.decimals$})",
+            max / s
+        )
     })
 }
 
