@@ -103,6 +103,10 @@ pub struct Metrics {
     /// bucket this replica holds, put off (and retried) because its Lease
     /// renew was late.
     pub shard_put_off: Counter,
+    /// `kiln_shard_lookups_total`: children looked up on the API server
+    /// before being written, because the cache left out (as another
+    /// replica's) an object of their name.
+    pub shard_lookups: Counter,
 }
 
 impl Default for Metrics {
@@ -152,6 +156,7 @@ impl Metrics {
             shard_dropped: Family::default(),
             shard_rescopes: Counter::default(),
             shard_put_off: Counter::default(),
+            shard_lookups: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -299,6 +304,11 @@ impl Metrics {
             "kiln_shard_put_off_reconciles",
             "Reconciles of a primary in a bucket this replica holds, put off and retried because its Lease renew was late",
             m.shard_put_off.clone(),
+        );
+        r.register(
+            "kiln_shard_lookups",
+            "Children looked up on the API server before being written, because the cache left out (as another replica's) an object of their name",
+            m.shard_lookups.clone(),
         );
         Self { registry, ..m }
     }

@@ -437,6 +437,8 @@ impl Probe for RunProbe {
                 .inc_by(shard.rescopes().saturating_sub(m.shard_rescopes.get()));
             m.shard_put_off
                 .inc_by(shard.put_off().saturating_sub(m.shard_put_off.get()));
+            m.shard_lookups
+                .inc_by(shard.lookups().saturating_sub(m.shard_lookups.get()));
             let (taken, given) = shard.handovers();
             for (direction, total) in [("in", taken), ("out", given)] {
                 let c = m

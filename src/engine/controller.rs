@@ -1142,9 +1142,15 @@ impl RuleController {
         let ckey = plan::key_of(child);
         let api = self.api(informer.kind(), ckey.namespace.as_deref());
         // A sharded cache holds only kiln's children of this replica's
-        // share: an object its cache does not show may be one kiln's labels
-        // were copied onto, so it is looked up before being written.
-        let unseen = self.shared.shard.is_some() && informer.get(&ckey).is_none();
+        // share: an object it left out under this name (another replica's,
+        // or one kiln's labels were copied onto) is looked up before
+        // anything is written over it.
+        let unseen = self.shared.shard.is_some()
+            && informer.entry(&ckey).is_none()
+            && informer.may_hold_unseen(&ckey);
+        if unseen {
+            self.shared.looking_up();
+        }
         if !child.generated.is_empty() || unseen {
             self.absent(&api, child, &ckey).await?;
         }

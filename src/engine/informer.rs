@@ -17,6 +17,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 
 use super::decode::Incoming;
+use super::elsewhere::Elsewhere;
 use super::watch_health::WatchHealth;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
@@ -109,6 +110,8 @@ pub struct Informer {
     served: Arc<crate::shard::server::Served>,
     /// Objects received that the scope did not keep.
     dropped: AtomicU64,
+    /// The names of the objects the scope left out (and not deleted since).
+    elsewhere: Mutex<Elsewhere>,
 }
 
 /// The share of a kind to ask the API server for (its shard selector),
@@ -167,6 +170,7 @@ impl Informer {
     ) -> Arc<Self> {
         let (synced_tx, _) = watch::channel(false);
         let (listed_epoch, _) = watch::channel(0);
+        let elsewhere = Mutex::new(Elsewhere::new(scopes.len()));
         Arc::new(Self {
             kind,
             store: RwLock::default(),
@@ -191,6 +195,7 @@ impl Informer {
             select: std::sync::OnceLock::new(),
             served: Arc::default(),
             dropped: AtomicU64::new(0),
+            elsewhere,
         })
     }
 
@@ -460,18 +465,26 @@ impl Informer {
             self.health(stream, WatchHealth::progressed);
         }
         let event = match event {
-            Event::Init => Event::Init,
-            Event::InitDone => Event::InitDone,
-            Event::InitApply(o) => match self.decoded(o) {
+            Event::Init => {
+                self.noting(|e| e.listing(stream));
+                Event::Init
+            }
+            Event::InitDone => {
+                self.noting(|e| e.listed(stream));
+                Event::InitDone
+            }
+            Event::InitApply(o) => match self.decoded(stream, o) {
                 Some(o) => Event::InitApply(o),
                 None => return,
             },
-            Event::Apply(o) => match self.decoded(o) {
+            Event::Apply(o) => match self.decoded(stream, o) {
                 Some(o) => Event::Apply(o),
                 None => return,
             },
             Event::Delete(o) => {
                 self.forget_undecodable(&o.object);
+                let (ns, name) = (o.object.metadata.namespace.as_deref(), o.object.name_any());
+                self.noting(|e| e.not_left_out(stream, ns, &name));
                 Event::Delete(o.object)
             }
         };
@@ -480,10 +493,10 @@ impl Informer {
 
     /// The object, when it decoded; otherwise it leaves the cache (it can no
     /// longer be read) and is reported, once per object.
-    fn decoded(&self, incoming: Incoming) -> Option<DynamicObject> {
+    fn decoded(&self, stream: usize, incoming: Incoming) -> Option<DynamicObject> {
         let Some(why) = incoming.undecodable else {
             self.forget_undecodable(&incoming.object);
-            return self.in_scope(incoming.object);
+            return self.in_scope(stream, incoming.object);
         };
         let object = incoming.object;
         let key = ObjKey::of(&object);
@@ -508,19 +521,57 @@ impl Informer {
 
     /// The object, when the scope keeps it; otherwise it leaves the cache
     /// (a sharded replica keeps only its share).
-    fn in_scope(&self, object: DynamicObject) -> Option<DynamicObject> {
+    fn in_scope(&self, stream: usize, object: DynamicObject) -> Option<DynamicObject> {
         let Some(keep) = &self.scope else {
             return Some(object);
         };
+        let (ns, name) = (object.metadata.namespace.as_deref(), object.name_any());
         if keep(&self.kind.gvk, &object) {
+            self.noting(|e| e.not_left_out(stream, ns, &name));
             return Some(object);
         }
+        self.noting(|e| e.left_out(stream, ns, &name));
         self.dropped.fetch_add(1, Ordering::Relaxed);
         let removed = self.write().remove(&ObjKey::of(&object));
         if let Some(old) = removed {
             self.emit(&Change::Deleted(&Arc::new(old.decode())));
         }
         None
+    }
+
+    /// Notes what the scope left out (sharded caches only).
+    fn noting(&self, f: impl FnOnce(&mut Elsewhere)) {
+        if self.scope.is_some() {
+            f(&mut self
+                .elsewhere
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
+    }
+
+    /// Whether an object named `key` may exist though the cache does not
+    /// show it: the cache is not synced, or the API server sends only a
+    /// share of the kind, or the scope left out an object of that name
+    /// (another replica's), or one of that name cannot be decoded.
+    /// Otherwise the cache's "absent" is as good as an unsharded cache's.
+    pub fn may_hold_unseen(&self, key: &ObjKey) -> bool {
+        if !self.is_synced() || self.select.get().and_then(|s| s(&self.kind.gvk)).is_some() {
+            return true;
+        }
+        if self
+            .undecodable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(key)
+        {
+            return true;
+        }
+        self.scope.is_some()
+            && self
+                .elsewhere
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .may_hold(key.namespace.as_deref(), &key.name)
     }
 
     fn forget_undecodable(&self, object: &DynamicObject) {
@@ -1069,6 +1120,62 @@ mod tests {
             })
             .is_none()
         );
+    }
+
+    /// What the watch sends: a decoded object.
+    fn incoming(o: DynamicObject) -> Incoming {
+        Incoming {
+            object: o,
+            undecodable: None,
+        }
+    }
+
+    #[test]
+    fn a_scoped_cache_notes_the_names_it_left_out_until_they_go() {
+        let plain = informer();
+        let keep: Keep = Arc::new(|_, o: &DynamicObject| {
+            o.owner_references()
+                .first()
+                .is_none_or(|r| r.uid != "theirs")
+        });
+        let i = Informer::unstarted_with(
+            plain.kind.clone(),
+            vec![None],
+            None,
+            Some(keep),
+            Vec::new(),
+            String::new(),
+            0,
+        );
+        let key = |name: &str| ObjKey {
+            namespace: Some("ns".into()),
+            name: name.into(),
+        };
+        i.accept(0, Event::Init);
+        i.accept(0, Event::InitApply(incoming(cm("mine", Some("ours")))));
+        i.accept(0, Event::InitApply(incoming(cm("other", Some("theirs")))));
+        assert!(
+            i.may_hold_unseen(&key("free")),
+            "unsynced: nothing is known absent"
+        );
+        i.accept(0, Event::InitDone);
+        assert!(!i.may_hold_unseen(&key("free")));
+        assert!(i.may_hold_unseen(&key("other")), "left out, so maybe there");
+        assert!(i.entry(&key("other")).is_none());
+        // It becomes this replica's: cached, no longer noted.
+        i.accept(0, Event::Apply(incoming(cm("other", Some("ours")))));
+        assert!(!i.may_hold_unseen(&key("other")));
+        // And another replica's again, then deleted.
+        i.accept(0, Event::Apply(incoming(cm("other", Some("theirs")))));
+        assert!(i.may_hold_unseen(&key("other")));
+        i.accept(0, Event::Delete(incoming(cm("other", Some("theirs")))));
+        assert!(!i.may_hold_unseen(&key("other")));
+        // An unscoped cache notes nothing: it holds every object.
+        plain.accept(0, Event::Init);
+        plain.accept(0, Event::InitApply(incoming(cm("x", Some("theirs")))));
+        plain.accept(0, Event::InitDone);
+        assert!(!plain.may_hold_unseen(&key("y")));
+        assert!(plain.elsewhere.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod decode;
 pub mod decorate;
 pub mod diff;
+pub mod elsewhere;
 pub mod failure;
 pub mod informer;
 pub mod kinds;
@@ -144,6 +145,13 @@ impl Shared {
         self.shard
             .as_ref()
             .map_or(Whose::Mine, |s| s.shard().whose(primary_uid))
+    }
+
+    /// A child is looked up before being written (sharding).
+    pub fn looking_up(&self) {
+        if let Some(s) = &self.shard {
+            s.shard().looking_up();
+        }
     }
 
     /// A reconcile was put off because the shard Lease was late.

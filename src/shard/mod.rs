@@ -51,6 +51,9 @@ pub struct Shard {
     rescopes: AtomicU64,
     /// Reconciles put off because the Lease was late ([`Whose::Unsure`]).
     put_off: AtomicU64,
+    /// Children looked up on the API server before their first write: a
+    /// cache left out an object of their name.
+    lookups: AtomicU64,
 }
 
 /// Who reconciles a primary, as this replica knows it now.
@@ -113,6 +116,7 @@ impl Shard {
             handovers_out: AtomicU64::new(0),
             rescopes: AtomicU64::new(0),
             put_off: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
         })
     }
 
@@ -201,6 +205,17 @@ impl Shard {
     /// A reconcile was put off: the Lease was late.
     pub fn putting_off(&self) {
         self.put_off.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Children looked up on the API server before being written, since
+    /// start (a cache left out an object of their name).
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// A child is looked up before being written.
+    pub fn looking_up(&self) {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
     }
 
     fn rescoped(&self) {

@@ -95,8 +95,15 @@ struct Group {
 }
 
 impl Group {
-    /// `replicas` replicas on the shared test cluster.
+    /// `replicas` replicas on the shared test cluster, and the Widgets.
     async fn start(prefix: &str, replicas: usize) -> Self {
+        let group = Self::bare(prefix, replicas).await;
+        group.set_values("v1").await;
+        group
+    }
+
+    /// `replicas` replicas on the shared test cluster, no Widget yet.
+    async fn bare(prefix: &str, replicas: usize) -> Self {
         Self::start_on(
             support::kubeconfig_yaml().to_string(),
             None,
@@ -106,7 +113,7 @@ impl Group {
         .await
     }
 
-    /// `replicas` replicas on the cluster of `kubeconfig`.
+    /// `replicas` replicas on the cluster of `kubeconfig`, no Widget yet.
     async fn start_on(
         kubeconfig: String,
         control_plane: Option<ControlPlane>,
@@ -127,7 +134,7 @@ impl Group {
         let replicas = (0..replicas)
             .map(|i| Replica::start(&kubeconfig, ns.name(), i))
             .collect();
-        let group = Self {
+        Self {
             client,
             ns,
             kubeconfig,
@@ -135,9 +142,7 @@ impl Group {
             replicas,
             history,
             recorder,
-        };
-        group.set_values("v1").await;
-        group
+        }
     }
 
     fn ns(&self) -> &str {
@@ -490,6 +495,16 @@ async fn three_replicas_share_the_primaries_as_the_ring_says_and_a_fourth_takes_
         group.metric_sum(&[0, 1, 2], "kiln_shard_members ").await,
         9.0
     );
+    // No child's name was held by an object another replica's share
+    // holds, so none was looked up before it was created: a replica's
+    // cache knows what it left out.
+    assert_eq!(
+        group
+            .metric_sum(&[0, 1, 2], "kiln_shard_lookups_total ")
+            .await,
+        0.0,
+        "children were looked up on the API server before being created"
+    );
 
     // A fourth joins; every value changes while the buckets move.
     let ns = group.ns().to_string();
@@ -511,6 +526,13 @@ async fn three_replicas_share_the_primaries_as_the_ring_says_and_a_fourth_takes_
     assert!(
         moved.iter().all(|k| after[*k] == "kiln-r3"),
         "primaries moved between the first three replicas"
+    );
+    assert_eq!(
+        group
+            .metric_sum(&[0, 1, 2, 3], "kiln_shard_lookups_total ")
+            .await,
+        0.0,
+        "children were looked up after the buckets moved"
     );
     group.no_double_writes();
     group.end().await;
@@ -645,6 +667,7 @@ async fn the_shares_hold_with_the_sharded_list_and_watch_gate_on() {
     opts.apiserver_args = vec!["--feature-gates=ShardedListAndWatch=true".to_string()];
     let cp = ControlPlane::start(opts).await.unwrap();
     let group = Group::start_on(cp.kubeconfig_yaml().to_string(), Some(cp), "shard-gate", 3).await;
+    group.set_values("v1").await;
     group.converged("v1").await;
     group.settled(&[0, 1, 2]).await;
     let writers = group.each_written_by_its_owner().await;
@@ -686,5 +709,108 @@ async fn the_shares_hold_with_the_sharded_list_and_watch_gate_on() {
     );
     assert!(served.refused(), "the refusal was not noted");
     group.no_double_writes();
+    group.end().await;
+}
+
+/// A uid whose bucket is in `set`.
+fn uid_in(set: ring::Buckets) -> String {
+    (0u64..)
+        .map(|i| format!("00000000-0000-4000-8000-{i:012}"))
+        .find(|uid| ring::contains(set, ring::bucket_of(uid)))
+        .unwrap()
+}
+
+/// An object kiln's labels were copied onto, naming as its primary a uid
+/// of another replica's share, holds the name a child of this replica's
+/// primary would take. This replica's cache left it out, yet kiln neither
+/// rewrites nor adopts it: the name was noted as left out, so the child
+/// is looked up on the API server before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_name_held_by_an_object_of_another_share_is_not_taken_over() {
+    let group = Group::bare("shard-decoy", 2).await;
+    group.settled(&[0, 1]).await;
+    let members = vec!["kiln-r0".to_string(), "kiln-r1".to_string()];
+    let theirs = uid_in(ring::assigned("kiln-r1", &members));
+    let cms: Api<ConfigMap> = Api::namespaced(group.client.clone(), group.ns());
+    let names: Vec<String> = (0..12).map(|i| format!("d{i}")).collect();
+    for name in &names {
+        let decoy: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {
+                "kiln.dev/rule": "widgets",
+                "kiln.dev/child": "main",
+                "kiln.dev/owner-uid": theirs,
+            }},
+            "data": {"value": "the user's"},
+        }))
+        .unwrap();
+        cms.create(&Default::default(), &decoy).await.unwrap();
+    }
+    // Widgets of those names, and one whose child's name is free.
+    let pp = PatchParams::apply("shard-test").force();
+    for name in names.iter().chain([&"free".to_string()]) {
+        let w: DynamicObject =
+            serde_json::from_value(widget(name, json!({"value": "kiln's"}))).unwrap();
+        group
+            .widgets()
+            .patch(name, &pp, &Patch::Apply(&w))
+            .await
+            .unwrap();
+    }
+    eventually("the free name's child", CONVERGE, || async {
+        let cm = cms.get_opt("free").await.ok()??;
+        (cm.data?.get("value")? == "kiln's").then_some(())
+    })
+    .await;
+    // Every Widget was reconciled: its status shows the value written, or
+    // a condition saying why nothing was.
+    let widgets = group.widgets();
+    eventually("every Widget reconciled", CONVERGE, || async {
+        for name in &names {
+            let w = widgets.get(name).await.ok()?;
+            let status = &w.data["status"];
+            let done = status["value"].is_string()
+                || status["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["message"].as_str().is_some_and(|m| m.contains("exists")))
+                });
+            if !done {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    for name in &names {
+        let cm = cms.get(name).await.unwrap();
+        assert_eq!(
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .map(String::as_str),
+            Some("the user's"),
+            "{name} was rewritten"
+        );
+        assert!(
+            data_owners(&cm).is_empty(),
+            "{name} was written by {:?}",
+            data_owners(&cm)
+        );
+        assert!(cm.owner_references().is_empty(), "{name} was adopted");
+    }
+    // The decoys of Widgets in kiln-r0's share were left out of its cache:
+    // each was looked up (and found) before kiln-r0 would write it.
+    let buckets = group.buckets().await;
+    let owners = Group::expected_writers(&buckets, 2);
+    let r0 = names.iter().filter(|n| owners[*n] == "kiln-r0").count();
+    assert!(r0 > 0, "no Widget fell in kiln-r0's share: {owners:?}");
+    let looked = group.replicas[0]
+        .kiln
+        .metric("kiln_shard_lookups_total ")
+        .await
+        .unwrap_or(0.0);
+    assert!(
+        looked >= r0 as f64,
+        "kiln-r0 looked up {looked} children, fewer than its {r0} decoys"
+    );
     group.end().await;
 }
