@@ -483,8 +483,14 @@ impl Informer {
             },
             Event::Delete(o) => {
                 self.forget_undecodable(&o.object);
-                let (ns, name) = (o.object.metadata.namespace.as_deref(), o.object.name_any());
-                self.noting(|e| e.not_left_out(stream, ns, &name));
+                let meta = &o.object.metadata;
+                self.noting(|e| {
+                    e.not_left_out(
+                        stream,
+                        meta.namespace.as_deref(),
+                        meta.name.as_deref().unwrap_or_default(),
+                    );
+                });
                 Event::Delete(o.object)
             }
         };
@@ -525,12 +531,13 @@ impl Informer {
         let Some(keep) = &self.scope else {
             return Some(object);
         };
-        let (ns, name) = (object.metadata.namespace.as_deref(), object.name_any());
+        let ns = object.metadata.namespace.as_deref();
+        let name = object.metadata.name.as_deref().unwrap_or_default();
         if keep(&self.kind.gvk, &object) {
-            self.noting(|e| e.not_left_out(stream, ns, &name));
+            self.noting(|e| e.not_left_out(stream, ns, name));
             return Some(object);
         }
-        self.noting(|e| e.left_out(stream, ns, &name));
+        self.noting(|e| e.left_out(stream, ns, name));
         self.dropped.fetch_add(1, Ordering::Relaxed);
         let removed = self.write().remove(&ObjKey::of(&object));
         if let Some(old) = removed {
