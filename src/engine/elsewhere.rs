@@ -62,7 +62,8 @@ impl Elsewhere {
         }
     }
 
-    fn print(&self, namespace: Option<&str>, name: &str) -> u64 {
+    /// The fingerprint of a name.
+    pub fn print(&self, namespace: Option<&str>, name: &str) -> u64 {
         let mut h = self.keys.build_hasher();
         h.write(namespace.unwrap_or_default().as_bytes());
         h.write_u8(0xff);
@@ -108,6 +109,11 @@ impl Elsewhere {
     /// The object was kept, or deleted: its name is no longer noted.
     pub fn not_left_out(&mut self, stream: usize, namespace: Option<&str>, name: &str) {
         let print = self.print(namespace, name);
+        self.forget(stream, print);
+    }
+
+    /// [`not_left_out`](Self::not_left_out) by the name's fingerprint.
+    pub fn forget(&mut self, stream: usize, print: u64) {
         if let Some(Some(listing)) = self.listing.get_mut(stream) {
             listing.remove(&print);
         }

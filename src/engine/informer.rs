@@ -464,23 +464,42 @@ impl Informer {
         if matches!(event, Event::InitDone | Event::Apply(_) | Event::Delete(_)) {
             self.health(stream, WatchHealth::progressed);
         }
+        // A name stays noted as left out until its object is in the store
+        // (an update now kept, a list complete), so a reader never finds
+        // it in neither.
         let event = match event {
             Event::Init => {
                 self.noting(|e| e.listing(stream));
                 Event::Init
             }
             Event::InitDone => {
+                self.handle(stream, Event::InitDone);
                 self.noting(|e| e.listed(stream));
-                Event::InitDone
+                return;
             }
             Event::InitApply(o) => match self.decoded(stream, o) {
                 Some(o) => Event::InitApply(o),
                 None => return,
             },
-            Event::Apply(o) => match self.decoded(stream, o) {
-                Some(o) => Event::Apply(o),
-                None => return,
-            },
+            Event::Apply(o) => {
+                let print = self.scope.as_ref().map(|_| {
+                    let meta = &o.object.metadata;
+                    self.elsewhere
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .print(
+                            meta.namespace.as_deref(),
+                            meta.name.as_deref().unwrap_or_default(),
+                        )
+                });
+                if let Some(o) = self.decoded(stream, o) {
+                    self.handle(stream, Event::Apply(o));
+                    if let Some(print) = print {
+                        self.noting(|e| e.forget(stream, print));
+                    }
+                }
+                return;
+            }
             Event::Delete(o) => {
                 self.forget_undecodable(&o.object);
                 let meta = &o.object.metadata;
@@ -506,15 +525,17 @@ impl Informer {
         };
         let object = incoming.object;
         let key = ObjKey::of(&object);
-        let removed = self.write().remove(&key);
-        if let Some(old) = removed {
-            self.emit(&Change::Deleted(&Arc::new(old.decode())));
-        }
+        // Set apart before it leaves the store: a reader asking whether an
+        // object of its name may exist never finds it in neither.
         let first = self
             .undecodable
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key);
+            .insert(key.clone());
+        let removed = self.write().remove(&key);
+        if let Some(old) = removed {
+            self.emit(&Change::Deleted(&Arc::new(old.decode())));
+        }
         if first && let Some(sink) = &self.sink {
             sink(&Undecodable {
                 object,
@@ -531,12 +552,12 @@ impl Informer {
         let Some(keep) = &self.scope else {
             return Some(object);
         };
-        let ns = object.metadata.namespace.as_deref();
-        let name = object.metadata.name.as_deref().unwrap_or_default();
         if keep(&self.kind.gvk, &object) {
-            self.noting(|e| e.not_left_out(stream, ns, name));
+            // Its note, if any, goes once it is stored (see `accept`).
             return Some(object);
         }
+        let ns = object.metadata.namespace.as_deref();
+        let name = object.metadata.name.as_deref().unwrap_or_default();
         self.noting(|e| e.left_out(stream, ns, name));
         self.dropped.fetch_add(1, Ordering::Relaxed);
         let removed = self.write().remove(&ObjKey::of(&object));
@@ -1169,8 +1190,21 @@ mod tests {
         assert!(!i.may_hold_unseen(&key("free")));
         assert!(i.may_hold_unseen(&key("other")), "left out, so maybe there");
         assert!(i.entry(&key("other")).is_none());
-        // It becomes this replica's: cached, no longer noted.
+        // It becomes this replica's: cached, no longer noted; the note
+        // goes only once it is stored, so no reader finds it in neither.
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let (log, reader) = (seen.clone(), i.clone());
+        let id = i.subscribe(Arc::new(move |c: &Change<'_>| {
+            if let Change::Applied(o) = c {
+                let k = ObjKey::of(o);
+                log.lock()
+                    .unwrap()
+                    .push((reader.entry(&k).is_some(), reader.may_hold_unseen(&k)));
+            }
+        }));
         i.accept(0, Event::Apply(incoming(cm("other", Some("ours")))));
+        assert_eq!(*seen.lock().unwrap(), [(true, true)], "stored, still noted");
+        i.unsubscribe(id);
         assert!(!i.may_hold_unseen(&key("other")));
         // And another replica's again, then deleted.
         i.accept(0, Event::Apply(incoming(cm("other", Some("theirs")))));
