@@ -4,9 +4,10 @@
 //! - A child kiln made for a primary of a sharded kind (kiln's rule label
 //!   and the primary's uid: owner label, primary annotation or controller
 //!   owner reference) is kept when its primary's bucket is.
-//! - Everything else is kept: objects of no primary (foreign objects, the
-//!   related kinds rules read), so "own only what you created" and every
-//!   `watches` lookup still see them.
+//! - Everything else is kept: objects of no primary (foreign objects), and
+//!   every object of a kind some rule reads (`watches`, `namespaceSelector`),
+//!   kiln's children of other rules included, so "own only what you
+//!   created" and every `watches` lookup see them all.
 //!
 //! A kind is sharded when rules use it only as a primary: a kind some rule
 //! also reads (`watches`, `namespaceSelector`) or makes (a child) is cached
@@ -29,20 +30,26 @@ pub struct Roles {
     sharded: HashSet<Gvk>,
     /// Rule name → its primary kind, for the rules whose primary kind is sharded.
     rules: HashMap<String, Gvk>,
+    /// Kinds some rule reads (`watches`, `namespaceSelector`): cached in
+    /// full, children of sharded rules included, or a rule reading them
+    /// would take "not in my share" for "absent".
+    read: HashSet<Gvk>,
 }
 
 impl Roles {
     /// The roles of `rules`' kinds.
     pub fn of<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Self {
         let rules: Vec<&Rule> = rules.into_iter().collect();
-        let mut other: HashSet<&Gvk> = HashSet::new();
+        let mut read: HashSet<Gvk> = rules
+            .iter()
+            .flat_map(|r| r.watches.iter().map(|w| w.gvk.clone()))
+            .collect();
+        if rules.iter().any(|r| r.primary.namespace_selector.is_some()) {
+            read.insert(crate::rules::namespace_gvk());
+        }
+        let mut other: HashSet<&Gvk> = read.iter().collect();
         for rule in &rules {
             other.extend(rule.children.iter().map(|c| &c.gvk));
-            other.extend(rule.watches.iter().map(|w| &w.gvk));
-        }
-        let namespaces = crate::rules::namespace_gvk();
-        if rules.iter().any(|r| r.primary.namespace_selector.is_some()) {
-            other.insert(&namespaces);
         }
         let sharded: HashSet<Gvk> = rules
             .iter()
@@ -55,7 +62,11 @@ impl Roles {
             .filter(|r| sharded.contains(&r.primary.gvk))
             .map(|r| (r.name.clone(), r.primary.gvk.clone()))
             .collect();
-        Self { sharded, rules }
+        Self {
+            sharded,
+            rules,
+            read,
+        }
     }
 
     /// The uid whose bucket decides whether `obj` (of kind `gvk`) is kept;
@@ -63,6 +74,9 @@ impl Roles {
     pub fn shard_uid<'o>(&self, gvk: &Gvk, obj: &'o DynamicObject) -> Option<&'o str> {
         if self.sharded.contains(gvk) {
             return obj.metadata.uid.as_deref();
+        }
+        if self.read.contains(gvk) {
+            return None;
         }
         let rule = obj.labels().get(RULE_LABEL)?;
         let primary = self.rules.get(rule)?;
@@ -249,5 +263,37 @@ spec:
             "metadata": {"name": "w", "uid": "u1"}}));
         assert_eq!(roles.shard_uid(&widget, &w), None);
         assert!(roles.sharded.contains(&gvk("", "v1", "Secret")));
+    }
+
+    #[test]
+    fn children_of_a_kind_another_rule_reads_are_cached_in_full() {
+        let counter = rule(
+            r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: counter}
+spec:
+  for: {apiVersion: v1, kind: Secret}
+  watches:
+    - name: made
+      apiVersion: v1
+      kind: ConfigMap
+      selector: {matchLabels: {kiln.dev/rule: widgets}}
+  children: []
+"#,
+        );
+        let cm = gvk("", "v1", "ConfigMap");
+        let child = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "w", "labels": {"kiln.dev/rule": "widgets",
+            "kiln.dev/owner-uid": "u1"}}}));
+        let alone = Roles::of([&*rule(WIDGETS)]);
+        assert_eq!(alone.shard_uid(&cm, &child), Some("u1"));
+        let both = Roles::of([&*rule(WIDGETS), &*counter]);
+        assert_eq!(both.shard_uid(&cm, &child), None, "another rule reads it");
+        let widget = gvk("test.kiln.dev", "v1", "Widget");
+        let w = obj(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "uid": "u1"}}));
+        assert_eq!(both.shard_uid(&widget, &w), Some("u1"), "still sharded");
+        assert!(both.sharded.contains(&gvk("", "v1", "Secret")));
     }
 }

@@ -48,6 +48,11 @@ struct Replica {
 
 impl Replica {
     fn start(kubeconfig: &str, ns: &str, index: usize) -> Self {
+        Self::running(kubeconfig, ns, index, WIDGET_RULE)
+    }
+
+    /// A replica running `rules` (YAML documents).
+    fn running(kubeconfig: &str, ns: &str, index: usize, rules: &str) -> Self {
         let manager = format!("kiln-r{index}");
         let mut args = vec![
             "--namespace",
@@ -65,7 +70,7 @@ impl Replica {
             &manager,
         ];
         args.extend(LEASE);
-        let kiln = KilnProcess::start_on(kubeconfig, WIDGET_RULE, &args);
+        let kiln = KilnProcess::start_on(kubeconfig, rules, &args);
         Self { manager, kiln }
     }
 
@@ -104,11 +109,17 @@ impl Group {
 
     /// `replicas` replicas on the shared test cluster, no Widget yet.
     async fn bare(prefix: &str, replicas: usize) -> Self {
-        Self::start_on(
+        Self::bare_with(prefix, replicas, WIDGET_RULE).await
+    }
+
+    /// `replicas` replicas running `rules` on the shared test cluster.
+    async fn bare_with(prefix: &str, replicas: usize, rules: &str) -> Self {
+        Self::start_running(
             support::kubeconfig_yaml().to_string(),
             None,
             prefix,
             replicas,
+            rules,
         )
         .await
     }
@@ -119,6 +130,16 @@ impl Group {
         control_plane: Option<ControlPlane>,
         prefix: &str,
         replicas: usize,
+    ) -> Self {
+        Self::start_running(kubeconfig, control_plane, prefix, replicas, WIDGET_RULE).await
+    }
+
+    async fn start_running(
+        kubeconfig: String,
+        control_plane: Option<ControlPlane>,
+        prefix: &str,
+        replicas: usize,
+        rules: &str,
     ) -> Self {
         let client = kiln::controlplane::client_from_kubeconfig(&kubeconfig)
             .await
@@ -132,7 +153,7 @@ impl Group {
             history.clone(),
         ));
         let replicas = (0..replicas)
-            .map(|i| Replica::start(&kubeconfig, ns.name(), i))
+            .map(|i| Replica::running(&kubeconfig, ns.name(), i, rules))
             .collect();
         Self {
             client,
@@ -813,4 +834,94 @@ async fn a_child_name_held_by_an_object_of_another_share_is_not_taken_over() {
         "kiln-r0 looked up {looked} children, fewer than its {r0} decoys"
     );
     group.end().await;
+}
+
+/// A rule that counts, for each Secret labelled `counter: "yes"`, the
+/// children the `widgets` rule made, in a ConfigMap of its own.
+const COUNTER_RULE: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: counter}
+spec:
+  for:
+    apiVersion: v1
+    kind: Secret
+    selector: {matchLabels: {counter: "yes"}}
+  watches:
+    - name: made
+      apiVersion: v1
+      kind: ConfigMap
+      selector: {matchLabels: {kiln.dev/rule: widgets}}
+  children:
+    - id: count
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-count"}
+        data: {made: "n{{ related.made | length }}"}
+"#;
+
+/// A rule reading (`watches`) the children another rule made reads them
+/// all, whichever replica's share their primaries are in: the kind it
+/// reads is cached in full on every replica, never only the share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_reading_another_rule_s_children_sees_them_all() {
+    let rules = format!("{WIDGET_RULE}\n---\n{COUNTER_RULE}");
+    let group = Group::bare_with("shard-read", 2, &rules).await;
+    group.settled(&[0, 1]).await;
+    let pp = PatchParams::apply("shard-test").force();
+    let names: Vec<String> = (0..16).map(|i| format!("w{i}")).collect();
+    for name in &names {
+        let w: DynamicObject = serde_json::from_value(widget(name, json!({"value": "v"}))).unwrap();
+        group
+            .widgets()
+            .patch(name, &pp, &Patch::Apply(&w))
+            .await
+            .unwrap();
+    }
+    let owners = Group::expected_writers(&group.buckets().await, 2);
+    assert!(
+        ["kiln-r0", "kiln-r1"]
+            .iter()
+            .all(|m| owners.values().any(|o| o == m)),
+        "all 16 Widgets fell in one share: {owners:?}"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(group.client.clone(), group.ns());
+    for name in ["c0", "c1", "c2", "c3"] {
+        let s: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"counter": "yes"}}}),
+        )
+        .unwrap();
+        secrets.create(&Default::default(), &s).await.unwrap();
+    }
+    // Every counter, whichever replica holds it, counts all 16 children,
+    // and a child made or pruned in either share.
+    let cms: Api<ConfigMap> = Api::namespaced(group.client.clone(), group.ns());
+    counted(&cms, 16).await;
+    for (extra, n) in [(true, 17), (false, 16)] {
+        let w: DynamicObject =
+            serde_json::from_value(widget("w0", json!({"value": "v", "extra": extra}))).unwrap();
+        group
+            .widgets()
+            .patch("w0", &pp, &Patch::Apply(&w))
+            .await
+            .unwrap();
+        counted(&cms, n).await;
+    }
+    group.end().await;
+}
+
+/// Waits until each of the four counters says `n`.
+async fn counted(cms: &Api<ConfigMap>, n: usize) {
+    eventually(&format!("every counter to count {n}"), CONVERGE, || async {
+        for name in ["c0", "c1", "c2", "c3"] {
+            let cm = cms.get_opt(&format!("{name}-count")).await.ok()??;
+            if *cm.data?.get("made")? != format!("n{n}") {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
 }
