@@ -318,10 +318,16 @@ impl Informer {
         *self.listed_epoch.borrow()
     }
 
+    /// The share of this kind the API server is asked for (sharding);
+    /// `None`: every object.
+    fn server_share(&self) -> Option<crate::shard::ring::Buckets> {
+        self.select.get().and_then(|s| s(&self.kind.gvk))
+    }
+
     /// The API of watch stream `stream`: `api`, or, when the share can be
     /// put as a shard selector, the same through a client that sends it.
     fn stream_api(&self, stream: usize, api: Api<Incoming>) -> Api<Incoming> {
-        let Some(share) = self.select.get().and_then(|s| s(&self.kind.gvk)) else {
+        let Some(share) = self.server_share() else {
             return api;
         };
         let Some(client) =
@@ -340,9 +346,7 @@ impl Informer {
     /// scope dropped (sharding).
     pub fn shard_filtering(&self) -> (Option<bool>, u64) {
         let sent = self
-            .select
-            .get()
-            .and_then(|s| s(&self.kind.gvk))
+            .server_share()
             .and_then(crate::shard::server::selector)
             .is_some();
         (
@@ -482,17 +486,17 @@ impl Informer {
                 None => return,
             },
             Event::Apply(o) => {
-                let print = self.scope.as_ref().map(|_| {
-                    let meta = &o.object.metadata;
-                    self.elsewhere
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .print(
-                            meta.namespace.as_deref(),
-                            meta.name.as_deref().unwrap_or_default(),
-                        )
-                });
                 if let Some(o) = self.decoded(stream, o) {
+                    // Kept: its name's note (if any) goes once it is stored.
+                    let print = self.scope.as_ref().map(|_| {
+                        self.elsewhere
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .print(
+                                o.metadata.namespace.as_deref(),
+                                o.metadata.name.as_deref().unwrap_or_default(),
+                            )
+                    });
                     self.handle(stream, Event::Apply(o));
                     if let Some(print) = print {
                         self.noting(|e| e.forget(stream, print));
@@ -583,7 +587,7 @@ impl Informer {
     /// (another replica's), or one of that name cannot be decoded.
     /// Otherwise the cache's "absent" is as good as an unsharded cache's.
     pub fn may_hold_unseen(&self, key: &ObjKey) -> bool {
-        if !self.is_synced() || self.select.get().and_then(|s| s(&self.kind.gvk)).is_some() {
+        if !self.is_synced() || self.server_share().is_some() {
             return true;
         }
         if self
