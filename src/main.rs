@@ -57,8 +57,13 @@ fn init_logging(level: Option<&str>, format: LogFormat) {
         .unwrap_or_else(|| EnvFilter::new(
             "info,kube_client::client::builder=off,kube_client::client=error,kube_runtime::watcher=error",
         ));
+    // Colours only for a person at a terminal: a log file, a pipe or a
+    // container's log (kubectl logs) gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),

@@ -219,3 +219,51 @@ fn a_shard_identity_or_group_that_cannot_name_a_lease_is_refused_at_once() {
         "stderr: {err}"
     );
 }
+
+#[test]
+fn a_log_that_is_not_a_terminal_is_plain_text() {
+    use std::io::{BufRead, BufReader};
+    // An API server nobody answers on: kiln starts, logs, and retries.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}]\n\
+         current-context: c\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", "--rules", "rules/", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .args(["--health-probe-bind-address", "127.0.0.1:0"])
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref().take(50) {
+        let line = line.unwrap();
+        let started = line.contains("kiln running");
+        seen.push(line);
+        if started {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("INFO kiln::commands::run: kiln running")),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter().all(|l| !l.contains('\u{1b}')),
+        "terminal colour codes in a piped log: {seen:#?}"
+    );
+}

@@ -20,6 +20,7 @@ mod binaries;
 mod kubeconfig;
 mod node;
 mod pki;
+mod ports;
 mod process;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub use binaries::Binaries;
 pub use node::{NODE_NAME, NodePaths, unsupported as node_unsupported};
 pub use pki::{ADMIN_GROUP, ADMIN_USER};
+pub use ports::free_port;
 use process::Component;
 pub use process::Tether;
 
@@ -254,9 +256,9 @@ impl ControlPlane {
             return Err(Error::Node(reason));
         }
         let pki = pki::Pki::generate(&dir.join("pki"))?;
-        let etcd_port = process::free_port()?;
-        let peer_port = process::free_port()?;
-        let api_port = process::free_port()?;
+        let etcd_port = ports::free_port()?;
+        let peer_port = ports::free_port()?;
+        let api_port = ports::free_port()?;
         let api_host = match opts.node {
             Some(_) => pki::NODE_BRIDGE_IP.to_string(),
             None => "127.0.0.1".to_string(),
@@ -525,7 +527,7 @@ impl ControlPlane {
             .iter()
             .find(|c| c.name() == "kube-apiserver")
             .ok_or_else(|| Error::Kubeconfig("no kube-apiserver to copy".into()))?;
-        let port = process::free_port()?;
+        let port = ports::free_port()?;
         let args: Vec<String> = first
             .args()
             .iter()

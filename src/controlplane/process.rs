@@ -173,16 +173,6 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> Result<u16, Error> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|source| Error::io("bind", Path::new("127.0.0.1:0"), source))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|source| Error::io("bind", Path::new("127.0.0.1:0"), source))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

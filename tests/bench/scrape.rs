@@ -6,9 +6,11 @@ use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A free local address for a contender's metrics endpoint.
+/// A free local address for a contender's metrics endpoint (a port no
+/// outgoing connection takes meanwhile: see `kiln::controlplane::free_port`).
 pub fn free_address() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    let port = kiln::controlplane::free_port()?;
+    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 /// Objects and bytes in one kiln's caches, summed over its kinds.

@@ -78,10 +78,9 @@ impl Replica {
         Pid::from_raw(i32::try_from(self.kiln.child.id()).unwrap())
     }
 
-    async fn ready(&self) -> bool {
-        support::http_get(self.kiln.health, "/readyz")
-            .await
-            .is_some_and(|(code, _)| code == 200)
+    /// `/readyz`: its status and body, if it answers.
+    async fn readiness(&self) -> Option<(u16, String)> {
+        support::http_get(self.kiln.health, "/readyz").await
     }
 }
 
@@ -299,10 +298,13 @@ impl Group {
     /// Waits until `n` replicas are ready (Lease renewed, buckets held as
     /// assigned) and their Leases list every bucket exactly once.
     async fn settled(&self, live: &[usize]) {
-        eventually("the shard group to settle", CONVERGE, || async {
+        support::until("the shard group to settle", CONVERGE, || async {
             for &i in live {
-                if !self.replicas[i].ready().await {
-                    return None;
+                let r = &self.replicas[i];
+                match r.readiness().await {
+                    Some((200, _)) => {}
+                    Some((code, why)) => return Err(format!("{} {code}: {why}", r.manager)),
+                    None => return Err(format!("{}: no answer on /readyz", r.manager)),
                 }
             }
             let leases = self.leases().await;
@@ -312,7 +314,18 @@ impl Group {
                 .collect();
             let total: u32 = sets.iter().map(|s| s.count_ones()).sum();
             let union = sets.iter().fold(0, |a, s| a | s);
-            (union == u64::MAX && total == 64).then_some(())
+            if union == u64::MAX && total == 64 {
+                Ok(())
+            } else {
+                let listed: Vec<String> = leases
+                    .iter()
+                    .map(|(m, b)| format!("{m} {b:016x}"))
+                    .collect();
+                Err(format!(
+                    "the Leases list {total} buckets, {} distinct: {listed:?}",
+                    union.count_ones()
+                ))
+            }
         })
         .await;
     }

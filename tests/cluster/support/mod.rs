@@ -226,6 +226,27 @@ where
     }
 }
 
+/// [`eventually`] for a check that says why it is not there yet: the last
+/// reason goes with the panic.
+pub async fn until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let started = Instant::now();
+    loop {
+        let why = match check().await {
+            Ok(v) => return v,
+            Err(why) => why,
+        };
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Counts the write requests (anything but GET) a client sends, so tests can
 /// assert "no writes" independently of the engine's own bookkeeping.
 #[derive(Clone, Default)]
@@ -390,13 +411,9 @@ pub fn example(path: &str) -> serde_json::Value {
     kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default()).unwrap()[0].to_json()
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port free now, that no outgoing connection takes meanwhile.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    kiln::controlplane::free_port().unwrap()
 }
 
 /// A plain HTTP GET on loopback: (status, body), or `None` when nothing answers.
@@ -501,14 +518,29 @@ impl Drop for KilnProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // A failing test (dropped while panicking): keep the log when asked.
-        if std::thread::panicking()
-            && let Some(dir) = std::env::var_os("KILN_TEST_LOGS")
-        {
+        if !std::thread::panicking() {
+            return;
+        }
+        // A failing test: what kiln said last goes with the failure (CI
+        // shows nothing else), and the whole log is kept when asked.
+        let log = self.dir.path().join("kiln.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+        eprintln!(
+            "--- the last {} lines of kiln {}'s log ---\n{}",
+            tail.len(),
+            self.child.id(),
+            tail.join("\n")
+        );
+        if let Some(dir) = std::env::var_os("KILN_TEST_LOGS") {
             keep_log(self.dir.path(), Path::new(&dir), self.child.id());
         }
     }
 }
+
+/// Lines of a kiln's log printed when a test fails.
+const LOG_TAIL: usize = 25;
 
 /// Copies `kiln.log` of a process's directory to `into` as
 /// `kiln-<time>-<pid>.log`, saying where on stderr.
