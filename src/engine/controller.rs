@@ -201,6 +201,24 @@ pub struct RuleController {
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
 }
 
+/// `write` under the permit [`RuleController::fence`] gave (none when not
+/// sharded): given up, as a lost Lease, once this replica's shard Lease
+/// goes stale before it is answered.
+async fn fenced<F: Future>(
+    permit: Option<&crate::shard::Permit>,
+    write: F,
+) -> Result<F::Output, Failure> {
+    let Some(permit) = permit else {
+        return Ok(write.await);
+    };
+    permit.fenced(write).await.ok_or_else(|| {
+        Failure::new(
+            Category::LeaseLost,
+            "this replica's shard Lease went stale before the API server answered: the write was given up",
+        )
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -333,12 +351,17 @@ impl RuleController {
                     tracing::warn!(rule = %self.rule.name, "the lease is not held: not deleting the children of the removed rule");
                     return;
                 }
-                let Ok(_permit) = self.fence_uid(&primary_uid) else {
+                let Ok(permit) = self.fence_uid(&primary_uid) else {
                     continue;
                 };
                 let key = ObjKey::of(&child);
                 let api = self.api(informer.kind(), key.namespace.as_deref());
-                match api.delete(&key.name, &DeleteParams::background()).await {
+                let dp = DeleteParams::background();
+                let deleting = api.delete(&key.name, &dp);
+                let Ok(deleted) = fenced(permit.as_ref(), deleting).await else {
+                    continue;
+                };
+                match deleted {
                     Ok(_) => {
                         tracing::info!(rule = %self.rule.name, child = %key, kind = %gvk, "deleted: its rule was removed")
                     }
@@ -718,7 +741,7 @@ impl RuleController {
     /// the primary, with a field manager of the rule's own: other rules'
     /// and other controllers' finalizers are never touched.
     async fn hold(&self, obj: &DynamicObject, hold: bool) -> Result<(), Failure> {
-        let _permit = self.fence(obj)?;
+        let permit = self.fence(obj)?;
         let gvk = &self.rule.primary.gvk;
         let key = ObjKey::of(obj);
         let finalizers: Vec<String> = if hold {
@@ -731,13 +754,12 @@ impl RuleController {
         let patch = decorate::apply_body(gvk, key.namespace.as_deref(), &key.name, &fields);
         let manager = format!("kiln-finalizer-{}", self.rule.name);
         let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
-        match api
-            .patch(
-                &key.name,
-                &PatchParams::apply(&manager).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
+        let pp = PatchParams::apply(&manager).force();
+        match fenced(
+            permit.as_ref(),
+            api.patch(&key.name, &pp, &Patch::Apply(&patch)),
+        )
+        .await?
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -940,10 +962,10 @@ impl RuleController {
         decorations: &Decorations,
     ) -> Result<(), Failure> {
         for d in decorations.apply.iter().chain(&decorations.take_back) {
-            let _permit = self.fence(obj)?;
             let kind = self.shared.kinds.resolve(&d.gvk).await.map_err(|e| {
                 Failure::new(Category::Transient, format!("decorating {}: {e}", d.gvk))
             })?;
+            let permit = self.fence(obj)?;
             let api = self.api(&kind, d.namespace.as_deref());
             let mut pp = PatchParams::apply(&d.manager);
             pp.force = d.force;
@@ -952,7 +974,12 @@ impl RuleController {
                 .stats
                 .applies
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            match api.patch(&d.name, &pp, &Patch::Apply(&d.body)).await {
+            match fenced(
+                permit.as_ref(),
+                api.patch(&d.name, &pp, &Patch::Apply(&d.body)),
+            )
+            .await?
+            {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {} // gone meanwhile
                 Err(e) => return Err(Failure::of(&e, &what, d.force)),
@@ -1097,10 +1124,10 @@ impl RuleController {
         let Some(informer) = self.wiring.children.get(&reown.gvk) else {
             return Ok(());
         };
-        let _permit = self.fence(obj)?;
+        let permit = self.fence(obj)?;
         let api = self.api(informer.kind(), reown.key.namespace.as_deref());
         let what = format!("{} {} {}", reown.to.describe(), reown.gvk.kind, reown.key);
-        let live = match api.get(&reown.key.name).await {
+        let live = match fenced(permit.as_ref(), api.get(&reown.key.name)).await? {
             Ok(live) => to_json(&live),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(e) => return Err(Failure::of(&e, &what, false)),
@@ -1120,7 +1147,9 @@ impl RuleController {
             .stats
             .applies
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match api.patch(&reown.key.name, &pp, &Patch::Merge(&patch)).await {
+        let patch = Patch::Merge(&patch);
+        let patching = api.patch(&reown.key.name, &pp, &patch);
+        match fenced(permit.as_ref(), patching).await? {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(Failure::of(&e, &what, false)),
@@ -1132,7 +1161,7 @@ impl RuleController {
         let Some(informer) = self.wiring.children.get(&child.gvk) else {
             return Ok(());
         };
-        let _permit = self.fence(obj)?;
+        let permit = self.fence(obj)?;
         let pp = PatchParams::apply(&self.shared.options.field_manager);
         let pp = if self.rule.force_conflicts {
             pp.force()
@@ -1152,19 +1181,18 @@ impl RuleController {
             self.shared.looking_up();
         }
         if !child.generated.is_empty() || unseen {
-            self.absent(&api, child, &ckey).await?;
+            fenced(permit.as_ref(), self.absent(&api, child, &ckey)).await??;
         }
         self.shared
             .stats
             .applies
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let applied = api
-            .patch(&ckey.name, &pp, &Patch::Apply(&child.object))
-            .await
-            .map_err(|e| {
-                let what = format!("applying {} {ckey}", child.gvk.kind);
-                Failure::of(&e, &what, self.rule.force_conflicts)
-            });
+        let patch = Patch::Apply(&child.object);
+        let applying = api.patch(&ckey.name, &pp, &patch);
+        let applied = fenced(permit.as_ref(), applying).await?.map_err(|e| {
+            let what = format!("applying {} {ckey}", child.gvk.kind);
+            Failure::of(&e, &what, self.rule.force_conflicts)
+        });
         let result = applied
             .as_ref()
             .map_or_else(|f| f.category.label(), |_| "success");
@@ -1227,7 +1255,7 @@ impl RuleController {
         let Some(informer) = self.wiring.children.get(&prune.gvk) else {
             return Ok(());
         };
-        let _permit = self.fence(obj)?;
+        let permit = self.fence(obj)?;
         let api = self.api(informer.kind(), prune.key.namespace.as_deref());
         let dp = DeleteParams {
             preconditions: prune.uid.clone().map(|uid| Preconditions {
@@ -1241,7 +1269,11 @@ impl RuleController {
             .deletes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (kind, ckey) = (&prune.gvk.kind, &prune.key);
-        match api.delete(&ckey.name, &dp).await {
+        let deleted = fenced(permit.as_ref(), api.delete(&ckey.name, &dp)).await?;
+        // The Event is no write for the primary's bucket: its release does
+        // not wait for it.
+        drop(permit);
+        match deleted {
             Ok(_) => {
                 tracing::info!(rule = %self.rule.name, child = %ckey, kind = %prune.gvk, "pruned");
                 let message = format!("deleted {kind} {ckey}: no longer rendered");
@@ -1329,7 +1361,7 @@ impl RuleController {
         if status::converged(&live, &desired, &owned) {
             return Ok(());
         }
-        let _permit = self.fence(obj)?;
+        let permit = self.fence(obj)?;
         let key = ObjKey::of(obj);
         let patch = serde_json::json!({
             "apiVersion": self.rule.primary.gvk.api_version(),
@@ -1343,10 +1375,9 @@ impl RuleController {
             .status_writes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pp = PatchParams::apply(&self.shared.options.field_manager).force();
-        match api
-            .patch_status(&key.name, &pp, &Patch::Apply(&patch))
-            .await
-        {
+        let patch = Patch::Apply(&patch);
+        let writing = api.patch_status(&key.name, &pp, &patch);
+        match fenced(permit.as_ref(), writing).await? {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()), // deleted meanwhile
             Err(e) => Err(Failure::of(&e, "writing status", true).in_status()),

@@ -94,6 +94,21 @@ pub struct Permit {
     bucket: u32,
 }
 
+impl Permit {
+    /// Runs `write` while this replica's Lease stays fresh (a renewal
+    /// during the write extends it). A write still unanswered when the
+    /// Lease goes stale is given up: dropped, so a request not sent yet
+    /// (waiting for a connection) is never sent, and the bucket's release
+    /// waits no longer for it. `None` when given up.
+    pub async fn fenced<F: Future>(&self, write: F) -> Option<F::Output> {
+        tokio::select! {
+            biased;
+            out = write => Some(out),
+            () = self.shard.stale() => None,
+        }
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         self.shard.in_flight[self.bucket as usize].fetch_sub(1, Ordering::SeqCst);
@@ -126,6 +141,20 @@ impl Shard {
     pub fn lease_fresh(&self) -> bool {
         let last = *self.renewed.lock().unwrap_or_else(PoisonError::into_inner);
         crate::lease::held(last, Instant::now(), self.deadline)
+    }
+
+    /// Resolves once the Lease is not fresh: at once, or when the renew
+    /// deadline passes with no renewal meanwhile.
+    pub async fn stale(&self) {
+        loop {
+            let last = *self.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(last) = last else { return };
+            let until = last + self.deadline;
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep_until(until).await;
+        }
     }
 
     /// Whether this replica reconciles the primary with this uid now.
@@ -316,6 +345,45 @@ mod tests {
         // Renewed again: the same primary is this replica's once more.
         shard.renewed_at(Some(Instant::now()));
         assert_eq!(shard.whose(&a), Whose::Mine);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_unanswered_when_the_lease_goes_stale_is_given_up() {
+        let shard = Shard::new(Duration::from_secs(10));
+        shard.renewed_at(Some(Instant::now()));
+        shard.activate(1 << 3);
+        let permit = shard.permit(&uid_in(3)).unwrap();
+        // Answered in time, renewals meanwhile included.
+        let quick = permit.fenced(async {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            7
+        });
+        assert_eq!(quick.await, Some(7));
+        shard.renewed_at(Some(Instant::now()));
+        let s = shard.clone();
+        let renewing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            s.renewed_at(Some(Instant::now()));
+        });
+        let slow = permit.fenced(async {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            8
+        });
+        assert_eq!(slow.await, Some(8), "the Lease was renewed during it");
+        renewing.await.unwrap();
+        // A write that hangs: the Lease is renewed 9 s in, then no more.
+        let started = Instant::now();
+        let hung = permit.fenced(std::future::pending::<()>());
+        assert_eq!(hung.await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(4));
+        // And its bucket's release no longer waits for it.
+        let s = shard.clone();
+        let releasing = tokio::spawn(async move { s.release(1 << 3).await });
+        drop(permit);
+        tokio::time::timeout(Duration::from_secs(1), releasing)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[tokio::test]
