@@ -95,6 +95,11 @@ pub struct RunArgs {
     /// Workers per rule.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+    /// How long a request to the API server (not a watch) may wait for its
+    /// answer before it is given up and retried on a new connection, e.g.
+    /// `70s` (above the API server's own 60 s limit); `0` waits forever.
+    #[arg(long, default_value = "70s")]
+    pub request_timeout: String,
     /// How long in-flight reconciles may take to finish on shutdown, e.g. `30s`.
     #[arg(long, default_value = "30s")]
     pub shutdown_timeout: String,

@@ -17,6 +17,7 @@
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`redact`]: Secret values kept out of messages.
+//! - [`request_timeout`]: a request to the API server unanswered too long is given up.
 //! - [`version`]: what this build is.
 
 pub mod controlplane;
@@ -27,6 +28,7 @@ pub mod rbac;
 pub mod redact;
 pub mod reload;
 pub mod render;
+pub mod request_timeout;
 pub mod rules;
 pub mod serve;
 pub mod shard;

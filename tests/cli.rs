@@ -267,3 +267,10 @@ fn a_log_that_is_not_a_terminal_is_plain_text() {
         "terminal colour codes in a piped log: {seen:#?}"
     );
 }
+
+#[test]
+fn a_request_timeout_that_is_no_duration_is_refused_at_once() {
+    let (ok, _, err) = kiln(&["run", "--rules", "rules/", "--request-timeout", "soon"]);
+    assert!(!ok);
+    assert!(err.contains("--request-timeout"), "stderr: {err}");
+}

@@ -34,8 +34,12 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?
         .block_on(async {
-            let client =
-                super::run::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+            let client = super::run::client(
+                args.kubeconfig.as_deref(),
+                args.context.as_deref(),
+                Some(super::run::REQUEST_TIMEOUT),
+            )
+            .await?;
             let out = explain(&client, args, &set.rules).await?;
             print!("{out}");
             Ok(ExitCode::SUCCESS)

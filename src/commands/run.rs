@@ -10,6 +10,7 @@ use kiln::engine::{Engine, Options};
 use kiln::lease;
 use kiln::metrics::Metrics;
 use kiln::reload::{self, ReloadOptions, Reloader, RuleSource};
+use kiln::request_timeout::RequestTimeout;
 use kiln::rules::{self, RuleSet, load::Source};
 use kiln::serve::{self, Probe};
 use kube::Client;
@@ -23,6 +24,10 @@ use crate::cli::RunArgs;
 /// signal; then shuts down gracefully.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown_grace = duration("--shutdown-timeout", &args.shutdown_timeout)?;
+    let request_timeout = match args.request_timeout.trim() {
+        "0" => None,
+        text => Some(duration("--request-timeout", text)?).filter(|d| !d.is_zero()),
+    };
     let metrics_addr = serve::parse_bind(&args.metrics_bind_address)
         .map_err(|e| anyhow::anyhow!("--metrics-bind-address {e}"))?;
     let health_addr = serve::parse_bind(&args.health_probe_bind_address)
@@ -36,7 +41,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client = client(
+            args.kubeconfig.as_deref(),
+            args.context.as_deref(),
+            request_timeout,
+        )
+        .await?;
         let (source, sources, read_errors) = match (&args.rules[..], &args.rules_configmap) {
             ([], Some((ns, name))) => {
                 let sources = reload::read_configmap(&client, ns, name)
@@ -485,11 +495,16 @@ fn first_load(
     Err(ExitCode::from(1))
 }
 
+/// `--request-timeout`'s default, for commands without the flag.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(70);
+
 /// A client for the cluster in `kubeconfig` (or in-cluster, `$KUBECONFIG`,
-/// `~/.kube/config`), at `context` (or the current one).
+/// `~/.kube/config`), at `context` (or the current one), giving up a
+/// request (not a watch) unanswered after `request_timeout`.
 pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
+    request_timeout: Option<Duration>,
 ) -> anyhow::Result<Client> {
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
@@ -506,5 +521,9 @@ pub async fn client(
             .await
             .context("no cluster configured (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
     };
-    Ok(Client::try_from(config)?)
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(match request_timeout {
+        Some(limit) => builder.with_layer(&RequestTimeout::new(limit)).build(),
+        None => builder.build(),
+    })
 }

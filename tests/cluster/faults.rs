@@ -504,6 +504,86 @@ async fn an_expired_watch_is_relisted_and_what_changed_meanwhile_converges() {
     engine.shutdown().await;
 }
 
+/// Every connection kiln has open to the API server goes silent at once,
+/// in the middle of convergence: a peer gone without a word (a node lost, a
+/// NAT or load balancer that dropped the connections' state). The requests
+/// waiting on them are given up after the request timeout and sent again on
+/// new connections, so every Widget gets its child. Without the limit they
+/// wait until TCP gives up (about fifteen minutes), and so does every worker
+/// (`REQUEST_TIMEOUT` unset: the test times out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
+    let admin = support::admin_client().await;
+    support::install_crds(&admin, "tests/fixtures/crds").await;
+    let ns = TestNamespace::new(&admin, "silent").await;
+    create_widgets(&admin, ns.name(), PRIMARIES).await;
+    // kiln reaches the API server through a proxy that can silence it.
+    let yaml = support::kubeconfig_yaml();
+    let server = yaml
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|port| port.parse().ok())
+        .expect("the test cluster's API server port");
+    let proxy = support::stall::StallingProxy::start(server).await;
+    let through = yaml.replace(
+        &format!("https://127.0.0.1:{server}"),
+        &format!("https://127.0.0.1:{}", proxy.port),
+    );
+    let kc = kube::config::Kubeconfig::from_yaml(&through).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let builder = kube::client::ClientBuilder::try_from(config).unwrap();
+    let client = match REQUEST_TIMEOUT {
+        Some(limit) => builder
+            .with_layer(&kiln::request_timeout::RequestTimeout::new(limit))
+            .build(),
+        None => builder.build(),
+    };
+    let engine = engine_on(client, ns.name()).await;
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(admin.clone(), ns.name());
+    let children = || async {
+        let listed = cms
+            .list(&ListParams::default().labels("kiln.dev/rule=widgets"))
+            .await
+            .unwrap();
+        listed
+            .items
+            .iter()
+            .filter(|cm| {
+                let name = cm.metadata.name.as_deref().unwrap_or_default();
+                cm.data.as_ref().and_then(|d| d.get("value")) == Some(&format!("v{}", &name[1..]))
+            })
+            .count()
+    };
+    // Mid-convergence: some children written, not all.
+    eventually("kiln's first child", CONVERGE, || async {
+        (children().await > 0).then_some(())
+    })
+    .await;
+    proxy.stall();
+    let before = children().await;
+    assert!(
+        before < PRIMARIES,
+        "kiln converged before its connections went silent"
+    );
+    eventually(
+        "every child, once the silent requests were given up",
+        Duration::from_secs(90),
+        || async { (children().await == PRIMARIES).then_some(()) },
+    )
+    .await;
+    engine.shutdown().await;
+    drop(proxy);
+    ns.delete().await;
+}
+
+/// The limit on an unanswered request in the test above (`kiln run
+/// --request-timeout`).
+const REQUEST_TIMEOUT: Option<Duration> = Some(Duration::from_secs(3));
+
 async fn support_get(client: &Client, ns: &str, name: &str) -> Option<Value> {
     support::get(client, "v1", "ConfigMap", ns, name).await
 }

@@ -21,6 +21,7 @@ use kube::{Api, Client, discovery};
 use serde::Deserialize;
 
 pub mod scene;
+pub mod stall;
 
 /// The field manager tests write with.
 pub const MANAGER: &str = "kiln-test";
