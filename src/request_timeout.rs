@@ -7,8 +7,11 @@
 //! handover wait with it. This layer gives up a request whose response has
 //! not begun within the limit; the caller retries it on a new connection.
 //!
-//! Watches are left alone: a quiet watch rightly says nothing for minutes,
-//! and kube's watcher has an idle timeout of its own.
+//! Watches are left alone: a quiet watch rightly says nothing for minutes.
+//! A silent one is found by kube's watcher instead, which makes a watch
+//! again when nothing came for its server-side timeout plus 5 s: kiln asks
+//! for [`WATCH_TIMEOUT_SECS`], not kube's 290 s, so a watch on a dead
+//! connection is made again within about a minute.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +20,14 @@ use std::time::Duration;
 
 use http::Request;
 use tower::{Layer, Service};
+
+/// How long the API server runs one watch before it ends it (kiln then
+/// watches again from where it was). A watch that says nothing for this
+/// long, plus kube's 5 s margin, is taken for a dead connection. client-go
+/// finds one in about 45 s (its HTTP/2 health check: 30 s without a read,
+/// then a ping answered within 15 s); kube's default, 290 s, would leave
+/// kiln blind for five minutes.
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
 
 /// The error of a request given up.
 #[derive(Debug, thiserror::Error)]

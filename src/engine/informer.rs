@@ -356,59 +356,58 @@ impl Informer {
     }
 
     fn spawn_streams(self: &Arc<Self>) {
-        let tasks =
-            self.apis
-                .iter()
-                .cloned()
-                .enumerate()
-                .map(|(stream, api)| {
-                    let api = self.stream_api(stream, api);
-                    let weak = Arc::downgrade(self);
-                    let keep = self.status_manager.clone();
-                    let projection = self.projection.clone();
-                    tokio::spawn(async move {
-                        let events = watcher(api, watcher::Config::default().any_semantic())
-                            .modify(move |o: &mut Incoming| {
-                                // kiln's status entry, and its decorators'
-                                // (`kiln.<rule>.<id>`): what each set where.
-                                // The status entry is cut to what is read of it.
-                                o.object.managed_fields_mut().retain_mut(|m| {
-                                    if owned_status::is_status_entry(m, &keep) {
-                                        owned_status::trim(m);
-                                        return true;
-                                    }
-                                    m.manager
-                                        .as_deref()
-                                        .and_then(|manager| manager.strip_prefix(keep.as_str()))
-                                        .is_some_and(|rest| rest.starts_with('.'))
-                                });
-                                if o.undecodable.is_none() {
-                                    projection
-                                        .read()
-                                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                        .apply_to(&mut o.object);
-                                }
-                            });
-                        futures::pin_mut!(events);
-                        while let Some(event) = events.next().await {
-                            let Some(this) = weak.upgrade() else { break };
-                            let pause = match event {
-                                Ok(event) => {
-                                    this.gone.store(false, Ordering::Relaxed);
-                                    this.forbidden.store(false, Ordering::Relaxed);
-                                    this.accept(stream, event);
-                                    None
-                                }
-                                Err(error) => Some(this.failed(stream, &error)),
-                            };
-                            drop(this);
-                            if let Some(pause) = pause {
-                                tokio::time::sleep(pause).await;
+        let tasks = self
+            .apis
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(stream, api)| {
+                let api = self.stream_api(stream, api);
+                let weak = Arc::downgrade(self);
+                let keep = self.status_manager.clone();
+                let projection = self.projection.clone();
+                tokio::spawn(async move {
+                    let events = watcher(api, watch_config()).modify(move |o: &mut Incoming| {
+                        // kiln's status entry, and its decorators'
+                        // (`kiln.<rule>.<id>`): what each set where.
+                        // The status entry is cut to what is read of it.
+                        o.object.managed_fields_mut().retain_mut(|m| {
+                            if owned_status::is_status_entry(m, &keep) {
+                                owned_status::trim(m);
+                                return true;
                             }
+                            m.manager
+                                .as_deref()
+                                .and_then(|manager| manager.strip_prefix(keep.as_str()))
+                                .is_some_and(|rest| rest.starts_with('.'))
+                        });
+                        if o.undecodable.is_none() {
+                            projection
+                                .read()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .apply_to(&mut o.object);
                         }
-                    })
+                    });
+                    futures::pin_mut!(events);
+                    while let Some(event) = events.next().await {
+                        let Some(this) = weak.upgrade() else { break };
+                        let pause = match event {
+                            Ok(event) => {
+                                this.gone.store(false, Ordering::Relaxed);
+                                this.forbidden.store(false, Ordering::Relaxed);
+                                this.accept(stream, event);
+                                None
+                            }
+                            Err(error) => Some(this.failed(stream, &error)),
+                        };
+                        drop(this);
+                        if let Some(pause) = pause {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
                 })
-                .collect();
+            })
+            .collect();
         *self
             .tasks
             .lock()
@@ -829,6 +828,16 @@ impl Drop for Informer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// How every informer watches: any resourceVersion for the list (the
+/// watch cache's), and a watch the server ends after
+/// [`WATCH_TIMEOUT_SECS`](crate::request_timeout::WATCH_TIMEOUT_SECS), so
+/// one on a dead connection is made again within about a minute.
+fn watch_config() -> watcher::Config {
+    watcher::Config::default()
+        .any_semantic()
+        .timeout(crate::request_timeout::WATCH_TIMEOUT_SECS)
 }
 
 /// The HTTP status of a watch error, when the API server answered.

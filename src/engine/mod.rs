@@ -708,7 +708,9 @@ async fn schema_change(client: Client, crd: Option<(String, String)>, current: S
     let Some((name, version)) = crd else {
         return std::future::pending().await;
     };
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let config = watcher::Config::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(crate::request_timeout::WATCH_TIMEOUT_SECS);
     let events = watcher(crds(&client), config).default_backoff();
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {

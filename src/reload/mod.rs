@@ -182,7 +182,9 @@ impl Reloader {
             }
             RuleSource::ConfigMap { namespace, name } => {
                 let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-                let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                let config = watcher::Config::default()
+                    .fields(&format!("metadata.name={name}"))
+                    .timeout(crate::request_timeout::WATCH_TIMEOUT_SECS);
                 let events = watcher(api, config).default_backoff();
                 futures::pin_mut!(events);
                 loop {

@@ -510,7 +510,8 @@ async fn an_expired_watch_is_relisted_and_what_changed_meanwhile_converges() {
 /// waiting on them are given up after the request timeout and sent again on
 /// new connections, so every Widget gets its child. Without the limit they
 /// wait until TCP gives up (about fifteen minutes), and so does every worker
-/// (`REQUEST_TIMEOUT` unset: the test times out).
+/// (`REQUEST_TIMEOUT` unset: the test times out). The watches, silent too,
+/// are made again within about a minute (kube's default: five).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
     let admin = support::admin_client().await;
@@ -575,6 +576,28 @@ async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
         || async { (children().await == PRIMARIES).then_some(()) },
     )
     .await;
+    // kiln's watches went silent too: each is made again once it said
+    // nothing for its timeout (60 s, plus kube's 5 s), so a change made now
+    // reaches kiln within about a minute of the silence, not five.
+    let silenced = std::time::Instant::now();
+    let pp = PatchParams::apply("fault-test");
+    let changed: DynamicObject =
+        serde_json::from_value(widget("w0", json!({"value": "after the silence"}))).unwrap();
+    widgets_api(&admin, ns.name())
+        .await
+        .patch("w0", &pp, &Patch::Apply(&changed))
+        .await
+        .unwrap();
+    eventually(
+        "w0's change, through a watch made again",
+        Duration::from_secs(100),
+        || async {
+            let cm = support_get(&admin, ns.name(), "w0").await?;
+            (cm["data"]["value"] == "after the silence").then_some(())
+        },
+    )
+    .await;
+    eprintln!("w0 followed {:?} after the silence", silenced.elapsed());
     engine.shutdown().await;
     drop(proxy);
     ns.delete().await;
