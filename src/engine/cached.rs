@@ -375,6 +375,13 @@ fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
         .ok()
 }
 
+/// Whether an object is indexed under `uid` (what [`owners`] gives): the
+/// objects a cache's `owned_by(uid)` finds.
+pub fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
+    let uid = Uid::new(uid);
+    owners(meta).iter().any(|o| o.uid == uid)
+}
+
 /// Its owner references (each in full, in order), then the other uids it
 /// is indexed under unless a reference has them: the primary named by
 /// kiln's owner label (an `outside` child, which can have no owner
