@@ -29,6 +29,22 @@ use tower::{Layer, Service};
 /// kiln blind for five minutes.
 pub const WATCH_TIMEOUT_SECS: u32 = 60;
 
+/// A watch's configuration as kiln makes them all: ended by the API server
+/// after [`WATCH_TIMEOUT_SECS`].
+pub fn watch_config() -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().timeout(WATCH_TIMEOUT_SECS)
+}
+
+/// A client for `config` that gives up a request (not a watch) unanswered
+/// after `limit` (`None`: it waits as long as the connection lives).
+pub fn client(config: kube::Config, limit: Option<Duration>) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(match limit {
+        Some(limit) => builder.with_layer(&RequestTimeout::new(limit)).build(),
+        None => builder.build(),
+    })
+}
+
 /// The error of a request given up.
 #[derive(Debug, thiserror::Error)]
 #[error(

@@ -10,7 +10,7 @@ use kiln::engine::{Engine, Options};
 use kiln::lease;
 use kiln::metrics::Metrics;
 use kiln::reload::{self, ReloadOptions, Reloader, RuleSource};
-use kiln::request_timeout::RequestTimeout;
+use kiln::request_timeout;
 use kiln::rules::{self, RuleSet, load::Source};
 use kiln::serve::{self, Probe};
 use kube::Client;
@@ -521,9 +521,5 @@ pub async fn client(
             .await
             .context("no cluster configured (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
     };
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(match request_timeout {
-        Some(limit) => builder.with_layer(&RequestTimeout::new(limit)).build(),
-        None => builder.build(),
-    })
+    Ok(request_timeout::client(config, request_timeout)?)
 }

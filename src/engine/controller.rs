@@ -1474,7 +1474,6 @@ fn orphan_of(child: &DynamicObject, uid: &str) -> bool {
         && !child.owner_references().iter().any(|o| o.uid == uid)
 }
 
-/// Who holds an object kiln found where it would create a child.
 /// Who holds a child's name in the cache, unless it is this rule's own
 /// child of this primary. The cache is read twice in a reconcile: for the
 /// live children, then, once rendered, for what holds each child's name.
@@ -1487,6 +1486,7 @@ fn stranger(found: &DynamicObject, rule: &str, primary_uid: &str) -> Option<Stri
     (!ours).then(|| holder(found))
 }
 
+/// Who holds an object kiln found where it would create a child.
 fn holder(obj: &DynamicObject) -> String {
     match obj
         .owner_references()

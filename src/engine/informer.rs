@@ -19,6 +19,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use super::decode::Incoming;
 use super::elsewhere::Elsewhere;
 use super::watch_health::WatchHealth;
+use crate::request_timeout;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
@@ -366,8 +367,10 @@ impl Informer {
                 let weak = Arc::downgrade(self);
                 let keep = self.status_manager.clone();
                 let projection = self.projection.clone();
+                // Any resourceVersion for the list: the watch cache's.
+                let config = request_timeout::watch_config().any_semantic();
                 tokio::spawn(async move {
-                    let events = watcher(api, watch_config()).modify(move |o: &mut Incoming| {
+                    let events = watcher(api, config).modify(move |o: &mut Incoming| {
                         // kiln's status entry, and its decorators'
                         // (`kiln.<rule>.<id>`): what each set where.
                         // The status entry is cut to what is read of it.
@@ -828,16 +831,6 @@ impl Drop for Informer {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// How every informer watches: any resourceVersion for the list (the
-/// watch cache's), and a watch the server ends after
-/// [`WATCH_TIMEOUT_SECS`](crate::request_timeout::WATCH_TIMEOUT_SECS), so
-/// one on a dead connection is made again within about a minute.
-fn watch_config() -> watcher::Config {
-    watcher::Config::default()
-        .any_semantic()
-        .timeout(crate::request_timeout::WATCH_TIMEOUT_SECS)
 }
 
 /// The HTTP status of a watch error, when the API server answered.

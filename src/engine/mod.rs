@@ -704,13 +704,11 @@ impl Schema {
 async fn schema_change(client: Client, crd: Option<(String, String)>, current: StatusSchema) {
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
-    use kube::runtime::watcher::{self, Event, watcher};
+    use kube::runtime::watcher::{Event, watcher};
     let Some((name, version)) = crd else {
         return std::future::pending().await;
     };
-    let config = watcher::Config::default()
-        .fields(&format!("metadata.name={name}"))
-        .timeout(crate::request_timeout::WATCH_TIMEOUT_SECS);
+    let config = crate::request_timeout::watch_config().fields(&format!("metadata.name={name}"));
     let events = watcher(crds(&client), config).default_backoff();
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {

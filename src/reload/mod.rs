@@ -21,7 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{Event, watcher};
 use kube::{Api, Client};
 
 use crate::engine::Engine;
@@ -182,9 +182,8 @@ impl Reloader {
             }
             RuleSource::ConfigMap { namespace, name } => {
                 let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-                let config = watcher::Config::default()
-                    .fields(&format!("metadata.name={name}"))
-                    .timeout(crate::request_timeout::WATCH_TIMEOUT_SECS);
+                let config =
+                    crate::request_timeout::watch_config().fields(&format!("metadata.name={name}"));
                 let events = watcher(api, config).default_backoff();
                 futures::pin_mut!(events);
                 loop {

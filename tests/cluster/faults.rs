@@ -535,13 +535,7 @@ async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
-    let builder = kube::client::ClientBuilder::try_from(config).unwrap();
-    let client = match REQUEST_TIMEOUT {
-        Some(limit) => builder
-            .with_layer(&kiln::request_timeout::RequestTimeout::new(limit))
-            .build(),
-        None => builder.build(),
-    };
+    let client = kiln::request_timeout::client(config, REQUEST_TIMEOUT).unwrap();
     let engine = engine_on(client, ns.name()).await;
     let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(admin.clone(), ns.name());
