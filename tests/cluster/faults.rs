@@ -218,7 +218,18 @@ async fn converges_under_api_throttling() {
         support::apply(&client, obj, ns.as_deref()).await;
     }
     let token = support::token_of(&client, ns, "kiln").await;
-    let as_kiln = support::token_client_for(cp.kubeconfig_yaml(), &token).await;
+    // The client `kiln run` makes: kube's own retry of a 429 backs off up
+    // to 1000 s between its 15 tries, and only the request timeout bounds
+    // how long one throttled write holds a worker.
+    let kc = kube::config::Kubeconfig::from_yaml(&support::token_kubeconfig(
+        cp.kubeconfig_yaml(),
+        &token,
+    ))
+    .unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let as_kiln = kiln::request_timeout::client(config, Some(KILN_RUN_REQUEST_TIMEOUT)).unwrap();
     let engine = Arc::new(Engine::new(
         as_kiln,
         Options {
@@ -596,6 +607,9 @@ async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
     drop(proxy);
     ns.delete().await;
 }
+
+/// `kiln run --request-timeout`'s default.
+const KILN_RUN_REQUEST_TIMEOUT: Duration = Duration::from_secs(70);
 
 /// The limit on an unanswered request in the test above (`kiln run
 /// --request-timeout`).
