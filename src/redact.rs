@@ -1,7 +1,10 @@
 //! Keeps Secret values out of messages: conditions, Events, logs and
 //! `kiln render` errors quote templates and API answers, and either may echo
 //! a value a template read from a Secret (a name rendered from it, an
-//! invalid value the API server quotes back).
+//! invalid value the API server quotes back). The API server quotes values
+//! Go-style (`"line\n"`, `\"`) and JSON escapes them, so each value is
+//! redacted as it is, trimmed (a file's trailing newline), and in both of
+//! those escaped forms.
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -32,16 +35,64 @@ pub fn secret_values<'a>(secrets: impl IntoIterator<Item = &'a Value>) -> Vec<St
                         && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(s)
                         && let Ok(text) = String::from_utf8(bytes)
                     {
-                        out.push(text);
+                        push_forms(&mut out, &text);
+                    } else if !encoded {
+                        push_forms(&mut out, s);
                     }
                 }
             }
         }
     }
-    out.retain(|s| s.len() >= SHORTEST);
-    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    out.dedup();
+    longest_first(out)
+}
+
+/// `value` as a message may show it: as it is, trimmed, Go-quoted and
+/// JSON-escaped (each without the quotes around it).
+fn push_forms(out: &mut Vec<String>, value: &str) {
+    for v in [value, value.trim()] {
+        out.push(v.to_string());
+        out.push(go_quoted(v));
+        out.push(json_escaped(v));
+    }
+}
+
+/// `value` as Go's `%q` (`strconv.Quote`) writes it, without the quotes.
+fn go_quoted(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
     out
+}
+
+/// `value` as a JSON string holds it, without the quotes.
+fn json_escaped(value: &str) -> String {
+    let quoted = Value::String(value.to_string()).to_string();
+    quoted[1..quoted.len() - 1].to_string()
+}
+
+/// Long enough values only, longest first (a value inside another is
+/// redacted after it), once each.
+fn longest_first(mut values: Vec<String>) -> Vec<String> {
+    values.retain(|s| s.len() >= SHORTEST);
+    values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    values.dedup();
+    values
 }
 
 /// `secrets` and the values `random_secret` drew (as drawn and base64
@@ -52,12 +103,9 @@ pub fn with_drawn<'a>(
 ) -> Vec<String> {
     for value in drawn {
         secrets.push(base64::engine::general_purpose::STANDARD.encode(value));
-        secrets.push(value.clone());
+        push_forms(&mut secrets, value);
     }
-    secrets.retain(|s| s.len() >= SHORTEST);
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    secrets.dedup();
-    secrets
+    longest_first(secrets)
 }
 
 /// `message` with every one of `secrets` replaced by [`REDACTED`].
@@ -81,6 +129,36 @@ mod tests {
             redact(message, &secrets),
             "name `[redacted]` is not valid; [redacted] and [redacted]; not-a-secret; 1"
         );
+    }
+
+    #[test]
+    fn values_the_api_server_quotes_or_escapes_are_redacted() {
+        use base64::Engine as _;
+        // A Secret made `--from-file`: its value ends with a newline; another
+        // holds quotes and a backslash.
+        let file = base64::engine::general_purpose::STANDARD.encode("hunter2-file\n");
+        let quoted = "pa\"ss\\word";
+        let secret = json!({"data": {"f": file}, "stringData": {"q": quoted}});
+        let secrets = secret_values([&secret]);
+        let go = r#"data[k]: Invalid value: "hunter2-file\n": a lowercase RFC 1123 label"#;
+        assert_eq!(
+            redact(go, &secrets),
+            r#"data[k]: Invalid value: "[redacted]": a lowercase RFC 1123 label"#
+        );
+        let go = r#"Invalid value: "pa\"ss\\word""#;
+        assert_eq!(redact(go, &secrets), r#"Invalid value: "[redacted]""#);
+        let json = r#"{"value":"hunter2-file\n","q":"pa\"ss\\word"}"#;
+        assert_eq!(
+            redact(json, &secrets),
+            r#"{"value":"[redacted]","q":"[redacted]"}"#
+        );
+        // A template that trimmed the newline.
+        assert_eq!(redact("name hunter2-file", &secrets), "name [redacted]");
+    }
+
+    #[test]
+    fn go_quoting_escapes_as_strconv_quote() {
+        assert_eq!(go_quoted("a\"b\\c\n\t\u{1}é"), r#"a\"b\\c\n\t\x01é"#);
     }
 
     #[test]
