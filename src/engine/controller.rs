@@ -1423,7 +1423,8 @@ impl RuleController {
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        if let Err(error) = self.shared.recorder.publish(&event, &reference).await {
+        let (recorder, client) = (&self.shared.recorder, &self.shared.client);
+        if let Err(error) = super::events::publish(recorder, client, &event, &reference).await {
             tracing::warn!(rule = %self.rule.name, %error, "could not publish an Event");
         }
     }

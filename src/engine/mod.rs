@@ -13,6 +13,7 @@ pub mod decode;
 pub mod decorate;
 pub mod diff;
 pub mod elsewhere;
+pub mod events;
 pub mod failure;
 pub mod informer;
 pub mod kinds;

@@ -50,3 +50,29 @@ async fn a_rendered_name_that_walks_the_url_path_is_invalid_and_never_sent() {
     assert!(evil.is_none());
     scene.end().await;
 }
+
+/// A primary with a 253-character name (the longest there is) still gets
+/// its Events: kube's Event name (`<name>.<time>`) would be too long, so
+/// kiln names it shortly and still points it at the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_with_a_253_character_name_loses_its_events() {
+    let scene = Scene::new("names-long").await.with_widgets().await;
+    let name = format!("{}.{}", "w".repeat(200), "x".repeat(52));
+    assert_eq!(name.len(), 253);
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": {"child": "Not A Name"}}))
+        .await;
+    let scene = scene.running(&[rule_from_yaml(NAMED_BY_SPEC)]).await;
+    crate::support::eventually(
+        "a Warning Event about the primary",
+        crate::support::scene::CONVERGE,
+        || async {
+            let hits =
+                crate::support::events_about(&scene.client, scene.ns(), &name, "Invalid").await;
+            (!hits.is_empty()).then_some(())
+        },
+    )
+    .await;
+    scene.end().await;
+}
