@@ -51,6 +51,10 @@ pub struct Wiring {
     pub status: Arc<StatusSchema>,
     /// Namespaces, when the rule selects primaries by their namespace's labels.
     pub namespaces: Option<Arc<Informer>>,
+    /// The rule is refused (its status does not fit the primary's schema):
+    /// it only tears down the primaries being deleted, as deleting
+    /// children and letting go of its finalizer needs no status.
+    pub refused: bool,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -553,6 +557,9 @@ impl RuleController {
                 self.shared.put_off();
             }
             return Ok(next);
+        }
+        if self.wiring.refused && obj.metadata.deletion_timestamp.is_none() {
+            return Ok(Next::Done);
         }
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels());

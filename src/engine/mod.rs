@@ -599,8 +599,9 @@ async fn run_rule(
                         break (resolved, schema);
                     }
                     Err(SchemaRead::Refused(why)) => {
-                        tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema");
+                        tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema; it only tears down primaries being deleted");
                         set_state(RuleState::Refused(why.to_string()));
+                        break (resolved, Schema::refused(why.to_string()));
                     }
                     Err(SchemaRead::Failed(error)) => {
                         tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed");
@@ -678,7 +679,18 @@ async fn status_schema(
     Ok(Schema {
         status,
         crd: Some((name, version.clone())),
+        refused: None,
     })
+}
+
+/// Whether a rule refused for `why` is now refused for another reason or
+/// not at all (a CRD that cannot be read now changes nothing).
+async fn refusal_changed(rule: &Rule, shared: &Shared, primary: &kinds::Kind, why: &str) -> bool {
+    match status_schema(rule, shared, primary).await {
+        Err(SchemaRead::Refused(now)) => now.to_string() != why,
+        Err(SchemaRead::Failed(_)) => false,
+        Ok(_) => true,
+    }
 }
 
 fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
@@ -689,6 +701,10 @@ fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
 struct Schema {
     status: StatusSchema,
     crd: Option<(String, String)>,
+    /// Why the rule is refused, if it is: it then only tears down the
+    /// primaries being deleted, and checks the schema again every
+    /// `kind_retry`.
+    refused: Option<String>,
 }
 
 impl Schema {
@@ -696,6 +712,14 @@ impl Schema {
         Self {
             status: StatusSchema::open(),
             crd: None,
+            refused: None,
+        }
+    }
+
+    fn refused(why: String) -> Self {
+        Self {
+            refused: Some(why),
+            ..Self::open()
         }
     }
 }
@@ -796,7 +820,9 @@ async fn run_resolved(
         related,
         status: Arc::new(schema.status.clone()),
         namespaces: namespaces_of_primaries,
+        refused: schema.refused.is_some(),
     };
+    let refused = schema.refused;
     let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
     tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
@@ -836,8 +862,13 @@ async fn run_resolved(
     *slot
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(controller.clone());
-    set_state(RuleState::Running);
-    tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
+    match &refused {
+        None => {
+            set_state(RuleState::Running);
+            tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
+        }
+        Some(why) => set_state(RuleState::Refused(why.clone())),
+    }
     controller.enqueue_all();
 
     let mut workers = AbortOnDrop(Some({
@@ -852,6 +883,11 @@ async fn run_resolved(
             () = tokio::time::sleep(shared.options.kind_retry) => {
                 if let Some(gvk) = gone(&acquired) {
                     break Ended::KindGone(gvk);
+                }
+                if let Some(why) = &refused
+                    && refusal_changed(rule, shared, &kinds[0], why).await
+                {
+                    break Ended::SchemaChanged;
                 }
             }
         }

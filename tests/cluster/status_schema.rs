@@ -449,3 +449,93 @@ async fn a_condition_another_controller_adds_costs_no_writes() {
     assert_eq!(condition(&m, "Scaled")["message"], "scaled", "theirs stays");
     scene.end().await;
 }
+
+/// A CRD of this test's own (it is upgraded), `Gizmo`, whose status
+/// declares `fields`.
+fn gizmo_crd(fields: &[&str]) -> serde_json::Value {
+    let mut crd = gadget_crd(fields);
+    crd["metadata"]["name"] = json!("gizmos.refused.kiln.dev");
+    crd["spec"]["group"] = json!("refused.kiln.dev");
+    crd["spec"]["names"] = json!({"kind": "Gizmo", "plural": "gizmos", "singular": "gizmo"});
+    crd
+}
+
+const GIZMOS: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: gizmos}
+spec:
+  for: {apiVersion: refused.kiln.dev/v1, kind: Gizmo}
+  deletion: {ordered: true}
+  children:
+    - id: main
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}"}
+        data: {color: "{{ self.spec.color }}"}
+  status:
+    fields:
+      color: "{{ self.spec.color }}"
+"#;
+
+/// A CRD upgraded so it no longer declares the rule's status field refuses
+/// the rule, but a primary deleted meanwhile still goes: its children are
+/// deleted and the rule's finalizer let go (deleting needs no status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_rule_keeps_its_finalizer() {
+    let scene = Scene::new("refused-teardown").await;
+    support::apply(&scene.client, gizmo_crd(&["color"]), None).await;
+    support::wait_for_kind(
+        &scene.client,
+        &kube::core::GroupVersionKind::gvk("refused.kiln.dev", "v1", "Gizmo"),
+        CONVERGE,
+    )
+    .await;
+    let gizmo = ("refused.kiln.dev/v1", "Gizmo", "g");
+    scene
+        .apply(json!({"apiVersion": "refused.kiln.dev/v1", "kind": "Gizmo",
+            "metadata": {"name": "g"}, "spec": {"color": "red"}}))
+        .await;
+    let (engine, _writes) = starting(&scene, rule_from_yaml(GIZMOS)).await;
+    scene
+        .until("the child", ("v1", "ConfigMap", "g"), |c| {
+            c["data"]["color"] == "red"
+        })
+        .await;
+    scene
+        .until("the finalizer", gizmo, |g| {
+            g["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty())
+        })
+        .await;
+
+    // The CRD is upgraded without the status field: the rule is refused.
+    support::apply(&scene.client, gizmo_crd(&["size"]), None).await;
+    eventually("the rule to be refused", CONVERGE, || async {
+        matches!(engine.state("gizmos"), Some(RuleState::Refused(_))).then_some(())
+    })
+    .await;
+
+    // The primary is deleted: its child goes, then the primary itself.
+    let api = scene.api("refused.kiln.dev/v1", "Gizmo").await;
+    api.delete("g", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the primary gone", CONVERGE, || async {
+        scene
+            .get("refused.kiln.dev/v1", "Gizmo", "g")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(scene.get("v1", "ConfigMap", "g").await.is_none());
+    assert!(matches!(
+        engine.state("gizmos"),
+        Some(RuleState::Refused(_))
+    ));
+    engine.shutdown().await;
+    scene.end().await;
+}
