@@ -564,14 +564,18 @@ impl RuleController {
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels());
         let wanted = self.needs_finalizer() && selected;
-        if obj.metadata.deletion_timestamp.is_some() {
+        // Never act on missing information: while the Namespace cache cannot
+        // be trusted, whether the rule takes the primary is unknown, so its
+        // finalizer stays as it is and the reconcile below (blind) says why.
+        let unsure = selected && self.namespaces_blind().is_some();
+        if obj.metadata.deletion_timestamp.is_some() && !unsure {
             return match (holds, wanted) {
                 (true, true) => self.tear_down(&obj).await,
                 (true, false) => self.hold(&obj, false).await.map(|()| Next::Done),
                 _ => Ok(Next::Done),
             };
         }
-        if holds != wanted {
+        if holds != wanted && !unsure {
             // Before any child exists, so none is ever left to the garbage
             // collector's order; and let go as soon as it is not wanted.
             self.hold(&obj, wanted).await?;
@@ -813,28 +817,28 @@ impl RuleController {
         }
     }
 
-    /// The caches of related and child kinds that cannot be trusted now.
+    /// The caches of related and child kinds (and of Namespaces, when the
+    /// rule selects primaries by theirs) that cannot be trusted now.
     fn blind(&self) -> Vec<Blind> {
         let mut blind: Vec<Blind> = Vec::new();
         let informers = self
             .wiring
             .related
             .values()
-            .chain(self.wiring.children.values());
-        for informer in informers {
-            let kind = informer.kind().gvk.kind.clone();
-            let b = if informer.is_forbidden() {
-                Blind::Forbidden(kind)
-            } else if !informer.is_synced() {
-                Blind::Unsynced(kind)
-            } else {
-                continue;
-            };
+            .chain(self.wiring.children.values())
+            .chain(&self.wiring.namespaces);
+        for b in informers.filter_map(|i| blindness(i)) {
             if !blind.contains(&b) {
                 blind.push(b);
             }
         }
         blind
+    }
+
+    /// Why the Namespace cache `spec.for.namespaceSelector` reads cannot be
+    /// trusted now, if it cannot.
+    fn namespaces_blind(&self) -> Option<Blind> {
+        self.wiring.namespaces.as_deref().and_then(blindness)
     }
 
     /// Renders each watch's reference, records it in the reverse index and
@@ -1446,10 +1450,24 @@ fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> 
     })
 }
 
+/// Why a cache cannot be trusted now (an object it lacks may exist), if it cannot.
+fn blindness(informer: &Informer) -> Option<Blind> {
+    let kind = informer.kind().gvk.kind.clone();
+    if informer.is_forbidden() {
+        Some(Blind::Forbidden(kind))
+    } else if !informer.is_synced() {
+        Some(Blind::Unsynced(kind))
+    } else {
+        None
+    }
+}
+
 /// Whether `spec.for.namespaceSelector` (if any) takes `obj`, by the labels
 /// of its Namespace in `namespaces` (the shared Namespace cache). A
-/// Namespace not in the cache (yet) takes nothing; its arrival queues the
-/// object again.
+/// Namespace not in a synced cache takes nothing; its arrival queues the
+/// object again. A cache that cannot be trusted (forbidden, not synced)
+/// takes everything: the reconcile then waits, saying why, and changes
+/// nothing (never "not selected" on missing information).
 fn namespace_takes(
     primary: &crate::rules::Primary,
     namespace: Option<&str>,
@@ -1461,6 +1479,9 @@ fn namespace_takes(
     let (Some(namespaces), Some(ns)) = (namespaces, namespace) else {
         return false;
     };
+    if blindness(namespaces).is_some() {
+        return true;
+    }
     let found = namespaces.entry(&ObjKey {
         namespace: None,
         name: ns.to_string(),

@@ -210,3 +210,77 @@ async fn a_rule_whose_namespace_selector_does_not_take_an_object_has_no_say_in_i
     assert!(scene.get("v1", "ConfigMap", "gold-w").await.is_none());
     scene.end().await;
 }
+
+/// With `spec.for.namespaceSelector`, a Namespace cache kiln may not list
+/// is no "not selected": a primary being deleted keeps kiln's finalizer
+/// (its children are not left behind) and says why it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_kiln_may_not_list_becomes_not_selected() {
+    use kiln::engine::{Engine, Options, RuleState};
+    use std::time::Duration;
+    let scene = Scene::new("sel-blind").await.with_widgets().await;
+    let gold = json!({"metadata": {"labels": {"kiln.dev/tier": "gold"}}});
+    support::edit(&scene.client, ("v1", "Namespace"), None, scene.ns(), gold).await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let yaml = format!(
+        "{}  deletion: {{ordered: true}}\n",
+        widget_rule("guarded", GOLD)
+    );
+    let scene = scene.running(&[support::rule_from_yaml(&yaml)]).await;
+    scene
+        .until("the finalizer", widget_at("w"), |w| {
+            w["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty())
+        })
+        .await;
+    scene
+        .until("the child", configmap("guarded-w"), |_| true)
+        .await;
+    scene.engine().shutdown().await;
+
+    // kiln restarts with a token that may do everything but list Namespaces.
+    let rules = json!([
+        {"apiGroups": ["test.kiln.dev"], "resources": ["widgets"], "verbs": ["get", "list", "watch", "patch", "update"]},
+        {"apiGroups": ["test.kiln.dev"], "resources": ["widgets/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+    ]);
+    let token =
+        support::service_account_token(&scene.client, scene.ns(), "no-ns-kiln", rules).await;
+    let client = support::token_client(&token).await;
+    let engine = Engine::new(
+        client,
+        Options {
+            namespaces: vec![scene.ns().to_string()],
+            kind_retry: Duration::from_millis(200),
+            ..Options::default()
+        },
+    );
+    engine.start(support::rule_from_yaml(&yaml));
+    support::eventually(
+        "the rule to run",
+        crate::support::scene::CONVERGE,
+        || async { (engine.state("guarded") == Some(RuleState::Running)).then_some(()) },
+    )
+    .await;
+
+    let widgets = scene.api("test.kiln.dev/v1", "Widget").await;
+    widgets
+        .delete("w", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let message = scene.refused("w", "Forbidden").await;
+    assert!(message.contains("Namespace"), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let w = scene.get("test.kiln.dev/v1", "Widget", "w").await;
+    assert!(
+        w.is_some(),
+        "the finalizer was let go on a Namespace cache kiln could not fill"
+    );
+    assert!(scene.get("v1", "ConfigMap", "guarded-w").await.is_some());
+    engine.shutdown().await;
+    scene.end().await;
+}
