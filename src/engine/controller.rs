@@ -19,6 +19,8 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::backoff;
+use super::budget;
+use super::claims::Claims;
 use super::decorate::{self, Decorations};
 use super::diff;
 use super::failure::{Category, Failure, Stage};
@@ -77,13 +79,13 @@ struct PrimaryState {
 }
 
 /// The part of [`PrimaryState`] that is empty for most primaries most of the time.
-/// Every primary that writes holds one for [`BUDGET_WINDOW`] (all of them
+/// Every primary that writes holds one for [`budget::WINDOW`] (all of them
 /// while the bench converges), so what fewer need sits behind `rarer`:
 /// 40 bytes instead of 120 (issue 16).
 #[derive(Debug, Default)]
 struct Rare {
-    /// When child applies were made within the last [`BUDGET_WINDOW`].
-    recent_applies: std::collections::VecDeque<std::time::Instant>,
+    /// The writes made within the last [`budget::WINDOW`].
+    window: budget::Window,
     /// Normalised children and a pause; `None` while both empty.
     rarer: Option<Box<Rarer>>,
 }
@@ -99,19 +101,9 @@ struct Rarer {
 }
 
 impl Rare {
-    /// Forgets applies older than [`BUDGET_WINDOW`] and a pause that is over.
+    /// Forgets writes older than [`budget::WINDOW`] and a pause that is over.
     fn expire(&mut self, now: std::time::Instant) {
-        while self
-            .recent_applies
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > BUDGET_WINDOW)
-        {
-            self.recent_applies.pop_front();
-        }
-        if self.recent_applies.is_empty() {
-            // What the window's applies grew is not kept past it.
-            self.recent_applies = std::collections::VecDeque::new();
-        }
+        self.window.expire(now);
         if let Some(rarer) = &mut self.rarer {
             if rarer
                 .paused
@@ -127,7 +119,7 @@ impl Rare {
     }
 
     fn is_empty(&self) -> bool {
-        self.recent_applies.is_empty() && self.rarer.is_none()
+        self.window.is_empty() && self.rarer.is_none()
     }
 
     /// How the server stored children it normalises (none: empty).
@@ -186,14 +178,6 @@ impl PrimaryState {
     }
 }
 
-/// At most this many child applies per primary within [`BUDGET_WINDOW`]:
-/// more means another controller keeps undoing what kiln sets (a fight), and
-/// kiln pauses that primary's writes for `requeue.onError.max` instead of
-/// answering every change (crossplane#6751 needed the same breaker).
-const WRITE_BUDGET: usize = 20;
-/// The window of [`WRITE_BUDGET`].
-const BUDGET_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// A running rule.
 pub struct RuleController {
     rule: Arc<Rule>,
@@ -202,6 +186,8 @@ pub struct RuleController {
     queue: Queue<ObjKey>,
     reverse: Mutex<Reverse>,
     states: Mutex<HashMap<ObjKey, PrimaryState>>,
+    /// Which primary decorates which related object.
+    claims: Mutex<Claims>,
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
 }
 
@@ -238,6 +224,7 @@ impl RuleController {
             queue: Queue::default(),
             reverse: Mutex::default(),
             states: Mutex::default(),
+            claims: Mutex::default(),
             subscriptions: Mutex::default(),
         });
         let weak = Arc::downgrade(&this);
@@ -479,6 +466,10 @@ impl RuleController {
                 let key = ObjKey::of(obj);
                 lock(&self.states).remove(&key);
                 lock(&self.reverse).forget(&key);
+                let touched = lock(&self.claims).forget(&key);
+                for other in touched {
+                    self.enqueue(other);
+                }
                 self.shared.board.forget(&self.rule.primary.gvk, &key);
             }
         }
@@ -763,7 +754,10 @@ impl RuleController {
         };
         let mut fields = serde_json::Map::new();
         fields.insert("metadata".into(), json!({ "finalizers": finalizers }));
-        let patch = decorate::apply_body(gvk, key.namespace.as_deref(), &key.name, &fields);
+        // With the primary's uid: a primary deleted meanwhile is never
+        // created again by this apply (a Conflict, taken as gone).
+        let uid = obj.metadata.uid.as_deref();
+        let patch = decorate::apply_body(gvk, key.namespace.as_deref(), &key.name, uid, &fields);
         let manager = format!("kiln-finalizer-{}", self.rule.name);
         let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
         let pp = PatchParams::apply(&manager).force();
@@ -774,7 +768,9 @@ impl RuleController {
         .await?
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.message.contains("uid mismatch") => {
+                Ok(())
+            }
             Err(e) => Err(Failure::of(&e, "updating the primary's finalizer", true)),
         }
     }
@@ -908,7 +904,12 @@ impl RuleController {
         decorations: &Result<Decorations, String>,
         secrets: &[String],
     ) -> Result<Next, Failure> {
-        if let Some(failure) = self.over_budget(obj, plan).await {
+        // Decorating an object another primary of the rule decorates too
+        // fails, once the children went through.
+        let shared = self.claim(obj, decorations);
+        let none = Ok(Decorations::default());
+        let written = if shared.is_some() { &none } else { decorations };
+        if let Some(failure) = self.over_budget(obj, plan, written).await {
             return self.failed(obj, plan, failure, secrets).await;
         }
         for child in &plan.apply {
@@ -926,9 +927,10 @@ impl RuleController {
                 return self.failed(obj, plan, failure, secrets).await;
             }
         }
-        let decorated = match decorations {
-            Ok(d) => self.decorate(obj, d).await,
-            Err(message) => Err(Failure::new(
+        let decorated = match (decorations, shared) {
+            (_, Some(failure)) => Err(failure),
+            (Ok(d), None) => self.decorate(obj, d).await,
+            (Err(message), None) => Err(Failure::new(
                 Category::Invalid,
                 format!("decorating: {message}"),
             )),
@@ -979,58 +981,112 @@ impl RuleController {
             })?;
             let permit = self.fence(obj)?;
             let api = self.api(&kind, d.namespace.as_deref());
-            let mut pp = PatchParams::apply(&d.manager);
-            pp.force = d.force;
             let what = format!("decorating {} {} as {}", d.gvk.kind, d.name, d.manager);
             self.shared
                 .stats
                 .applies
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            match fenced(
-                permit.as_ref(),
-                api.patch(&d.name, &pp, &Patch::Apply(&d.body)),
-            )
-            .await?
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {} // gone meanwhile
+            match fenced(permit.as_ref(), decorate::send(&api, d)).await? {
+                // Gone meanwhile: nothing to decorate, nothing created.
+                Ok(decorate::Sent::Applied | decorate::Sent::Gone) => {}
                 Err(e) => return Err(Failure::of(&e, &what, d.force)),
             }
         }
         Ok(())
     }
 
-    /// Spends the write budget of the primary on the plan's applies, or says
-    /// why its writes are paused (a fight with another field manager).
-    async fn over_budget(&self, obj: &DynamicObject, plan: &Plan) -> Option<Failure> {
-        use std::time::Instant;
-        if plan.apply.is_empty() {
+    /// Records the related objects the primary decorates (claims.rs): one
+    /// another primary of the rule decorates too is a conflict, reported on
+    /// both, and decorated for neither.
+    fn claim(
+        &self,
+        obj: &DynamicObject,
+        decorations: &Result<Decorations, String>,
+    ) -> Option<Failure> {
+        let targets = decorations
+            .as_ref()
+            .map(|d| d.claimed.clone())
+            .unwrap_or_default();
+        let claimed = lock(&self.claims).set(&ObjKey::of(obj), targets);
+        for other in claimed.touched {
+            self.enqueue(other);
+        }
+        let ((kind, namespace, name, manager), other) = claimed.shared.first()?;
+        let at = namespace
+            .as_ref()
+            .map_or(String::new(), |n| format!("{n}/"));
+        let message = format!(
+            "{kind} {at}{name} is decorated as {manager} for {} {other} too: two primaries of rule {} may not decorate one object (each would undo the other); kiln decorates it for neither until one stops",
+            self.rule.primary.gvk.kind, self.rule.name
+        );
+        Some(Failure::new(Category::Conflict, message))
+    }
+
+    /// Spends the write budget of the primary on the plan's applies and the
+    /// decorations (budget.rs: only writes repeating what kiln last wrote
+    /// count), or says why its writes are paused (a fight with another
+    /// field manager).
+    async fn over_budget(
+        &self,
+        obj: &DynamicObject,
+        plan: &Plan,
+        decorations: &Result<Decorations, String>,
+    ) -> Option<Failure> {
+        let now = std::time::Instant::now();
+        let writes = planned_writes(plan, decorations);
+        if writes.is_empty() {
             return None;
         }
         let key = ObjKey::of(obj);
-        let now = Instant::now();
-        {
+        let first = {
             let mut states = lock(&self.states);
-            let state = states.entry(key.clone()).or_default();
-            let rare = state.rare();
+            let rare = states.entry(key.clone()).or_default().rare();
             rare.expire(now);
             if let Some((_, why)) = rare.paused() {
                 return Some(Failure::new(Category::Conflict, why.clone()));
             }
-            if rare.recent_applies.len() + plan.apply.len() <= WRITE_BUDGET {
-                rare.recent_applies.extend(plan.apply.iter().map(|_| now));
-                return None;
+            let prints: Vec<budget::Write> = writes.iter().map(|(w, _)| *w).collect();
+            match rare.window.spend(now, &prints) {
+                Ok(()) => return None,
+                Err(first) => first,
             }
-        }
-        // Over budget: find who keeps changing the child, then pause.
-        let child = &plan.apply[0];
-        let other = self.last_other_manager(child).await;
+        };
+        // Over budget: find who keeps changing the object, then pause.
+        let (what, other) = match writes[first].1 {
+            Written::Child(child) => {
+                let other = match self.wiring.children.get(&child.gvk) {
+                    Some(informer) => {
+                        let ours = &self.shared.options.field_manager;
+                        let (ns, name) = (child.namespace.as_deref(), &child.name);
+                        self.last_other_manager(informer.kind(), ns, name, ours)
+                            .await
+                    }
+                    None => None,
+                };
+                (format!("{} {}", child.gvk.kind, plan::key_of(child)), other)
+            }
+            Written::Decoration(d) => {
+                let other = match self.shared.kinds.resolve(&d.gvk).await {
+                    Ok(kind) => {
+                        let ns = d.namespace.as_deref();
+                        self.last_other_manager(&kind, ns, &d.name, &d.manager)
+                            .await
+                    }
+                    Err(_) => None,
+                };
+                let at = d
+                    .namespace
+                    .as_ref()
+                    .map_or(String::new(), |n| format!("{n}/"));
+                let what = format!("{} {at}{} (decorated as {})", d.gvk.kind, d.name, d.manager);
+                (what, other)
+            }
+        };
         let cool_down = self.rule.requeue.on_error.max;
         let why = format!(
-            "{} {} was rewritten more than {WRITE_BUDGET} times in {}s: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
-            child.gvk.kind,
-            plan::key_of(child),
-            BUDGET_WINDOW.as_secs(),
+            "{what} was rewritten more than {} times in {}s with what kiln last wrote: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
+            budget::BUDGET,
+            budget::WINDOW.as_secs(),
             other.as_deref().unwrap_or("unknown field manager"),
             cool_down.as_secs()
         );
@@ -1041,21 +1097,24 @@ impl RuleController {
             .inc();
         let mut states = lock(&self.states);
         let rare = states.entry(key).or_default().rare();
-        rare.recent_applies.clear();
+        rare.window.clear();
         rare.rarer().paused = Some((now + cool_down, why.clone()));
         Some(Failure::new(Category::Conflict, why))
     }
 
-    /// The field manager other than kiln that wrote a child last (one GET:
-    /// the cache keeps no managed fields of children).
-    async fn last_other_manager(&self, child: &DesiredChild) -> Option<String> {
-        let informer = self.wiring.children.get(&child.gvk)?;
-        let api = self.api(informer.kind(), child.namespace.as_deref());
-        let live = api.get(&child.name).await.ok()?;
-        let ours = &self.shared.options.field_manager;
+    /// The field manager other than `ours` that wrote an object last (one
+    /// GET: the caches keep no managed fields of other managers).
+    async fn last_other_manager(
+        &self,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+        ours: &str,
+    ) -> Option<String> {
+        let live = self.api(kind, namespace).get(name).await.ok()?;
         live.managed_fields()
             .iter()
-            .filter(|m| m.manager.as_deref() != Some(ours.as_str()))
+            .filter(|m| m.manager.as_deref() != Some(ours))
             .max_by_key(|m| m.time.as_ref().map(|t| t.0))
             .and_then(|m| m.manager.clone())
     }
@@ -1441,6 +1500,31 @@ impl RuleController {
     }
 }
 
+/// A write a reconcile is about to make.
+enum Written<'a> {
+    Child(&'a DesiredChild),
+    Decoration(&'a decorate::Decoration),
+}
+
+/// Every write of a plan and its decorations, fingerprinted for the budget.
+fn planned_writes<'a>(
+    plan: &'a Plan,
+    decorations: &'a Result<Decorations, String>,
+) -> Vec<(budget::Write, Written<'a>)> {
+    let children = plan.apply.iter().map(|c| {
+        let target = (c.gvk.to_string(), &c.namespace, &c.name);
+        (budget::Write::of(target, &c.object), Written::Child(c))
+    });
+    let decorated = decorations
+        .iter()
+        .flat_map(|d| d.apply.iter().chain(&d.take_back))
+        .map(|d| {
+            let target = (d.gvk.to_string(), &d.namespace, &d.name, &d.manager);
+            (budget::Write::of(target, &d.body), Written::Decoration(d))
+        });
+    children.chain(decorated).collect()
+}
+
 fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> Handler {
     let weak = weak.clone();
     Arc::new(move |change: &Change<'_>| {
@@ -1678,18 +1762,22 @@ mod tests {
         assert!(std::mem::size_of::<Rare>() <= 48);
     }
 
+    fn write() -> budget::Write {
+        budget::Write::of("ConfigMap w", &json!({"data": {}}))
+    }
+
     #[test]
     fn normalised_children_and_a_pause_are_freed_apart_from_the_window() {
         use std::time::{Duration, Instant};
         let start = Instant::now();
         let mut state = PrimaryState::default();
         let rare = state.rare();
-        rare.recent_applies.push_back(start);
+        assert_eq!(rare.window.spend(start, &[write()]), Ok(()));
         rare.rarer().paused = Some((start + Duration::from_secs(5), "fight".into()));
         state.succeeded(start + Duration::from_secs(5));
         let rare = state.rare.as_ref().unwrap();
         assert!(rare.rarer.is_none(), "the ended pause is dropped");
-        assert_eq!(rare.recent_applies.len(), 1, "the window's apply is kept");
+        assert!(!rare.window.is_empty(), "the window's apply is kept");
         assert!(rare.paused().is_none());
     }
 
@@ -1698,10 +1786,10 @@ mod tests {
         use std::time::{Duration, Instant};
         let start = Instant::now();
         let mut state = PrimaryState::default();
-        state.rare().recent_applies.push_back(start);
+        assert_eq!(state.rare().window.spend(start, &[write()]), Ok(()));
         state.succeeded(start + Duration::from_secs(1));
         assert!(state.rare.is_some(), "an apply within the window is kept");
-        state.succeeded(start + BUDGET_WINDOW + Duration::from_secs(1));
+        state.succeeded(start + budget::WINDOW + Duration::from_secs(1));
         assert!(state.rare.is_none(), "freed once the window is over");
 
         state.rare().rarer().paused = Some((start + Duration::from_secs(30), "fight".into()));

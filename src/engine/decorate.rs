@@ -14,9 +14,12 @@
 
 use std::collections::BTreeSet;
 
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
 use minijinja::Value as JinjaValue;
 use serde_json::{Map, Value, json};
 
+use super::claims::Target;
 use super::diff;
 use crate::render::Inputs;
 use crate::rules::{DecoratorTarget, Gvk, Rule};
@@ -48,6 +51,9 @@ pub struct Decorations {
     pub apply: Vec<Decoration>,
     /// Empty applies taking back what a decorator no longer sets here.
     pub take_back: Vec<Decoration>,
+    /// Every related object decorated (shown or not), as which manager: no
+    /// other primary of the rule may decorate it too (claims.rs).
+    pub claimed: BTreeSet<Target>,
 }
 
 /// The field manager of decorator `id` of `rule` (kiln's own is `base`).
@@ -91,6 +97,11 @@ pub fn plan(
                 ));
             };
             let (namespace, name) = identity(target);
+            if decorator.target != DecoratorTarget::Primary {
+                let claim = (gvk.to_string(), namespace.clone(), name.clone());
+                out.claimed
+                    .insert((claim.0, claim.1, claim.2, manager.clone()));
+            }
             wanted.insert((
                 gvk.to_string(),
                 namespace.clone().unwrap_or_default(),
@@ -101,7 +112,7 @@ pub fn plan(
                 continue;
             }
             out.apply.push(Decoration {
-                body: apply_body(&gvk, namespace.as_deref(), &name, fields),
+                body: apply_body(&gvk, namespace.as_deref(), &name, uid_of(target), fields),
                 manager: manager.clone(),
                 gvk,
                 namespace,
@@ -129,7 +140,13 @@ pub fn plan(
                 continue;
             }
             out.take_back.push(Decoration {
-                body: apply_body(&gvk, namespace.as_deref(), &name, &Map::new()),
+                body: apply_body(
+                    &gvk,
+                    namespace.as_deref(),
+                    &name,
+                    uid_of(target),
+                    &Map::new(),
+                ),
                 manager: held,
                 gvk: gvk.clone(),
                 namespace: namespace.clone(),
@@ -176,6 +193,39 @@ fn every_target<'a>(rule: &Rule, inputs: &'a Inputs) -> Vec<(Gvk, &'a Value)> {
     all
 }
 
+/// The uid of an object as cached.
+fn uid_of(object: &Value) -> Option<&str> {
+    object["metadata"]["uid"].as_str()
+}
+
+/// What became of a decoration sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// The target holds it.
+    Applied,
+    /// The target is gone (deleted since kiln saw it): nothing was written.
+    Gone,
+}
+
+/// Applies one decoration as its decorator's field manager. Its body holds
+/// the target's uid as kiln saw it ([`apply_body`]), so a target deleted
+/// meanwhile is never created again: that answer is [`Sent::Gone`].
+pub async fn send(api: &Api<DynamicObject>, d: &Decoration) -> Result<Sent, kube::Error> {
+    let mut pp = PatchParams::apply(&d.manager);
+    pp.force = d.force;
+    match api.patch(&d.name, &pp, &Patch::Apply(&d.body)).await {
+        Ok(_) => Ok(Sent::Applied),
+        Err(kube::Error::Api(s)) if s.code == 404 || uid_mismatch(&s) => Ok(Sent::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the API server refused an apply because the object with the
+/// uid it names no longer exists (it then creates nothing).
+fn uid_mismatch(status: &kube::core::Status) -> bool {
+    status.code == 409 && status.message.contains("uid mismatch")
+}
+
 fn identity(object: &Value) -> (Option<String>, String) {
     let meta = &object["metadata"];
     (
@@ -186,16 +236,24 @@ fn identity(object: &Value) -> (Option<String>, String) {
 
 /// The body of a server-side apply to the object `gvk` `namespace/name`
 /// setting `fields` (which may add to `metadata`).
+/// With the `uid` kiln saw, the apply never creates the object: if it is
+/// gone meanwhile the API server answers a Conflict ("uid mismatch")
+/// instead of creating it, holding nothing but these fields, owned by
+/// nobody. (The API server does not record `uid` as a field anyone owns.)
 pub(super) fn apply_body(
     gvk: &Gvk,
     namespace: Option<&str>,
     name: &str,
+    uid: Option<&str>,
     fields: &Map<String, Value>,
 ) -> Value {
     let mut meta = Map::new();
     meta.insert("name".into(), json!(name));
     if let Some(ns) = namespace {
         meta.insert("namespace".into(), json!(ns));
+    }
+    if let Some(uid) = uid {
+        meta.insert("uid".into(), json!(uid));
     }
     if let Some(Value::Object(more)) = fields.get("metadata") {
         meta.extend(more.clone());

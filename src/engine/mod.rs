@@ -7,7 +7,9 @@
 
 pub mod backoff;
 pub mod board;
+pub mod budget;
 pub mod cached;
+pub mod claims;
 pub mod controller;
 pub mod decode;
 pub mod decorate;

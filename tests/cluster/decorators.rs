@@ -136,3 +136,131 @@ async fn a_decorator_never_takes_a_field_another_manager_owns_unless_forced() {
         .await;
     scene.end().await;
 }
+
+const CLAIMING: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: claiming}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  watches:
+    - {name: target, apiVersion: v1, kind: ConfigMap, ref: {name: "{{ self.spec.target }}"}}
+  decorate:
+    - id: mark
+      target: related.target
+      patch:
+        metadata:
+          labels: {marked-by: "{{ self.metadata.name }}"}
+"#;
+
+/// Two primaries of one rule decorating one object would do it as one
+/// field manager, each undoing the other without end: both say so, and
+/// kiln stops writing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decorators_fight_themselves_endlessly() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let scene = Scene::new("claims").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}}))
+        .await;
+    for name in ["a", "b"] {
+        scene
+            .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+                "metadata": {"name": name}, "spec": {"target": "shared"}}))
+            .await;
+    }
+    let scene = scene.running(&[rule_from_yaml(CLAIMING)]).await;
+    for (name, other) in [("a", "b"), ("b", "a")] {
+        let message = scene.refused(name, "Conflict").await;
+        assert!(
+            message.contains("ConfigMap") && message.contains(&format!("/{other}")),
+            "{message}"
+        );
+    }
+    // No flapping: the shared object is written no more.
+    let stats = scene.engine().stats();
+    let before = stats.applies.load(SeqCst);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let during = stats.applies.load(SeqCst) - before;
+    assert_eq!(during, 0, "{during} applies in 3 s");
+
+    // One lets go: the other decorates alone.
+    let widgets = scene.api("test.kiln.dev/v1", "Widget").await;
+    widgets
+        .delete("b", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    scene
+        .until("the label of a alone", ("v1", "ConfigMap", "shared"), |c| {
+            c["metadata"]["labels"]["marked-by"] == "a"
+        })
+        .await;
+    scene.ready("a").await;
+    scene.end().await;
+}
+
+const MARKING: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: marking}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  watches:
+    - {name: target, apiVersion: v1, kind: ConfigMap, ref: {name: target}}
+  decorate:
+    - id: mark
+      target: related.target
+      patch:
+        metadata:
+          labels: {marked: "yes"}
+"#;
+
+/// kiln decorates from its cache: a target deleted between the cache and
+/// the write is never created again by the apply (which would hold
+/// nothing but the decorator's fields, owned by nobody). The decoration is
+/// planned from the target as cached, the target deleted, then the
+/// decoration sent exactly as the engine sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decorator_resurrects_what_was_deleted() {
+    use kiln::engine::decorate;
+    let scene = Scene::new("resurrect").await.with_widgets().await;
+    let cached = scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}}))
+        .await;
+    let widget = scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let rule = rule_from_yaml(MARKING);
+    let mut inputs = kiln::render::Inputs {
+        primary: widget.clone(),
+        ..Default::default()
+    };
+    inputs.related.insert("target".into(), cached);
+    let this = kiln::template::to_jinja(&widget);
+    let planned = decorate::plan(
+        &rule,
+        "kiln",
+        || kiln::render::context(&rule, &this, &inputs),
+        &inputs,
+    )
+    .unwrap();
+    assert_eq!(planned.apply.len(), 1, "{planned:?}");
+
+    let cms = scene.api("v1", "ConfigMap").await;
+    cms.delete("target", &Default::default()).await.unwrap();
+    let sent = decorate::send(&cms, &planned.apply[0]).await.unwrap();
+    assert_eq!(sent, decorate::Sent::Gone);
+    assert!(
+        scene.get("v1", "ConfigMap", "target").await.is_none(),
+        "the decoration created the deleted target"
+    );
+
+    // Another object by the same name since: not the one kiln saw.
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}}))
+        .await;
+    let _ = decorate::send(&cms, &planned.apply[0]).await;
+    let now = scene.get("v1", "ConfigMap", "target").await.unwrap();
+    assert!(now["metadata"]["labels"].get("marked").is_none(), "{now}");
+    scene.end().await;
+}

@@ -1,0 +1,174 @@
+//! The write budget of one primary: what tells a fight from work.
+//!
+//! A fight is another writer undoing what kiln set, over and over: kiln
+//! writes an object again with exactly what it wrote last time. Creating
+//! children (any number of them) and following the owner's edits (each a
+//! new body) are work, never a fight. So only writes that repeat the body
+//! kiln last wrote to the same object within [`WINDOW`] are counted, and
+//! more than [`BUDGET`] of those pause the primary's writes.
+//!
+//! Pure: the caller fingerprints each write ([`Write::of`]) and asks
+//! [`Window::spend`] before writing.
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// At most this many repeated writes per primary within [`WINDOW`]: more
+/// means another controller keeps undoing what kiln sets (a fight), and
+/// kiln pauses that primary's writes instead of answering every change
+/// (crossplane#6751 needed the same breaker).
+pub const BUDGET: usize = 20;
+/// The window of [`BUDGET`].
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// One write kiln is about to make: where, and what (fingerprints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    target: u64,
+    body: u64,
+}
+
+impl Write {
+    /// The write of `body` to the object `target` names (kind, namespace,
+    /// name and, for a decoration, the field manager).
+    pub fn of(target: impl Hash, body: &Value) -> Self {
+        Self {
+            target: hash(target),
+            body: hash(body.to_string()),
+        }
+    }
+}
+
+fn hash(value: impl Hash) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The writes of one primary within the last [`WINDOW`].
+#[derive(Debug, Default)]
+pub struct Window {
+    writes: VecDeque<Made>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Made {
+    at: Instant,
+    write: Write,
+    /// The same body as the last write to the same object: a fight's answer.
+    again: bool,
+}
+
+impl Window {
+    /// Forgets writes older than [`WINDOW`].
+    pub fn expire(&mut self, now: Instant) {
+        while self
+            .writes
+            .front()
+            .is_some_and(|m| now.duration_since(m.at) > WINDOW)
+        {
+            self.writes.pop_front();
+        }
+        if self.writes.is_empty() {
+            // What the window's writes grew is not kept past it.
+            self.writes = VecDeque::new();
+        }
+    }
+
+    /// Whether no write is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Forgets every write (a pause starts: after it, kiln writes again).
+    pub fn clear(&mut self) {
+        self.writes = VecDeque::new();
+    }
+
+    /// Spends the budget on `writes` made `now`, recording them; or, when
+    /// they would repeat more than [`BUDGET`] writes within the window,
+    /// records nothing and returns the index of the first repeated one.
+    pub fn spend(&mut self, now: Instant, writes: &[Write]) -> Result<(), usize> {
+        let again: Vec<bool> = writes.iter().map(|w| self.repeats(w)).collect();
+        let before = self.writes.iter().filter(|m| m.again).count();
+        let more = again.iter().filter(|a| **a).count();
+        if more > 0 && before + more > BUDGET {
+            return Err(again.iter().position(|a| *a).unwrap_or_default());
+        }
+        self.writes
+            .extend(writes.iter().zip(again).map(|(write, again)| Made {
+                at: now,
+                write: *write,
+                again,
+            }));
+        Ok(())
+    }
+
+    /// Whether the last write to the same object within the window had the
+    /// same body.
+    fn repeats(&self, write: &Write) -> bool {
+        self.writes
+            .iter()
+            .rev()
+            .find(|m| m.write.target == write.target)
+            .is_some_and(|m| m.write.body == write.body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn write(name: &str, value: &str) -> Write {
+        Write::of(("ConfigMap", name), &json!({"data": {"value": value}}))
+    }
+
+    #[test]
+    fn creating_any_number_of_objects_spends_nothing() {
+        let mut window = Window::default();
+        let now = Instant::now();
+        let children: Vec<Write> = (0..1000).map(|i| write(&i.to_string(), "v")).collect();
+        assert_eq!(window.spend(now, &children), Ok(()));
+        assert_eq!(window.writes.iter().filter(|m| m.again).count(), 0);
+    }
+
+    #[test]
+    fn the_owners_edits_spend_nothing_even_back_and_forth() {
+        let mut window = Window::default();
+        let now = Instant::now();
+        for edit in 0..30 {
+            let value = if edit % 2 == 0 { "a" } else { "b" };
+            let children: Vec<Write> = (0..8).map(|i| write(&i.to_string(), value)).collect();
+            assert_eq!(window.spend(now, &children), Ok(()), "edit {edit}");
+        }
+    }
+
+    #[test]
+    fn writing_the_same_body_again_and_again_is_a_fight() {
+        let mut window = Window::default();
+        let now = Instant::now();
+        let other = write("other", "x");
+        assert_eq!(window.spend(now, &[write("w", "ours")]), Ok(()));
+        for _ in 0..BUDGET {
+            assert_eq!(window.spend(now, &[write("w", "ours")]), Ok(()));
+        }
+        assert_eq!(window.spend(now, &[other, write("w", "ours")]), Err(1));
+        // Once the window is over, the budget is whole again.
+        window.expire(now + WINDOW + Duration::from_secs(1));
+        assert!(window.is_empty());
+        assert_eq!(window.spend(now, &[write("w", "ours")]), Ok(()));
+    }
+
+    #[test]
+    fn the_same_body_on_another_object_is_no_repeat() {
+        let mut window = Window::default();
+        let now = Instant::now();
+        assert_eq!(window.spend(now, &[write("a", "v")]), Ok(()));
+        assert!(!window.repeats(&write("b", "v")));
+        assert!(window.repeats(&write("a", "v")));
+    }
+}
