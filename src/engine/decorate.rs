@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use super::claims::Target;
 use super::diff;
 use crate::render::Inputs;
-use crate::rules::{DecoratorTarget, Gvk, Rule};
+use crate::rules::{Decorator, DecoratorTarget, Gvk, Rule};
 use crate::template::{Budget, RenderError, to_jinja};
 
 /// One apply as a decorator's field manager.
@@ -88,6 +88,12 @@ pub fn plan(
                 && !set.eval_bool(when, &here)?
             {
                 continue;
+            }
+            if let Some(why) = out_of_bounds(decorator, &inputs.primary, &gvk, target) {
+                return Err(RenderError::new(
+                    &format!("spec.decorate.{}.allowNames", decorator.id),
+                    why,
+                ));
             }
             let patch = decorator.patch.render(set, &here, &mut budget)?;
             let Some(fields) = patch.as_object() else {
@@ -156,6 +162,37 @@ pub fn plan(
         }
     }
     Ok(out)
+}
+
+/// Why `decorator` may not patch `target` for `primary`, if it may not:
+/// for a namespaced primary, a cluster-scoped target must be one the rule
+/// names literally (its `allowNames`, or the watch's literal name). Whoever
+/// writes a primary decides values, not which cluster-wide object kiln writes.
+fn out_of_bounds(
+    decorator: &Decorator,
+    primary: &Value,
+    gvk: &Gvk,
+    target: &Value,
+) -> Option<String> {
+    let (namespace, name) = identity(target);
+    let primary_namespaced = primary["metadata"]["namespace"].is_string();
+    if decorator.target == DecoratorTarget::Primary
+        || namespace.is_some()
+        || !primary_namespaced
+        || decorator.allow_names.contains(&name)
+    {
+        return None;
+    }
+    Some(format!(
+        "{} {name} is cluster-scoped and not among the names decorator `{}` may patch (its `allowNames`: {}); the primary decides values, not which cluster-scoped object kiln writes",
+        gvk.kind,
+        decorator.id,
+        if decorator.allow_names.is_empty() {
+            "none".to_string()
+        } else {
+            decorator.allow_names.join(", ")
+        }
+    ))
 }
 
 /// The objects a decorator patches: the primary, or the related object(s).

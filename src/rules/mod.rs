@@ -298,6 +298,9 @@ pub struct Decorator {
     pub patch: Tree,
     /// Whether fields other managers own are taken.
     pub force: bool,
+    /// The cluster-scoped objects it may patch for a namespaced primary
+    /// (`allowNames`, and the watch's name when literal).
+    pub allow_names: Vec<String>,
 }
 
 /// A child another child waits for before it is applied.

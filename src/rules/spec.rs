@@ -105,6 +105,13 @@ pub struct RawDecorator {
     /// conflict is reported as `Conflict` and their value stays).
     #[serde(default)]
     pub force: bool,
+    /// Names (literal) of the cluster-scoped objects the decorator may
+    /// patch for a namespaced primary. Whoever writes a primary decides
+    /// values, not which cluster-wide object kiln writes: a cluster-scoped
+    /// target not listed here is refused for that primary. A target found
+    /// by a literal name needs no list.
+    #[serde(default)]
+    pub allow_names: Vec<String>,
 }
 
 /// What happens to the children when a primary is deleted.

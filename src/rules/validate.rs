@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::load::Document;
 use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
-use super::spec::{DurationText, RawChild, RawLabelSelector, RawRule, RawWatch};
+use super::spec::{DurationText, RawChild, RawDecorator, RawLabelSelector, RawRule, RawWatch};
 use super::{
     Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector, Need,
     Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
@@ -696,6 +696,8 @@ impl<'a> Checker<'a> {
                 );
             } else if !seen.insert(d.id.clone()) {
                 self.error(&with("id"), format!("duplicate decorator id `{}`", d.id));
+            } else if let Some(why) = manager_too_long(&self.raw.metadata.name, &d.id) {
+                self.error(&with("id"), why);
             }
             let target = match d.target.trim() {
                 "self" => Some(DecoratorTarget::Primary),
@@ -747,6 +749,7 @@ impl<'a> Checker<'a> {
                 }
             }
             let patch = self.tree(&patch_at, &d.patch, &scope, watches, ids);
+            let allow_names = self.allow_names(&at, d, target.as_ref());
             if let (Some(target), Some(patch)) = (target, patch) {
                 out.push(Decorator {
                     id: d.id.clone(),
@@ -754,10 +757,60 @@ impl<'a> Checker<'a> {
                     when,
                     patch,
                     force: d.force,
+                    allow_names,
                 });
             }
         }
         out
+    }
+
+    /// The cluster-scoped objects decorator `d` may patch for a namespaced
+    /// primary: its `allowNames`, and the watch's name when it is literal.
+    /// A watch of a kind known to be cluster-scoped found by a templated
+    /// name or a selector, with no `allowNames`, is refused: whoever writes
+    /// a primary would choose which cluster-wide object kiln writes.
+    fn allow_names(
+        &mut self,
+        at: &[Step],
+        d: &RawDecorator,
+        target: Option<&DecoratorTarget>,
+    ) -> Vec<String> {
+        let mut names = d.allow_names.clone();
+        for (j, name) in d.allow_names.iter().enumerate() {
+            if let Err(why) = dns_subdomain(name) {
+                let here = [at, &[key("allowNames"), Step::Index(j)]].concat();
+                self.error(&here, format!("name `{}` {why}", name.escape_debug()));
+            }
+        }
+        let Some(DecoratorTarget::Related(watch)) = target else {
+            return names;
+        };
+        let Some(w) = self.raw.spec.watches.iter().find(|w| &w.name == watch) else {
+            return names;
+        };
+        let literal = w
+            .ref_
+            .as_ref()
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.contains("{{") && !n.contains("{%"));
+        if let Some(name) = literal {
+            names.push(name.to_string());
+            return names;
+        }
+        let cluster_scoped = well_known_scope(&loose_gvk(&w.api_version, &w.kind)) == Some(false);
+        let for_ = &self.raw.spec.for_;
+        let primary_cluster_scoped =
+            well_known_scope(&loose_gvk(&for_.api_version, &for_.kind)) == Some(false);
+        if cluster_scoped && !primary_cluster_scoped && names.is_empty() {
+            self.error(
+                &[at, &[key("target")]].concat(),
+                format!(
+                    "decorator `{}` patches {} objects (cluster-scoped) found by a name or labels the primary gives: list the names it may patch in `allowNames`",
+                    d.id, w.kind
+                ),
+            );
+        }
+        names
     }
 
     fn status_fields(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {
@@ -1347,6 +1400,31 @@ pub fn is_condition_reason(r: &str) -> bool {
         && r.starts_with(|c: char| c.is_ascii_alphabetic())
         && r.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
         && r.chars().all(inner)
+}
+
+/// `apiVersion` and `kind` as a kind, unchecked (checked elsewhere).
+fn loose_gvk(api_version: &str, kind: &str) -> Gvk {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    Gvk {
+        group: group.to_string(),
+        version: version.to_string(),
+        kind: kind.to_string(),
+    }
+}
+
+/// The longest field manager the API server takes.
+const MAX_FIELD_MANAGER: usize = 128;
+
+/// Why decorator `id` of rule `rule` cannot be a field manager
+/// (`kiln.<rule>.<id>`, with kiln's default field manager), if it cannot.
+fn manager_too_long(rule: &str, id: &str) -> Option<String> {
+    let manager = format!("kiln.{rule}.{id}");
+    (manager.len() > MAX_FIELD_MANAGER).then(|| {
+        format!(
+            "decorator id `{id}` makes its field manager `kiln.{rule}.<id>` {} characters long; the API server takes at most {MAX_FIELD_MANAGER}",
+            manager.len()
+        )
+    })
 }
 
 #[cfg(test)]

@@ -199,6 +199,64 @@ async fn decorators_fight_themselves_endlessly() {
     scene.end().await;
 }
 
+/// A decorator of a cluster-scoped object found by a name the primary
+/// gives writes only where the rule author allows (`allowNames`): a
+/// tenant naming `kube-system` gets a refusal naming that bound, and
+/// `kube-system` no label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decorator_writes_where_the_tenant_says() {
+    let scene = Scene::new("bounded").await.with_widgets().await;
+    let rule = format!(
+        r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: tagger}}
+spec:
+  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}
+  watches:
+    - {{name: ns, apiVersion: v1, kind: Namespace, ref: {{name: "{{{{ self.spec.namespace }}}}"}}}}
+  decorate:
+    - id: tag
+      target: related.ns
+      allowNames: [{}]
+      patch:
+        metadata:
+          labels: {{tagged-by: "{{{{ self.metadata.name }}}}"}}
+"#,
+        scene.ns()
+    );
+    for (name, namespace) in [("mine", scene.ns()), ("evil", "kube-system")] {
+        scene
+            .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+                "metadata": {"name": name}, "spec": {"namespace": namespace}}))
+            .await;
+    }
+    let scene = scene.running(&[rule_from_yaml(&rule)]).await;
+    let message = scene.refused("evil", "Invalid").await;
+    assert!(
+        message.contains("kube-system") && message.contains("allowNames"),
+        "{message}"
+    );
+    support::eventually(
+        "the label on the allowed Namespace",
+        crate::support::scene::CONVERGE,
+        || async {
+            let own = support::get(&scene.client, "v1", "Namespace", "", scene.ns()).await;
+            (own?["metadata"]["labels"]["tagged-by"] == "mine").then_some(())
+        },
+    )
+    .await;
+    let system = support::get(&scene.client, "v1", "Namespace", "", "kube-system")
+        .await
+        .unwrap();
+    assert!(
+        system["metadata"]["labels"].get("tagged-by").is_none(),
+        "{}",
+        system["metadata"]
+    );
+    scene.end().await;
+}
+
 const MARKING: &str = r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule
