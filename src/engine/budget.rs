@@ -83,9 +83,13 @@ impl Window {
         self.writes.is_empty()
     }
 
-    /// Forgets every write (a pause starts: after it, kiln writes again).
-    pub fn clear(&mut self) {
-        self.writes = VecDeque::new();
+    /// A pause starts: the repeated writes are forgiven (after it, kiln
+    /// has the whole budget again), but what kiln last wrote where is
+    /// kept, so the first answer after the pause counts as a repeat.
+    pub fn forgive(&mut self) {
+        for made in &mut self.writes {
+            made.again = false;
+        }
     }
 
     /// Spends the budget on `writes` made `now`, recording them; or, when
@@ -157,6 +161,13 @@ mod tests {
             assert_eq!(window.spend(now, &[write("w", "ours")]), Ok(()));
         }
         assert_eq!(window.spend(now, &[other, write("w", "ours")]), Err(1));
+        // A pause forgives the repeats; the next answer is still one.
+        window.forgive();
+        assert!(window.repeats(&write("w", "ours")));
+        for _ in 0..BUDGET {
+            assert_eq!(window.spend(now, &[write("w", "ours")]), Ok(()));
+        }
+        assert_eq!(window.spend(now, &[write("w", "ours")]), Err(0));
         // Once the window is over, the budget is whole again.
         window.expire(now + WINDOW + Duration::from_secs(1));
         assert!(window.is_empty());

@@ -216,7 +216,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl RuleController {
     /// Wires the rule to its informers and subscribes its handlers.
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
-        shared.board.register(&rule);
+        // A refused rule writes no status: it has no part in any.
+        if !wiring.refused {
+            shared.board.register(&rule);
+        }
         let this = Arc::new(Self {
             rule,
             shared,
@@ -1097,7 +1100,7 @@ impl RuleController {
             .inc();
         let mut states = lock(&self.states);
         let rare = states.entry(key).or_default().rare();
-        rare.window.clear();
+        rare.window.forgive();
         rare.rarer().paused = Some((now + cool_down, why.clone()));
         Some(Failure::new(Category::Conflict, why))
     }
