@@ -49,6 +49,9 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Print the least-privilege ClusterRole the given rules need.
     Rbac(RbacArgs),
+    /// Print the CustomResourceDefinitions the rules define (`spec.api`),
+    /// for GitOps and review; `kiln run` applies the same ones.
+    Crd(CrdArgs),
     /// Print a ConfigMap holding the given rule files (to mount or to read with --rules-configmap).
     Configmap(ConfigmapArgs),
     /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
@@ -194,6 +197,19 @@ pub struct ValidateArgs {
     /// Rule files or directories of them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+    /// A CustomResourceDefinition file (repeatable; a file may hold several):
+    /// templates of rules on its kind may read only the `self.spec` and
+    /// `self.status` fields its schema declares.
+    #[arg(long = "crd")]
+    pub crds: Vec<PathBuf>,
+}
+
+/// `kiln crd`
+#[derive(Debug, Args)]
+pub struct CrdArgs {
+    /// Rule files or directories (repeatable).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
 }
 
 /// `kiln explain`

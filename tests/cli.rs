@@ -54,7 +54,7 @@ fn controlplane_down_without_a_running_one_says_so() {
 fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("ok: 6 rules in 6 files"), "{out}");
+    assert!(out.starts_with("ok: 7 rules in 7 files"), "{out}");
 }
 
 #[test]
@@ -110,6 +110,55 @@ fn deploy_generated_files_are_fresh() {
             "{file} is stale: run `make deploy-manifests`"
         );
     }
+}
+
+#[test]
+fn the_committed_staticsite_crd_is_kiln_crd_output() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = std::fs::read_to_string(root.join("examples/staticsite/crd.yaml")).unwrap();
+    assert_eq!(
+        kiln_in_repo(&["crd", "--rules", "rules/staticsite.yaml"]),
+        committed,
+        "examples/staticsite/crd.yaml is stale: run `kiln crd --rules rules/staticsite.yaml > examples/staticsite/crd.yaml`"
+    );
+}
+
+#[test]
+fn validate_with_a_crd_finds_a_misspelled_spec_field_at_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("rule.yaml");
+    std::fs::write(
+        &rule,
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: typo}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: WebApp}\n  children:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        data: {image: \"{{ self.spec.imagee }}\"}\n",
+    )
+    .unwrap();
+    let rule = rule.to_str().unwrap();
+    let (ok, _, err) = kiln(&["validate", rule]);
+    assert!(ok, "without the CRD the schema is not known: {err}");
+    let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/webapp/crd.yaml");
+    let (ok, _, err) = kiln(&["validate", "--crd", crd, rule]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("{rule}:12:16"))
+            && err.contains("`self.spec.imagee` is not declared in the schema of WebApp (the CRD given) (`self.spec` has image, replicas, port, secretName, config)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn render_applies_the_defaults_of_a_rule_defined_api() {
+    let out = kiln_in_repo(&[
+        "render",
+        "--rules",
+        "rules/staticsite.yaml",
+        "--object",
+        "examples/staticsite/staticsite.yaml",
+    ]);
+    assert!(out.contains("replicas: 1\n"), "replicas defaulted:\n{out}");
+    assert!(
+        out.contains("demo.kiln.dev/theme: light\n"),
+        "theme defaulted:\n{out}"
+    );
 }
 
 #[test]
