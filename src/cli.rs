@@ -253,6 +253,11 @@ pub struct RenderArgs {
     /// Print only the children (no status patch), e.g. to pipe into kubectl.
     #[arg(long)]
     pub children_only: bool,
+    /// The primary's CustomResourceDefinition file (repeatable): its schema's
+    /// defaults are filled in before rendering, as the API server does (a
+    /// rule that defines its API uses its own).
+    #[arg(long = "crd")]
+    pub crds: Vec<PathBuf>,
 }
 
 fn parse_configmap(s: &str) -> Result<(String, String), String> {

@@ -162,6 +162,31 @@ fn render_applies_the_defaults_of_a_rule_defined_api() {
 }
 
 #[test]
+fn render_applies_the_defaults_of_a_crd_given() {
+    let args = [
+        "render",
+        "--rules",
+        "rules/webapp.yaml",
+        "--object",
+        "tests/fixtures/objects/webapp-without-port.yaml",
+        "--related",
+        "credentials=examples/webapp/secret.yaml",
+    ];
+    let (ok, _, err) = kiln(&args);
+    assert!(!ok);
+    assert!(err.contains("`self.spec.replicas` is undefined"), "{err}");
+    let with = kiln_in_repo(&[&args[..], &["--crd", "examples/webapp/crd.yaml"]].concat());
+    assert!(
+        with.contains("replicas: 1\n"),
+        "the CRD's default replicas:\n{with}"
+    );
+    assert!(
+        with.contains("containerPort: 8080\n"),
+        "the CRD's default port:\n{with}"
+    );
+}
+
+#[test]
 fn render_says_when_the_rule_does_not_select_the_object() {
     let dir = tempfile::tempdir().unwrap();
     let object = dir.path().join("ns.yaml");

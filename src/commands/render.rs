@@ -56,13 +56,23 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             known.join(", ")
         );
     }
-    // The API server fills in a rule-defined API's defaults before anyone
-    // reads the object; so does render.
-    if let Some(schema) = matching.iter().find_map(|r| {
-        let api = r.api.as_ref()?;
-        api.schema(&r.primary.gvk.version)
-    }) {
-        kiln::api::defaults::apply(schema, &mut primary);
+    // The API server fills in the schema's defaults before anyone reads
+    // the object; so does render.
+    let mut crds = Vec::new();
+    for file in &args.crds {
+        crds.extend(documents(file)?);
+    }
+    let schema = matching.iter().find_map(|r| {
+        let gvk = &r.primary.gvk;
+        match &r.api {
+            Some(api) => api.schema(&gvk.version).cloned(),
+            None => {
+                kiln::api::rule::schema_among(&crds, &gvk.group, &gvk.version, &gvk.kind).cloned()
+            }
+        }
+    });
+    if let Some(schema) = schema {
+        kiln::api::defaults::apply(&schema, &mut primary);
     }
     if primary["metadata"]["uid"].is_null() {
         eprintln!(
