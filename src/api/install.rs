@@ -254,3 +254,71 @@ fn established(crd: &CustomResourceDefinition) -> Result<bool, String> {
     }
     Ok(find("Established").is_some_and(|c| c.status == "True"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::load::Source;
+
+    fn set(rules: &[(&str, &str)]) -> RuleSet {
+        let sources = rules
+            .iter()
+            .map(|(name, title)| Source {
+                file: format!("{name}.yaml").into(),
+                text: format!(
+                    "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  api:\n    group: {name}.example.com\n    kind: Site\n    versions:\n      - name: v1\n        schema:\n          spec:\n            title: {title}\n"
+                ),
+            })
+            .collect();
+        crate::rules::load_sources(sources).unwrap()
+    }
+
+    fn names(v: Vec<(&Rule, &Api)>) -> Vec<String> {
+        v.into_iter().map(|(_, a)| a.name()).collect()
+    }
+
+    #[test]
+    fn only_new_and_changed_rules_install_their_crd() {
+        let old = set(&[("a", "string"), ("b", "string")]);
+        assert_eq!(
+            names(to_install(None, &old)),
+            ["sites.a.example.com", "sites.b.example.com"]
+        );
+        let new = set(&[("a", "string"), ("b", "integer"), ("c", "string")]);
+        assert_eq!(
+            names(to_install(Some(&old), &new)),
+            ["sites.b.example.com", "sites.c.example.com"]
+        );
+    }
+
+    #[test]
+    fn a_removed_rule_leaves_its_crd_and_it_is_named() {
+        let old = set(&[("a", "string"), ("b", "string")]);
+        let new = set(&[("b", "string")]);
+        assert_eq!(
+            left_behind(Some(&old), &new),
+            [("a".to_string(), "sites.a.example.com".to_string())]
+        );
+        assert!(left_behind(None, &new).is_empty());
+    }
+
+    #[test]
+    fn a_crd_is_served_once_established_and_refused_names_say_why() {
+        let crd = |conditions: Value| -> CustomResourceDefinition {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "x"},
+                "spec": {"group": "g", "names": {"kind": "K", "plural": "ks"}, "scope": "Namespaced", "versions": []},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap()
+        };
+        assert_eq!(established(&crd(serde_json::json!([]))), Ok(false));
+        let ok = serde_json::json!([{"type": "Established", "status": "True"}]);
+        assert_eq!(established(&crd(ok)), Ok(true));
+        let clash = serde_json::json!([{"type": "NamesAccepted", "status": "False", "message": "\"ks\" is already in use"}]);
+        assert_eq!(
+            established(&crd(clash)),
+            Err("\"ks\" is already in use".into())
+        );
+    }
+}
