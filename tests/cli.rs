@@ -140,7 +140,7 @@ fn validate_with_a_crd_finds_a_misspelled_spec_field_at_its_line_and_column() {
     assert!(!ok);
     assert!(
         err.contains(&format!("{rule}:12:16"))
-            && err.contains("`self.spec.imagee` is not declared in the schema of WebApp (the CRD given) (`self.spec` has image, replicas, port, secretName, config)"),
+            && err.contains("`self.spec.imagee` is not declared in the schema of WebApp (webapps.demo.kiln.dev) (`self.spec` has image, replicas, port, secretName, config)"),
         "{err}"
     );
 }

@@ -7,7 +7,7 @@ use super::spec::RawApi;
 use std::sync::Arc;
 
 use crate::rules::Rule;
-use crate::rules::spec::RawFor;
+use crate::rules::spec::{RawFor, RawRule};
 
 /// The version objects are stored in, as written (none when the versions
 /// do not name exactly one; compiling the API reports that).
@@ -53,17 +53,19 @@ pub fn for_mismatch(api: &RawApi, for_: &RawFor) -> Option<String> {
 }
 
 /// The schema of `group/version` `kind` among CRDs given to check rules
-/// against (`kiln validate --crd FILE`).
+/// against (`kiln validate --crd FILE`), with the CRD's name.
 pub fn schema_among<'a>(
     crds: &'a [Value],
     group: &str,
     version: &str,
     kind: &str,
-) -> Option<&'a Value> {
-    crds.iter()
+) -> Option<(&'a str, &'a Value)> {
+    let crd = crds
+        .iter()
         .filter(|c| c["kind"] == "CustomResourceDefinition")
-        .find(|c| c["spec"]["group"] == group && c["spec"]["names"]["kind"] == kind)
-        .and_then(|c| super::version_schema(c, version))
+        .find(|c| c["spec"]["group"] == group && c["spec"]["names"]["kind"] == kind)?;
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    Some((name, super::version_schema(crd, version)?))
 }
 
 /// Why `rule` may not define its API: a rule before it defines the same CRD.
@@ -76,4 +78,19 @@ pub fn defined_twice(before: &[Arc<Rule>], rule: &Rule) -> Option<String> {
         "CustomResourceDefinition {name} is already defined by rule `{}`: one rule defines an API (others may use it with spec.for)",
         other.name
     ))
+}
+
+/// The CRD a rule defines, when its `spec.api` compiles (its problems are
+/// reported with the rule).
+pub fn defined_crd(rule: &RawRule) -> Option<Value> {
+    let api = rule.spec.api.as_ref()?;
+    let fields: Vec<String> = rule
+        .spec
+        .status
+        .iter()
+        .flat_map(|s| s.fields.keys().cloned())
+        .collect();
+    super::compile(api, &rule.metadata.name, &fields, &[])
+        .ok()
+        .map(|a| a.crd)
 }

@@ -66,9 +66,8 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         let gvk = &r.primary.gvk;
         match &r.api {
             Some(api) => api.schema(&gvk.version).cloned(),
-            None => {
-                kiln::api::rule::schema_among(&crds, &gvk.group, &gvk.version, &gvk.kind).cloned()
-            }
+            None => kiln::api::rule::schema_among(&crds, &gvk.group, &gvk.version, &gvk.kind)
+                .map(|(_, schema)| schema.clone()),
         }
     });
     if let Some(schema) = schema {

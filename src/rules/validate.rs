@@ -48,6 +48,13 @@ pub(super) fn validate_all(
     diagnostics: &mut Vec<Diagnostic>,
     crds: &[Value],
 ) -> RuleSet {
+    // Rules on a kind another rule of the set defines are checked against it too.
+    let mut crds = crds.to_vec();
+    crds.extend(
+        docs.iter()
+            .filter_map(|d| crate::api::rule::defined_crd(&d.raw)),
+    );
+    let crds = crds.as_slice();
     let mut rules = Vec::new();
     let mut first_seen: HashMap<String, String> = HashMap::new();
     for doc in docs {
@@ -268,9 +275,10 @@ impl<'a> Checker<'a> {
         let (schema, whose) = match api {
             Some(api) => (api.schema(&gvk.version), format!("{} (spec.api)", gvk.kind)),
             None => {
-                let crd =
+                let found =
                     crate::api::rule::schema_among(self.crds, &gvk.group, &gvk.version, &gvk.kind);
-                (crd, format!("{} (the CRD given)", gvk.kind))
+                let whose = format!("{} ({})", gvk.kind, found.map_or("", |f| f.0));
+                (found.map(|f| f.1), whose)
             }
         };
         let Some(schema) = schema.cloned() else {
