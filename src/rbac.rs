@@ -56,8 +56,9 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
                 .or_default()
                 .extend(READ);
         }
-        // A rule that defines its API applies its CRD (server-side apply
-        // creates it when it is not there) and reads it back.
+        // A rule that defines its API applies its CRD and reads it back.
+        // Server-side apply that creates the CRD is authorized as `create`
+        // too, with the name known, so even that is granted by name.
         if let Some(api) = &rule.api {
             named
                 .entry((
@@ -66,7 +67,7 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
                     api.name(),
                 ))
                 .or_default()
-                .extend(["get", "patch"]);
+                .extend(["get", "create", "patch"]);
         }
         if rule.ordered_deletion {
             // Its ordered-deletion finalizer, applied to the primary itself.
