@@ -41,8 +41,19 @@ pub struct Compiler<'a> {
     stack: Vec<String>,
     /// Cycles reported, each as its sorted members (reported once).
     cycles: Vec<Vec<String>>,
+    /// Schema nodes made so far, and how deep the current one is.
+    nodes: usize,
+    depth: usize,
+    /// Whether the limits were reported.
+    too_big: bool,
     errors: Vec<SchemaError>,
 }
+
+/// Most schema nodes one version's schema may expand to.
+const MAX_NODES: usize = 10_000;
+/// Deepest nesting of fields, lists, maps and named types (in steps of the
+/// expansion: a list of a named type's field is three).
+const MAX_DEPTH: usize = 96;
 
 const SCALARS: [&str; 5] = ["string", "integer", "boolean", "float", "object"];
 
@@ -53,6 +64,9 @@ impl<'a> Compiler<'a> {
             types,
             stack: Vec::new(),
             cycles: Vec::new(),
+            nodes: 0,
+            depth: 0,
+            too_big: false,
             errors: Vec::new(),
         }
     }
@@ -116,6 +130,34 @@ impl<'a> Compiler<'a> {
     /// One field: a nested object (a mapping) or `type | markers`; and
     /// whether it is required.
     fn field(&mut self, at: &[Step], value: &Value) -> (Value, bool) {
+        if !self.enter(at) {
+            return (json!({}), false);
+        }
+        let out = self.field_here(at, value);
+        self.depth -= 1;
+        out
+    }
+
+    /// Counts one more schema node, one level deeper; false (reported once)
+    /// when the schema grows past the limits: named types used in each
+    /// other can expand exponentially, and `[][][]…` nests without end.
+    fn enter(&mut self, at: &[Step]) -> bool {
+        if self.nodes >= MAX_NODES || self.depth >= MAX_DEPTH {
+            if !self.too_big {
+                self.too_big = true;
+                self.error(
+                    at,
+                    format!("the schema is too big: at most {MAX_NODES} fields and types once named types are expanded, nested at most {MAX_DEPTH} levels deep"),
+                );
+            }
+            return false;
+        }
+        self.nodes += 1;
+        self.depth += 1;
+        true
+    }
+
+    fn field_here(&mut self, at: &[Step], value: &Value) -> (Value, bool) {
         match value {
             Value::Object(fields) => (self.object(at, fields), false),
             Value::String(text) => self.typed(at, text),
@@ -164,6 +206,15 @@ impl<'a> Compiler<'a> {
 
     /// A type expression: a scalar, `[]T`, `map[string]T` or a type name.
     fn type_expr(&mut self, at: &[Step], ty: &str) -> Value {
+        if !self.enter(at) {
+            return json!({});
+        }
+        let out = self.type_here(at, ty);
+        self.depth -= 1;
+        out
+    }
+
+    fn type_here(&mut self, at: &[Step], ty: &str) -> Value {
         if let Some(item) = ty.strip_prefix("[]") {
             return json!({"type": "array", "items": self.type_expr(at, item.trim())});
         }
@@ -252,5 +303,53 @@ pub fn describe(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(spec: Value, types: Value) -> Vec<SchemaError> {
+        let types = types.as_object().cloned().unwrap_or_default();
+        let mut c = Compiler::new(Types::new(&types, vec![Step::Key("types".into())]));
+        c.check_types();
+        c.object(&[Step::Key("spec".into())], spec.as_object().unwrap());
+        c.finish()
+    }
+
+    #[test]
+    fn types_that_expand_exponentially_are_refused_not_expanded() {
+        let mut types = serde_json::Map::new();
+        for i in 0..40 {
+            types.insert(
+                format!("T{i}"),
+                json!({"a": format!("T{}", i + 1), "b": format!("T{}", i + 1)}),
+            );
+        }
+        types.insert("T40".into(), json!({"leaf": "string"}));
+        let errors = compile(json!({"root": "T0"}), Value::Object(types));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].message.starts_with("the schema is too big"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn lists_nested_without_end_are_refused_without_recursing_as_deep() {
+        let ty = format!("{}string", "[]".repeat(100_000));
+        let errors = compile(json!({"deep": ty}), json!({}));
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].message.starts_with("the schema is too big"));
+    }
+
+    #[test]
+    fn nested_objects_lists_maps_and_types_compile() {
+        let errors = compile(
+            json!({"a": {"b": "[]map[string]P | maxItems=3"}}),
+            json!({"P": {"q": "integer | default=1"}}),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
     }
 }
