@@ -16,7 +16,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::support::{self, KilnProcess, TestNamespace, eventually};
+use crate::support::{self, KilnProcess, TestNamespace, eventually, until};
 
 const CONVERGE: Duration = Duration::from_secs(30);
 
@@ -411,17 +411,13 @@ async fn the_role_kiln_rbac_prints_is_enough_to_create_and_update_the_crd() {
     let token =
         support::service_account_token(&admin, ns.name(), "kiln", role["rules"].clone()).await;
     let kiln = support::token_client(&token).await;
-    let created = eventually("the CRD created with kiln's role", CONVERGE, || async {
-        match kiln::api::install::install_set(&kiln, None, &set).await {
-            Ok(()) => Some(()),
-            Err(r) => {
-                eprintln!("{}", r.diagnostics[0]);
-                None
-            }
-        }
+    // RBAC takes a moment to see a new binding.
+    until("the CRD created with kiln's role", CONVERGE, || async {
+        kiln::api::install::install_set(&kiln, None, &set)
+            .await
+            .map_err(|r| r.diagnostics[0].message.clone())
     })
     .await;
-    let () = created;
     let changed = load(&site_rule(
         "sites-rbac",
         &group,
