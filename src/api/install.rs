@@ -303,6 +303,35 @@ mod tests {
     }
 
     #[test]
+    fn only_unanswered_requests_are_tried_again() {
+        let api = |code: u16| {
+            InstallError::Apply {
+            crd: "x".into(),
+            source: kube::Error::Api(
+                serde_json::from_value(serde_json::json!({"code": code, "message": "m", "reason": "r", "status": "Failure"}))
+                    .unwrap(),
+            ),
+        }
+        };
+        assert!(api(503).transient() && api(429).transient() && api(409).transient());
+        assert!(
+            !api(422).transient(),
+            "the API server refused the CRD itself"
+        );
+        assert!(!api(403).transient());
+        let breaking = InstallError::Breaking {
+            crd: "x".into(),
+            changes: Vec::new(),
+        };
+        assert!(!breaking.transient());
+        let slow = InstallError::NotEstablished {
+            crd: "x".into(),
+            why: "not Established after 60s".into(),
+        };
+        assert!(slow.transient());
+    }
+
+    #[test]
     fn a_crd_is_served_once_established_and_refused_names_say_why() {
         let crd = |conditions: Value| -> CustomResourceDefinition {
             serde_json::from_value(serde_json::json!({
