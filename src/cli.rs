@@ -210,6 +210,12 @@ pub struct CrdArgs {
     /// Rule files or directories (repeatable).
     #[arg(long = "rules", required = true)]
     pub rules: Vec<PathBuf>,
+    /// CRDs as they are now (a file, e.g. the committed output of `kiln
+    /// crd`; repeatable): report each change that would break their stored
+    /// objects, which `kiln run` refuses unless the rule allows it, and exit
+    /// 1 when there is one it would refuse.
+    #[arg(long = "compare")]
+    pub compare: Vec<PathBuf>,
 }
 
 /// `kiln explain`

@@ -124,6 +124,42 @@ fn the_committed_staticsite_crd_is_kiln_crd_output() {
 }
 
 #[test]
+fn crd_compare_names_each_breaking_change_against_the_committed_crd() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = root.join("examples/staticsite/crd.yaml");
+    let committed = committed.to_str().unwrap();
+    let rules = root.join("rules/staticsite.yaml");
+    let (ok, out, _) = kiln(&[
+        "crd",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--compare",
+        committed,
+    ]);
+    assert!(ok);
+    assert_eq!(out, "staticsites.demo.kiln.dev: no breaking change\n");
+    let dir = tempfile::tempdir().unwrap();
+    let narrower = std::fs::read_to_string(&rules)
+        .unwrap()
+        .replace("maximum=5", "maximum=3")
+        .replace("            tags: \"[]string | uniqueItems=true\"\n", "");
+    let edited = dir.path().join("staticsite.yaml");
+    std::fs::write(&edited, narrower).unwrap();
+    let (ok, out, _) = kiln(&[
+        "crd",
+        "--rules",
+        edited.to_str().unwrap(),
+        "--compare",
+        committed,
+    ]);
+    assert!(!ok, "a change kiln run would refuse fails the comparison");
+    assert_eq!(
+        out,
+        "staticsites.demo.kiln.dev: 2 breaking change(s), kiln run refuses them unless the rule sets spec.api.allowBreakingChanges: true:\n  v1 `spec.replicas`: maximum lowered from 5 to 3\n  v1 `spec.tags`: the field was removed\n"
+    );
+}
+
+#[test]
 fn validate_with_a_crd_finds_a_misspelled_spec_field_at_its_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let rule = dir.path().join("rule.yaml");
