@@ -49,6 +49,9 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Print the least-privilege ClusterRole the given rules need.
     Rbac(RbacArgs),
+    /// Print the CustomResourceDefinitions the rules define (`spec.api`),
+    /// for GitOps and review; `kiln run` applies the same ones.
+    Crd(CrdArgs),
     /// Print a ConfigMap holding the given rule files (to mount or to read with --rules-configmap).
     Configmap(ConfigmapArgs),
     /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
@@ -194,6 +197,25 @@ pub struct ValidateArgs {
     /// Rule files or directories of them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+    /// A CustomResourceDefinition file (repeatable; a file may hold several):
+    /// templates of rules on its kind may read only the `self.spec` and
+    /// `self.status` fields its schema declares.
+    #[arg(long = "crd")]
+    pub crds: Vec<PathBuf>,
+}
+
+/// `kiln crd`
+#[derive(Debug, Args)]
+pub struct CrdArgs {
+    /// Rule files or directories (repeatable).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// CRDs as they are now (a file, e.g. the committed output of `kiln
+    /// crd`; repeatable): report each change that would break their stored
+    /// objects, which `kiln run` refuses unless the rule allows it, and exit
+    /// 1 when there is one it would refuse.
+    #[arg(long = "compare")]
+    pub compare: Vec<PathBuf>,
 }
 
 /// `kiln explain`
@@ -237,6 +259,11 @@ pub struct RenderArgs {
     /// Print only the children (no status patch), e.g. to pipe into kubectl.
     #[arg(long)]
     pub children_only: bool,
+    /// The primary's CustomResourceDefinition file (repeatable): its schema's
+    /// defaults are filled in before rendering, as the API server does (a
+    /// rule that defines its API uses its own).
+    #[arg(long = "crd")]
+    pub crds: Vec<PathBuf>,
 }
 
 fn parse_configmap(s: &str) -> Result<(String, String), String> {

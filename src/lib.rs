@@ -4,6 +4,7 @@
 //!
 //! The crate is organised as one module per job:
 //!
+//! - [`api`]: rules that define their own API: `spec.api` → the CRD, its checks.
 //! - [`controlplane`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager built from Go modules) for tests and the demo.
 //! - [`yaml`]: YAML documents with the position of every node.
@@ -20,6 +21,7 @@
 //! - [`request_timeout`]: a request to the API server unanswered too long is given up.
 //! - [`version`]: what this build is.
 
+pub mod api;
 pub mod controlplane;
 pub mod engine;
 pub mod lease;

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => commands::explain::run(&args),
         Command::Schema => commands::schema::run(),
         Command::Rbac(args) => commands::package::rbac(&args),
+        Command::Crd(args) => commands::crd::run(&args),
         Command::Configmap(args) => commands::package::configmap(&args),
         Command::Controlplane(ControlplaneCommand::Up(args)) => commands::controlplane::up(args),
         Command::Controlplane(ControlplaneCommand::Down(args)) => {

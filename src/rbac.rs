@@ -18,6 +18,19 @@ const WRITE: &[&str] = &["create", "patch", "delete"];
 
 /// The ClusterRole `name` for `set`; `plural` names each kind's resource.
 pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
+    // The kinds rules define carry their own resource names.
+    let defined: BTreeMap<(String, String), String> = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .map(|a| ((a.group.clone(), a.kind.clone()), a.plural.clone()))
+        .collect();
+    let plural = |g: &Gvk| {
+        defined
+            .get(&(g.group.clone(), g.kind.clone()))
+            .cloned()
+            .unwrap_or_else(|| plural(g))
+    };
     // (group, resource) -> verbs; and (group, resource, resourceName) -> verbs.
     let mut grants: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
     let mut named: BTreeMap<(String, String, String), BTreeSet<&str>> = BTreeMap::new();
@@ -42,6 +55,19 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
                 ))
                 .or_default()
                 .extend(READ);
+        }
+        // A rule that defines its API applies its CRD and reads it back.
+        // Server-side apply that creates the CRD is authorized as `create`
+        // too, with the name known, so even that is granted by name.
+        if let Some(api) = &rule.api {
+            named
+                .entry((
+                    "apiextensions.k8s.io".into(),
+                    "customresourcedefinitions".into(),
+                    api.name(),
+                ))
+                .or_default()
+                .extend(["get", "create", "patch"]);
         }
         if rule.ordered_deletion {
             // Its ordered-deletion finalizer, applied to the primary itself.

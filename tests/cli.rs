@@ -54,7 +54,7 @@ fn controlplane_down_without_a_running_one_says_so() {
 fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("ok: 6 rules in 6 files"), "{out}");
+    assert!(out.starts_with("ok: 7 rules in 7 files"), "{out}");
 }
 
 #[test]
@@ -110,6 +110,116 @@ fn deploy_generated_files_are_fresh() {
             "{file} is stale: run `make deploy-manifests`"
         );
     }
+}
+
+#[test]
+fn the_committed_staticsite_crd_is_kiln_crd_output() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = std::fs::read_to_string(root.join("examples/staticsite/crd.yaml")).unwrap();
+    assert_eq!(
+        kiln_in_repo(&["crd", "--rules", "rules/staticsite.yaml"]),
+        committed,
+        "examples/staticsite/crd.yaml is stale: run `kiln crd --rules rules/staticsite.yaml > examples/staticsite/crd.yaml`"
+    );
+}
+
+#[test]
+fn crd_compare_names_each_breaking_change_against_the_committed_crd() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = root.join("examples/staticsite/crd.yaml");
+    let committed = committed.to_str().unwrap();
+    let rules = root.join("rules/staticsite.yaml");
+    let (ok, out, _) = kiln(&[
+        "crd",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--compare",
+        committed,
+    ]);
+    assert!(ok);
+    assert_eq!(out, "staticsites.demo.kiln.dev: no breaking change\n");
+    let dir = tempfile::tempdir().unwrap();
+    let narrower = std::fs::read_to_string(&rules)
+        .unwrap()
+        .replace("maximum=5", "maximum=3")
+        .replace("            tags: \"[]string | uniqueItems=true\"\n", "");
+    let edited = dir.path().join("staticsite.yaml");
+    std::fs::write(&edited, narrower).unwrap();
+    let (ok, out, _) = kiln(&[
+        "crd",
+        "--rules",
+        edited.to_str().unwrap(),
+        "--compare",
+        committed,
+    ]);
+    assert!(!ok, "a change kiln run would refuse fails the comparison");
+    assert_eq!(
+        out,
+        "staticsites.demo.kiln.dev: 2 breaking change(s), kiln run refuses them unless the rule sets spec.api.allowBreakingChanges: true:\n  v1 `spec.replicas`: maximum lowered from 5 to 3\n  v1 `spec.tags`: the field was removed\n"
+    );
+}
+
+#[test]
+fn validate_with_a_crd_finds_a_misspelled_spec_field_at_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("rule.yaml");
+    std::fs::write(
+        &rule,
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: typo}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: WebApp}\n  children:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        data: {image: \"{{ self.spec.imagee }}\"}\n",
+    )
+    .unwrap();
+    let rule = rule.to_str().unwrap();
+    let (ok, _, err) = kiln(&["validate", rule]);
+    assert!(ok, "without the CRD the schema is not known: {err}");
+    let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/webapp/crd.yaml");
+    let (ok, _, err) = kiln(&["validate", "--crd", crd, rule]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("{rule}:12:16"))
+            && err.contains("`self.spec.imagee` is not declared in the schema of WebApp (webapps.demo.kiln.dev) (`self.spec` has image, replicas, port, secretName, config)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn render_applies_the_defaults_of_a_rule_defined_api() {
+    let out = kiln_in_repo(&[
+        "render",
+        "--rules",
+        "rules/staticsite.yaml",
+        "--object",
+        "examples/staticsite/staticsite.yaml",
+    ]);
+    assert!(out.contains("replicas: 1\n"), "replicas defaulted:\n{out}");
+    assert!(
+        out.contains("demo.kiln.dev/theme: light\n"),
+        "theme defaulted:\n{out}"
+    );
+}
+
+#[test]
+fn render_applies_the_defaults_of_a_crd_given() {
+    let args = [
+        "render",
+        "--rules",
+        "rules/webapp.yaml",
+        "--object",
+        "tests/fixtures/objects/webapp-without-port.yaml",
+        "--related",
+        "credentials=examples/webapp/secret.yaml",
+    ];
+    let (ok, _, err) = kiln(&args);
+    assert!(!ok);
+    assert!(err.contains("`self.spec.replicas` is undefined"), "{err}");
+    let with = kiln_in_repo(&[&args[..], &["--crd", "examples/webapp/crd.yaml"]].concat());
+    assert!(
+        with.contains("replicas: 1\n"),
+        "the CRD's default replicas:\n{with}"
+    );
+    assert!(
+        with.contains("containerPort: 8080\n"),
+        "the CRD's default port:\n{with}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The body of each subcommand. `anyhow` lives here and in `main`, nowhere else.
 
 pub mod controlplane;
+pub mod crd;
 pub mod demo;
 pub mod explain;
 pub mod package;

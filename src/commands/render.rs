@@ -28,9 +28,12 @@ pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet
 /// Renders every matching rule and prints children (and status patches) as YAML.
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let set = load_rules(&args.rules)?;
-    let primary = read_one(&args.object)?;
-    let api_version = primary["apiVersion"].as_str().unwrap_or_default();
-    let kind = primary["kind"].as_str().unwrap_or_default();
+    let mut primary = read_one(&args.object)?;
+    let api_version = primary["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let kind = primary["kind"].as_str().unwrap_or_default().to_string();
     let matching: Vec<&Rule> = set
         .rules
         .iter()
@@ -52,6 +55,23 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default(),
             known.join(", ")
         );
+    }
+    // The API server fills in the schema's defaults before anyone reads
+    // the object; so does render.
+    let mut crds = Vec::new();
+    for file in &args.crds {
+        crds.extend(documents(file)?);
+    }
+    let schema = matching.iter().find_map(|r| {
+        let gvk = &r.primary.gvk;
+        match &r.api {
+            Some(api) => api.schema(&gvk.version).cloned(),
+            None => kiln::api::rule::schema_among(&crds, &gvk.group, &gvk.version, &gvk.kind)
+                .map(|(_, schema)| schema.clone()),
+        }
+    });
+    if let Some(schema) = schema {
+        kiln::api::defaults::apply(&schema, &mut primary);
     }
     if primary["metadata"]["uid"].is_null() {
         eprintln!(
@@ -248,7 +268,8 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-fn documents(file: &Path) -> anyhow::Result<Vec<Value>> {
+/// Every YAML document of a file, as JSON.
+pub fn documents(file: &Path) -> anyhow::Result<Vec<Value>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let docs = yaml::parse_documents(&text, Limits::default()).map_err(|e| {

@@ -166,6 +166,11 @@ impl Active {
             engine.set_fence(fence);
         }
         engine.start_all(&self.set);
+        // The CRDs the rules define; each such rule waits for its kind meanwhile.
+        tokio::spawn(kiln::api::install::until_installed(
+            self.client.clone(),
+            self.set.clone(),
+        ));
         probe.set_engine(Some(engine.clone()));
         let names: Vec<&str> = self.set.rules.iter().map(|r| r.name.as_str()).collect();
         tracing::info!(rules = ?names, version = kiln::version::KILN, "kiln running");

@@ -8,7 +8,11 @@ use crate::cli::ValidateArgs;
 
 /// Prints every problem (stderr) or a summary (stdout); exit 1 when invalid.
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
-    match rules::load(&args.paths) {
+    let mut crds = Vec::new();
+    for file in &args.crds {
+        crds.extend(super::render::documents(file)?);
+    }
+    match rules::load_against(&args.paths, &crds) {
         Ok(set) => {
             let files: std::collections::BTreeSet<_> = set.rules.iter().map(|r| &r.file).collect();
             let names: Vec<&str> = set.rules.iter().map(|r| r.name.as_str()).collect();

@@ -75,6 +75,8 @@ impl Default for ReloadOptions {
 /// Keeps the engine's rules in step with their source.
 pub struct Reloader {
     engine: Arc<Engine>,
+    /// For the CRDs rules define.
+    client: Client,
     current: RuleSet,
     last_seen: u64,
     options: ReloadOptions,
@@ -152,6 +154,7 @@ impl Reloader {
         m.last_good_load.set(now_unix() as f64);
         Self {
             engine,
+            client: client.clone(),
             last_seen: fingerprint(initial_sources, &[]),
             current: initial,
             options,
@@ -214,7 +217,22 @@ impl Reloader {
             Ok(set) if set.rules.is_empty() && !self.options.allow_empty => {
                 self.refuse(&[empty_set()]).await;
             }
-            Ok(set) => self.apply(set).await,
+            // The CRDs it defines, checked and applied first: a CRD change
+            // that would break stored objects refuses the set.
+            Ok(set) => {
+                match crate::api::install::install_set(&self.client, Some(&self.current), &set)
+                    .await
+                {
+                    Ok(()) => self.apply(set).await,
+                    Err(refusal) => {
+                        if refusal.transient {
+                            // Not an answer: the same sources are tried again.
+                            self.last_seen = 0;
+                        }
+                        self.refuse(&refusal.diagnostics).await;
+                    }
+                }
+            }
             Err(diagnostics) => self.refuse(&diagnostics).await,
         }
     }

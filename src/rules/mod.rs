@@ -393,6 +393,8 @@ pub struct Rule {
     pub ordered_deletion: bool,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
+    /// The API the rule defines (`spec.api`): its CRD.
+    pub api: Option<Arc<crate::api::Api>>,
 }
 
 /// A validated set of rules with unique names.
@@ -412,13 +414,22 @@ impl RuleSet {
 /// Loads and validates every rule under `paths`. Either every rule is valid
 /// and the set is returned, or every problem found is.
 pub fn load(paths: &[PathBuf]) -> Result<RuleSet, Vec<Diagnostic>> {
+    load_against(paths, &[])
+}
+
+/// Like [`load`], with CustomResourceDefinitions whose schemas the
+/// templates of rules on their kinds are checked against.
+pub fn load_against(
+    paths: &[PathBuf],
+    crds: &[serde_json::Value],
+) -> Result<RuleSet, Vec<Diagnostic>> {
     let (sources, diagnostics) = load::read_sources(paths);
-    validate_sources(&sources, diagnostics)
+    validate_sources(&sources, diagnostics, crds)
 }
 
 /// Parses and validates rules from texts already read (a ConfigMap's keys, say).
 pub fn load_sources(sources: Vec<load::Source>) -> Result<RuleSet, Vec<Diagnostic>> {
-    validate_sources(&sources, Vec::new())
+    validate_sources(&sources, Vec::new(), &[])
 }
 
 /// Like [`load_sources`], for sources read next to files that could not be
@@ -427,12 +438,13 @@ pub fn load_sources_with(
     sources: Vec<load::Source>,
     read_errors: Vec<Diagnostic>,
 ) -> Result<RuleSet, Vec<Diagnostic>> {
-    validate_sources(&sources, read_errors)
+    validate_sources(&sources, read_errors, &[])
 }
 
 fn validate_sources(
     sources: &[load::Source],
     mut diagnostics: Vec<Diagnostic>,
+    crds: &[serde_json::Value],
 ) -> Result<RuleSet, Vec<Diagnostic>> {
     let mut docs = Vec::new();
     for source in sources {
@@ -440,7 +452,7 @@ fn validate_sources(
         docs.extend(d);
         diagnostics.extend(errs);
     }
-    let set = validate::validate_all(docs, &mut diagnostics);
+    let set = validate::validate_all(docs, &mut diagnostics, crds);
     if diagnostics.is_empty() {
         Ok(set)
     } else {

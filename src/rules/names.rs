@@ -19,6 +19,22 @@ pub fn dns_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `version` is a Kubernetes API version: `v1`, `v1beta1`, `v2alpha3`.
+pub fn is_version(version: &str) -> bool {
+    version.strip_prefix('v').is_some_and(|rest| {
+        let digits_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(digits_end);
+        let tail_ok = tail.is_empty()
+            || ["alpha", "beta"].iter().any(|p| {
+                tail.strip_prefix(p)
+                    .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+            });
+        !num.is_empty() && !num.starts_with('0') && tail_ok
+    })
+}
+
 /// Checks a DNS-1123 subdomain (most object names, API groups).
 pub fn dns_subdomain(s: &str) -> Result<(), String> {
     if s.len() > 253 {

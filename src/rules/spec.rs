@@ -48,8 +48,14 @@ pub struct RawMetadata {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawSpec {
     /// The primary kind: every object of it is reconciled (controller-runtime's `For`).
-    #[serde(rename = "for")]
-    pub for_: RawFor,
+    /// With `api`, it may be left out: the primary is then the API's kind at
+    /// its storage version.
+    #[serde(default, rename = "for")]
+    pub for_: Option<RawFor>,
+    /// The API this rule defines: kiln generates its CustomResourceDefinition
+    /// (`kiln crd`), and `kiln run` creates and updates it.
+    #[serde(default)]
+    pub api: Option<crate::api::spec::RawApi>,
     /// Objects a primary depends on (controller-runtime's `Watches`); templates see them as `related.<name>`.
     #[serde(default)]
     pub watches: Vec<RawWatch>,

@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 use super::load::Document;
 use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
-use super::spec::{DurationText, RawChild, RawDecorator, RawLabelSelector, RawRule, RawWatch};
+use super::spec::{
+    DurationText, RawChild, RawDecorator, RawFor, RawLabelSelector, RawRule, RawWatch,
+};
 use super::{
     Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector, Need,
     Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
@@ -41,7 +43,20 @@ const ENGINE_STATUS_FIELDS: &[&str] = &["observedGeneration", "conditions"];
 /// Condition types the engine owns.
 const ENGINE_CONDITIONS: &[&str] = &["Ready", "Reconciled", "Waiting"];
 
-pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic>) -> RuleSet {
+/// `crds`: CustomResourceDefinitions to check templates against (rules on
+/// kinds they define read only what their schemas declare).
+pub(super) fn validate_all(
+    docs: Vec<Document>,
+    diagnostics: &mut Vec<Diagnostic>,
+    crds: &[Value],
+) -> RuleSet {
+    // Rules on a kind another rule of the set defines are checked against it too.
+    let mut crds = crds.to_vec();
+    crds.extend(
+        docs.iter()
+            .filter_map(|d| crate::api::rule::defined_crd(&d.raw)),
+    );
+    let crds = crds.as_slice();
     let mut rules = Vec::new();
     let mut first_seen: HashMap<String, String> = HashMap::new();
     for doc in docs {
@@ -55,8 +70,12 @@ pub(super) fn validate_all(docs: Vec<Document>, diagnostics: &mut Vec<Diagnostic
             continue;
         }
         first_seen.insert(name, doc.diagnostic(&at, "").location());
-        match Checker::new(&doc).check() {
+        match Checker::new(&doc, crds).check() {
             Ok(rule) => {
+                if let Some(why) = crate::api::rule::defined_twice(&rules, &rule) {
+                    diagnostics.push(doc.diagnostic(&[key("spec"), key("api")], why));
+                    continue;
+                }
                 let clashes = status_field_clashes(&rules, &rule);
                 for (at, what, other) in &clashes {
                     diagnostics.push(doc.diagnostic(
@@ -127,6 +146,10 @@ struct Checker<'a> {
     var_children: HashMap<String, Vec<String>>,
     /// Child id → child id it waits for, with where that is said.
     edges: Vec<(String, String, Vec<Step>)>,
+    /// CRDs given to check templates against.
+    crds: &'a [Value],
+    /// Every template compiled, with where it is (for the schema check).
+    compiled: Vec<(Vec<Step>, TemplateId)>,
 }
 
 /// A reference from a child's templates to another child.
@@ -145,7 +168,7 @@ struct Scope<'a> {
 }
 
 impl<'a> Checker<'a> {
-    fn new(doc: &'a Document) -> Self {
+    fn new(doc: &'a Document, crds: &'a [Value]) -> Self {
         let raw = &doc.raw;
         Self {
             doc,
@@ -157,6 +180,8 @@ impl<'a> Checker<'a> {
             child_refs: None,
             var_children: HashMap::new(),
             edges: Vec::new(),
+            crds,
+            compiled: Vec::new(),
         }
     }
 
@@ -173,6 +198,7 @@ impl<'a> Checker<'a> {
                 format!("rule name `{}` {why}", name.escape_debug()),
             );
         }
+        let api = self.api();
         let primary = self.primary();
         let watch_names: Vec<String> = raw.spec.watches.iter().map(|w| w.name.clone()).collect();
         let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
@@ -184,6 +210,7 @@ impl<'a> Checker<'a> {
         let conditions = self.conditions(&watch_names, &child_ids);
         let decorators = self.decorators(&watch_names, &child_ids);
         let requeue = self.requeue();
+        self.schema_references(api.as_ref(), primary.as_ref());
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
             return Err(self.errors);
@@ -211,11 +238,92 @@ impl<'a> Checker<'a> {
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
             templates: self.set,
+            api: api.map(Arc::new),
         })
     }
 
+    /// `spec.api`, compiled into its CRD.
+    fn api(&mut self) -> Option<crate::api::Api> {
+        let rule = self.raw;
+        let raw = rule.spec.api.as_ref()?;
+        if let Some(f) = &rule.spec.for_
+            && let Some(why) = crate::api::rule::for_mismatch(raw, f)
+        {
+            self.error(&[key("spec"), key("for")], why);
+        }
+        let status = rule.spec.status.as_ref();
+        let fields: Vec<String> = status
+            .map(|s| s.fields.keys().cloned().collect())
+            .unwrap_or_default();
+        let at = [key("spec"), key("api")];
+        match crate::api::compile(raw, &rule.metadata.name, &fields, &at) {
+            Ok(api) => Some(api),
+            Err(errors) => {
+                errors
+                    .into_iter()
+                    .for_each(|e| self.error(&e.at, e.message));
+                None
+            }
+        }
+    }
+
+    /// Every `self.spec...`/`self.status...` a template reads, and every
+    /// status field the rule writes, declared by the primary's schema (the
+    /// rule's own API, or a CRD given to check against).
+    fn schema_references(&mut self, api: Option<&crate::api::Api>, primary: Option<&Primary>) {
+        let Some(gvk) = primary.map(|p| &p.gvk) else {
+            return;
+        };
+        let (schema, whose) = match api {
+            Some(api) => (api.schema(&gvk.version), format!("{} (spec.api)", gvk.kind)),
+            None => {
+                let found =
+                    crate::api::rule::schema_among(self.crds, &gvk.group, &gvk.version, &gvk.kind);
+                let whose = format!("{} ({})", gvk.kind, found.map_or("", |f| f.0));
+                (found.map(|f| f.1), whose)
+            }
+        };
+        let Some(schema) = schema.cloned() else {
+            return;
+        };
+        for (at, id) in std::mem::take(&mut self.compiled) {
+            for path in self.set.self_paths(&id) {
+                if let Err(why) = crate::api::refs::check(&schema, &path, &whose) {
+                    self.error(&at, why);
+                }
+            }
+        }
+        let rule = self.raw;
+        let fields = rule.spec.status.iter().flat_map(|s| s.fields.keys());
+        for field in fields {
+            let path = format!("self.status.{field}");
+            if let Err(why) = crate::api::refs::check(&schema, &path, &whose) {
+                let at = [key("spec"), key("status"), key("fields"), key(field)];
+                self.error(
+                    &at,
+                    format!("{why}: the API server would refuse the status kiln writes"),
+                );
+            }
+        }
+    }
+
+    /// `spec.for`, or what `spec.api` implies.
+    fn for_(&self) -> Option<RawFor> {
+        let spec = &self.raw.spec;
+        spec.for_
+            .clone()
+            .or_else(|| spec.api.as_ref().map(crate::api::rule::implied_for))
+    }
+
     fn primary(&mut self) -> Option<Primary> {
-        let f = &self.raw.spec.for_;
+        let Some(f) = self.for_() else {
+            self.error(
+                &[key("spec")],
+                "missing field `for` (or `api`, to define the primary kind here)",
+            );
+            return None;
+        };
+        let f = &f;
         let base = [key("spec"), key("for")];
         let gvk = self.gvk(&base, &f.api_version, &f.kind);
         for (i, ns) in f.namespaces.iter().enumerate() {
@@ -605,7 +713,9 @@ impl<'a> Checker<'a> {
     /// its namespace and cannot be cluster-scoped. (For other primaries the
     /// engine checks the same at render time, with discovery.)
     fn namespace_escape(&mut self, at: &[Step], child: &Gvk, metadata: Option<&Value>) {
-        let f = &self.raw.spec.for_;
+        let Some(f) = self.for_() else {
+            return;
+        };
         let Ok((group, version)) = parse_api_version(&f.api_version) else {
             return;
         };
@@ -1227,6 +1337,7 @@ impl<'a> Checker<'a> {
         watches: &[String],
         ids: &[String],
     ) {
+        self.compiled.push((at.to_vec(), id.clone()));
         for var in self.set.references(id) {
             let mut parts = var.split('.');
             let root = parts.next().unwrap_or_default();
@@ -1347,19 +1458,7 @@ pub fn parse_api_version(api_version: &str) -> Result<(String, String), String> 
         Some((g, v)) => (g, v),
         None => ("", api_version),
     };
-    let version_ok = version.strip_prefix('v').is_some_and(|rest| {
-        let digits_end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(digits_end);
-        let tail_ok = tail.is_empty()
-            || ["alpha", "beta"].iter().any(|p| {
-                tail.strip_prefix(p)
-                    .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-            });
-        !num.is_empty() && !num.starts_with('0') && tail_ok
-    });
-    if !version_ok {
+    if !super::names::is_version(version) {
         return Err(format!(
             "apiVersion `{api_version}`: version `{version}` is not a Kubernetes version (e.g. `v1`, `v1beta1`, `v2alpha3`)"
         ));

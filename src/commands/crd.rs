@@ -1,0 +1,66 @@
+//! `kiln crd --rules DIR`: the CustomResourceDefinitions rules define; with
+//! `--compare FILE`, the changes from the CRDs in FILE that would break
+//! stored objects.
+
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::cli::CrdArgs;
+
+/// Prints each rule-defined API's CRD as a YAML document, in rule order
+/// (or, with `--compare`, the breaking changes).
+pub fn run(args: &CrdArgs) -> anyhow::Result<ExitCode> {
+    let set = super::render::load_rules(&args.rules)?;
+    let apis: Vec<_> = set.rules.iter().filter_map(|r| r.api.as_ref()).collect();
+    if apis.is_empty() {
+        eprintln!("note: no rule defines an API (spec.api); nothing to print");
+    }
+    if !args.compare.is_empty() {
+        let mut current = Vec::new();
+        for file in &args.compare {
+            current.extend(super::render::documents(file)?);
+        }
+        return Ok(compare(&apis, &current));
+    }
+    for api in apis {
+        print!("---\n{}", serde_norway::to_string(&api.crd)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints every breaking change from `current` to each API's CRD; fails
+/// when one would be refused.
+fn compare(apis: &[&std::sync::Arc<kiln::api::Api>], current: &[Value]) -> ExitCode {
+    let mut refused = false;
+    for api in apis {
+        let name = api.name();
+        let Some(old) = current
+            .iter()
+            .find(|c| c["metadata"]["name"] == name.as_str())
+        else {
+            println!("{name}: new");
+            continue;
+        };
+        let changes = kiln::api::compat::breaking(old, &api.crd);
+        if changes.is_empty() {
+            println!("{name}: no breaking change");
+            continue;
+        }
+        let verdict = if api.allow_breaking_changes {
+            "allowed by allowBreakingChanges"
+        } else {
+            refused = true;
+            "kiln run refuses them unless the rule sets spec.api.allowBreakingChanges: true"
+        };
+        println!("{name}: {} breaking change(s), {verdict}:", changes.len());
+        for c in changes {
+            println!("  {c}");
+        }
+    }
+    if refused {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
