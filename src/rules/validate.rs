@@ -908,9 +908,11 @@ impl<'a> Checker<'a> {
             return names;
         }
         let cluster_scoped = well_known_scope(&loose_gvk(&w.api_version, &w.kind)) == Some(false);
-        let for_ = &self.raw.spec.for_;
-        let primary_cluster_scoped =
-            well_known_scope(&loose_gvk(&for_.api_version, &for_.kind)) == Some(false);
+        let primary_cluster_scoped = match (&self.raw.spec.api, self.for_()) {
+            (Some(api), _) => api.scope == crate::api::spec::ApiScope::Cluster,
+            (None, Some(f)) => well_known_scope(&loose_gvk(&f.api_version, &f.kind)) == Some(false),
+            (None, None) => false,
+        };
         if cluster_scoped && !primary_cluster_scoped && names.is_empty() {
             self.error(
                 &[at, &[key("target")]].concat(),
