@@ -203,7 +203,9 @@ fn webapp_without_its_required_secret_waits() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
-        stderr.contains("required related object(s) not given (credentials)"),
+        stderr.contains(
+            "waiting: nothing is rendered until these exist: related.credentials (pass --related credentials=FILE)"
+        ),
         "{stderr}"
     );
 }

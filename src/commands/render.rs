@@ -104,17 +104,11 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!("# rule: {}", rule.name);
-        let missing = render::missing_required(rule, &inputs);
-        if !missing.is_empty() {
-            eprintln!(
-                "rule `{}`: required related object(s) not given ({}): the engine would set Waiting and render nothing; pass --related NAME=FILE",
-                rule.name,
-                missing.join(", ")
-            );
-            failed = true;
-            continue;
-        }
-        let observed = observed_from_files(rule, &inputs);
+        let mut observed = observed_from_files(rule, &inputs);
+        observed.missing = render::missing_required(rule, &inputs)
+            .iter()
+            .map(|w| format!("related.{w} (pass --related {w}=FILE)"))
+            .collect();
         let this = kiln::template::to_jinja(&inputs.primary);
         let scope_of = &render::well_known_scope;
         // Offline no object holds a name: the decision sees none.
