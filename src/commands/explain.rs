@@ -285,7 +285,10 @@ async fn live_children(
         let listed = api(client, &ar, &scope, namespace).list(&params).await?;
         let mut items = Vec::new();
         for o in listed.items {
-            let Some(mark) = ownership::read(&o.metadata).filter(|m| m.of(&rule.name, uid)) else {
+            let Some(mark) = ownership::read(&o.metadata).filter(|m| {
+                let (at, of) = (o.metadata.namespace.as_deref(), key.namespace.as_deref());
+                m.of(&rule.name, uid) && ownership::in_place(at, of, child.outside)
+            }) else {
                 continue;
             };
             observed.children.push(LiveChild {

@@ -693,9 +693,7 @@ impl RuleController {
             for child in informer.owned_by(&uid) {
                 // The index finds every object naming the uid; the mark
                 // says whether it is this rule's child of this primary.
-                let Some(mark) =
-                    crate::ownership::read(&child.metadata).filter(|m| m.of(&self.rule.name, &uid))
-                else {
+                let Some(mark) = self.child_of(&child, obj) else {
                     continue;
                 };
                 let id = mark.child.clone();
@@ -723,6 +721,26 @@ impl RuleController {
             }
         }
         (children, by_id)
+    }
+
+    /// The mark of `child` when it is this rule's child of `primary`:
+    /// marked so, and where kiln can have put it (`ownership::in_place`).
+    fn child_of(
+        &self,
+        child: &DynamicObject,
+        primary: &DynamicObject,
+    ) -> Option<crate::ownership::Mark> {
+        let uid = primary.metadata.uid.as_deref().unwrap_or_default();
+        let mark =
+            crate::ownership::read(&child.metadata).filter(|m| m.of(&self.rule.name, uid))?;
+        let outside = self
+            .rule
+            .children
+            .iter()
+            .any(|c| c.id == mark.child && c.outside);
+        let ns = |o: &DynamicObject| o.metadata.namespace.clone();
+        crate::ownership::in_place(ns(child).as_deref(), ns(primary).as_deref(), outside)
+            .then_some(mark)
     }
 
     /// Keeps (`hold`) or lets go of this rule's ordered-deletion finalizer on

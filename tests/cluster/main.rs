@@ -23,6 +23,7 @@ mod engine;
 mod examples;
 mod explain;
 mod faults;
+mod forged_children;
 mod foundation;
 mod hostile_fights;
 mod hostile_generated;
