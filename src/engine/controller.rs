@@ -532,17 +532,13 @@ impl RuleController {
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels());
         let wanted = self.needs_finalizer() && selected;
-        if obj.metadata.deletion_timestamp.is_some() {
-            return match (holds, wanted) {
-                (true, true) => self.tear_down(&obj).await,
-                (true, false) => self.hold(&obj, false).await.map(|()| Next::Done),
-                _ => Ok(Next::Done),
-            };
-        }
-        if holds != wanted {
-            // Before any child exists, so none is ever left to the garbage
-            // collector's order; and let go as soon as it is not wanted.
-            self.hold(&obj, wanted).await?;
+        let going = obj.metadata.deletion_timestamp.is_some();
+        match plan::finalizing(holds, wanted, going) {
+            plan::Finalizing::TearDown => return self.tear_down(&obj).await,
+            plan::Finalizing::Release => return self.hold(&obj, false).await.map(|()| Next::Done),
+            plan::Finalizing::Stop => return Ok(Next::Done),
+            plan::Finalizing::Set(hold) => self.hold(&obj, hold).await?,
+            plan::Finalizing::Keep => {}
         }
         if !selected {
             return Ok(Next::Done);
@@ -935,23 +931,18 @@ impl RuleController {
             // shows up as a failure, with the smaller status it can take.
             return self.failed(obj, plan, failure, secrets).await;
         }
-        match &plan.status.outcome {
-            Outcome::Waiting { missing } => {
-                let message = format!("waiting for {}", missing.join(", "));
-                self.report(
-                    obj,
-                    EventType::Normal,
-                    reasons::DEPENDENCY_MISSING,
-                    &message,
-                )
-                .await;
+        match plan.event() {
+            Some(event) => {
+                let kind = if event.warning {
+                    self.count_failure(event.reason);
+                    tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason = event.reason, message = %event.message, "reconcile failed");
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                self.report(obj, kind, event.reason, &event.message).await;
             }
-            Outcome::Failed { reason, message } => {
-                self.count_failure(reason);
-                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, %message, "reconcile failed");
-                self.report(obj, EventType::Warning, reason, message).await;
-            }
-            Outcome::Applied { .. } => {
+            None => {
                 if let Some(state) = lock(&self.states).get_mut(&ObjKey::of(obj)) {
                     state.reported = None;
                 }

@@ -533,6 +533,70 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
     }
 }
 
+/// What a reconcile does with the rule's finalizer before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finalizing {
+    /// The primary is going and the finalizer holds it: delete the next
+    /// children ([`teardown`]); the finalizer goes once none is left.
+    TearDown,
+    /// Let go of the finalizer, and stop (a primary going that the rule no
+    /// longer selects).
+    Release,
+    /// Nothing more for this primary (going, without the finalizer).
+    Stop,
+    /// Add (`true`) or remove (`false`) the finalizer, then reconcile: added
+    /// before any child exists, so none is left to the garbage collector's
+    /// order; removed as soon as it is not wanted.
+    Set(bool),
+    /// Reconcile as it is.
+    Keep,
+}
+
+/// The finalizer step: whether the primary `holds` the rule's finalizer,
+/// whether the rule `wants` it held (ordered deletion or `outside`
+/// children, and the primary selected) and whether it is `going`.
+pub fn finalizing(holds: bool, wants: bool, going: bool) -> Finalizing {
+    match (going, holds, wants) {
+        (true, true, true) => Finalizing::TearDown,
+        (true, true, false) => Finalizing::Release,
+        (true, false, _) => Finalizing::Stop,
+        (false, h, w) if h != w => Finalizing::Set(w),
+        (false, _, _) => Finalizing::Keep,
+    }
+}
+
+/// An Event a plan raises about its primary (published once per distinct
+/// reason and message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raise {
+    /// A Warning (else Normal).
+    pub warning: bool,
+    /// Its reason.
+    pub reason: &'static str,
+    /// Its note.
+    pub message: String,
+}
+
+impl Plan {
+    /// The Event the plan's outcome raises once its writes went through:
+    /// waiting is Normal, a failure a Warning, success none.
+    pub fn event(&self) -> Option<Raise> {
+        match &self.status.outcome {
+            Outcome::Waiting { missing } => Some(Raise {
+                warning: false,
+                reason: reasons::DEPENDENCY_MISSING,
+                message: format!("waiting for {}", missing.join(", ")),
+            }),
+            Outcome::Failed { reason, message } => Some(Raise {
+                warning: true,
+                reason,
+                message: message.clone(),
+            }),
+            Outcome::Applied { .. } => None,
+        }
+    }
+}
+
 /// The finalizer a rule with ordered deletion keeps on its primaries.
 pub fn finalizer(rule: &str) -> String {
     format!("{rule}.kiln.dev/ordered-deletion")
@@ -815,6 +879,44 @@ spec:
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn the_finalizer_is_added_first_removed_when_unwanted_and_holds_a_teardown() {
+        use Finalizing::*;
+        // (holds, wants, going) → step
+        let table = [
+            ((false, true, false), Set(true)),
+            ((true, false, false), Set(false)),
+            ((true, true, false), Keep),
+            ((false, false, false), Keep),
+            ((true, true, true), TearDown),
+            ((true, false, true), Release),
+            ((false, true, true), Stop),
+            ((false, false, true), Stop),
+        ];
+        for ((holds, wants, going), step) in table {
+            assert_eq!(
+                finalizing(holds, wants, going),
+                step,
+                "{holds} {wants} {going}"
+            );
+        }
+    }
+
+    #[test]
+    fn waiting_raises_a_normal_event_a_failure_a_warning_success_none() {
+        let waiting = an_app(base()).without_secret().plan().event().unwrap();
+        assert!(!waiting.warning);
+        assert_eq!(waiting.reason, reasons::DEPENDENCY_MISSING);
+        assert_eq!(
+            waiting.message,
+            "waiting for Secret team/creds (related.creds)"
+        );
+        let failed = an_app(json!({"labels": {}})).plan().event().unwrap();
+        assert!(failed.warning);
+        assert_eq!(failed.reason, reasons::TEMPLATE_ERROR);
+        assert_eq!(an_app(base()).converged().plan().event(), None);
     }
 
     #[test]
