@@ -311,22 +311,7 @@ impl Draft {
                 uid: live.uid.clone(),
             })
             .collect();
-        let not_ready: Vec<String> = rendered
-            .readiness
-            .iter()
-            .filter(|r| !r.ready)
-            .map(|r| format!("{}/{}", r.id, r.name))
-            .collect();
-        let waiting: Vec<String> = rendered
-            .waiting
-            .iter()
-            .map(|w| format!("`{}` waits for {}", w.id, w.waits_for.join(" and ")))
-            .collect();
-        let next = if not_ready.is_empty() && waiting.is_empty() {
-            rule.requeue.resync.map_or(Next::Done, Next::After)
-        } else {
-            Next::After(rule.requeue.waiting)
-        };
+        let (not_ready, waiting, next) = progress(rule, &rendered);
         let rest = verdicts_of_live(rule, observed, &rendered, &prune);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
@@ -374,6 +359,27 @@ impl Draft {
             children,
         }
     }
+}
+
+/// The children not ready, those waiting, and when to look again.
+fn progress(rule: &Rule, rendered: &render::Rendered) -> (Vec<String>, Vec<String>, Next) {
+    let not_ready: Vec<String> = rendered
+        .readiness
+        .iter()
+        .filter(|r| !r.ready)
+        .map(|r| format!("{}/{}", r.id, r.name))
+        .collect();
+    let waiting: Vec<String> = rendered
+        .waiting
+        .iter()
+        .map(|w| format!("`{}` waits for {}", w.id, w.waits_for.join(" and ")))
+        .collect();
+    let next = if not_ready.is_empty() && waiting.is_empty() {
+        rule.requeue.resync.map_or(Next::Done, Next::After)
+    } else {
+        Next::After(rule.requeue.waiting)
+    };
+    (not_ready, waiting, next)
 }
 
 /// Whether the rendered child `c` is the live child `live`.
