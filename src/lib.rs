@@ -17,6 +17,7 @@
 //! - [`rbac`]: the least-privilege ClusterRole a rule set needs.
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
 //! - [`render`]: one rule for one primary → children and status (pure).
+//! - [`ownership`]: the mark kiln stamps on its children, and reading it back.
 //! - [`redact`]: Secret values kept out of messages.
 //! - [`request_timeout`]: a request to the API server unanswered too long is given up.
 //! - [`version`]: what this build is.
@@ -26,6 +27,7 @@ pub mod controlplane;
 pub mod engine;
 pub mod lease;
 pub mod metrics;
+pub mod ownership;
 pub mod rbac;
 pub mod redact;
 pub mod reload;

@@ -579,51 +579,54 @@ pub fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a
     }
 }
 
+/// The primary, as its children's marks name it.
 struct Owner {
     namespace: Option<String>,
-    reference: Option<Value>,
-    uid: Option<String>,
-    /// `<apiVersion> <kind> <namespace>/<name>`, for `outside` children.
-    described: String,
-    /// The primary's name and uid, for an orphaned child's annotations.
-    orphan_of: Option<(Value, String)>,
+    name: String,
+    /// Empty when the primary has none (a file given to `kiln render`).
+    uid: String,
+    api_version: String,
+    kind: String,
 }
 
 impl Owner {
     fn of(primary: &Value, gvk: &Gvk) -> Self {
         let meta = &primary["metadata"];
-        let namespace = meta["namespace"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        let reference = meta["uid"].as_str().map(|uid| {
-            json!({
-                "apiVersion": gvk.api_version(),
-                "kind": gvk.kind,
-                "name": meta["name"],
-                "uid": uid,
-                "controller": true,
-                "blockOwnerDeletion": true,
-            })
-        });
-        let described = format!(
-            "{} {} {}",
-            gvk.api_version(),
-            gvk.kind,
-            namespace.as_deref().map_or_else(
-                || meta["name"].as_str().unwrap_or_default().to_string(),
-                |ns| format!("{ns}/{}", meta["name"].as_str().unwrap_or_default())
-            )
-        );
-        let orphan_of = meta["uid"]
-            .as_str()
-            .map(|uid| (meta["name"].clone(), uid.to_string()));
         Self {
-            namespace,
-            reference,
-            uid: meta["uid"].as_str().map(str::to_string),
-            described,
-            orphan_of,
+            namespace: meta["namespace"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            name: meta["name"].as_str().unwrap_or_default().to_string(),
+            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
+            api_version: gvk.api_version(),
+            kind: gvk.kind.clone(),
+        }
+    }
+
+    /// The mark of its child `id` of `rule`, placed as the rule says.
+    fn mark(&self, rule: &Rule, child: &crate::rules::Child) -> crate::ownership::Mark {
+        use crate::ownership::Placement;
+        let placement = if child.deletion_policy == crate::rules::DeletionPolicy::Orphan {
+            Placement::Orphaned
+        } else if child.outside {
+            Placement::Outside {
+                api_version: self.api_version.clone(),
+                kind: self.kind.clone(),
+                namespace: self.namespace.clone(),
+            }
+        } else {
+            Placement::Owned {
+                api_version: self.api_version.clone(),
+                kind: self.kind.clone(),
+            }
+        };
+        crate::ownership::Mark {
+            rule: rule.name.clone(),
+            child: child.id.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            placement,
         }
     }
 }
@@ -691,41 +694,8 @@ fn finish_child(
     if let Some(ns) = placed {
         meta.insert("namespace".into(), Value::String(ns));
     }
-    let labels = meta
-        .entry("labels")
-        .or_insert_with(|| Value::Object(Map::new()));
-    let Some(labels) = labels.as_object_mut() else {
-        return Err(RenderFailure::child(
-            id,
-            "metadata.labels must render to a map",
-        ));
-    };
-    labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
-    labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
-    labels.insert(CHILD_LABEL.into(), Value::String(id.to_string()));
-    if child.deletion_policy == crate::rules::DeletionPolicy::Orphan {
-        orphan(meta, owner).map_err(|message| RenderFailure::child(id, message))?;
-    } else if outside {
-        // No owner reference can cross namespaces or scopes: the owner's
-        // uid in a label tracks it, and kiln deletes it (finalizer).
-        if let Some(uid) = &owner.uid {
-            labels.insert(OWNER_UID_LABEL.into(), Value::String(uid.clone()));
-        }
-        let annotations = meta
-            .entry("annotations")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(
-                OWNER_ANNOTATION.into(),
-                Value::String(owner.described.clone()),
-            );
-        }
-    } else if let Some(reference) = &owner.reference {
-        meta.insert(
-            "ownerReferences".into(),
-            Value::Array(vec![reference.clone()]),
-        );
-    }
+    crate::ownership::stamp(meta, &owner.mark(rule, child))
+        .map_err(|e| RenderFailure::child(id, e.to_string()))?;
     let namespace = meta
         .get("namespace")
         .and_then(Value::as_str)
@@ -738,21 +708,6 @@ fn finish_child(
     check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
-}
-
-/// Marks an orphaned child with its primary instead of an owner reference.
-fn orphan(meta: &mut Map<String, Value>, owner: &Owner) -> Result<(), &'static str> {
-    let Some((name, uid)) = &owner.orphan_of else {
-        return Ok(());
-    };
-    let annotations = meta
-        .entry("annotations")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .ok_or("metadata.annotations must render to a map")?;
-    annotations.insert(PRIMARY_UID_ANNOTATION.into(), Value::String(uid.clone()));
-    annotations.insert(PRIMARY_NAME_ANNOTATION.into(), name.clone());
-    Ok(())
 }
 
 /// Refuses a name or namespace the API server would not take, before it
@@ -801,31 +756,6 @@ fn stamp(object: &mut Value) -> Result<(), &'static str> {
 }
 
 pub use crate::rules::scope::well_known_scope;
-
-/// The status patch the engine applies for what was rendered (before it
-/// adds `observedGeneration`, its own conditions and transition times).
-pub fn status_patch(rule: &Rule, primary: &Value, rendered: &Rendered) -> Value {
-    let mut status = rendered.status.clone();
-    if !rendered.conditions.is_empty() {
-        let conditions = rendered
-            .conditions
-            .iter()
-            .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message}))
-            .collect();
-        status.insert("conditions".into(), Value::Array(conditions));
-    }
-    let mut meta = Map::new();
-    meta.insert("name".into(), primary["metadata"]["name"].clone());
-    if let Some(ns) = primary["metadata"]["namespace"].as_str() {
-        meta.insert("namespace".into(), Value::String(ns.to_string()));
-    }
-    json!({
-        "apiVersion": rule.primary.gvk.api_version(),
-        "kind": rule.primary.gvk.kind,
-        "metadata": meta,
-        "status": status,
-    })
-}
 
 #[cfg(test)]
 mod tests {

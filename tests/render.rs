@@ -151,7 +151,9 @@ fn a_created_once_child_that_exists_is_not_written() {
         ],
     );
     assert!(
-        out.contains("# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it"),
+        out.contains(
+            "# plan: defaults ConfigMap w-defaults: created once: kiln does not write it again"
+        ),
         "{out}"
     );
 }
@@ -168,7 +170,7 @@ fn a_created_once_child_left_by_another_policy_gets_only_its_owner_written() {
         ],
     );
     assert!(
-        out.contains("# updatePolicy: CreateOnce: it exists, so the engine writes only its owner (owning it, as its deletionPolicy now says)"),
+        out.contains("# plan: defaults ConfigMap w-defaults: created once: kiln writes only its owner (owning it, as its deletionPolicy now says)"),
         "{out}"
     );
 }
@@ -201,7 +203,9 @@ fn webapp_without_its_required_secret_waits() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
-        stderr.contains("required related object(s) not given (credentials)"),
+        stderr.contains(
+            "waiting: nothing is rendered until these exist: related.credentials (pass --related credentials=FILE)"
+        ),
         "{stderr}"
     );
 }

@@ -9,9 +9,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Event;
-use kiln::engine::diff::converged;
 use kiln::engine::informer::ObjKey;
+use kiln::engine::plan::{self, LiveChild, Observed};
 use kiln::engine::related::{self, Found, Refusal, Target};
+use kiln::ownership;
 use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
 use kiln::rules::{Gvk, Rule};
 use kiln::template::generate::Draw;
@@ -146,8 +147,8 @@ async fn explain(
     Ok(out)
 }
 
-/// One rule's children of the primary: rendered now and compared with the
-/// live ones.
+/// One rule's children of the primary: the engine's plan, from what the
+/// API server holds now.
 async fn children(
     client: &Client,
     rule: &Rule,
@@ -155,122 +156,56 @@ async fn children(
     key: &ObjKey,
 ) -> anyhow::Result<String> {
     let this = to_jinja(primary);
-    let mut inputs = Inputs {
-        primary: primary.clone(),
-        // A child that does not exist yet shows as missing; nothing is drawn.
-        draw: Draw::Placeholder,
-        ..Inputs::default()
+    let mut observed = Observed {
+        inputs: Inputs {
+            primary: primary.clone(),
+            // A child that does not exist yet shows as missing; nothing is drawn.
+            draw: Draw::Placeholder,
+            ..Inputs::default()
+        },
+        ..Observed::default()
     };
-    let mut missing = Vec::new();
-    if let Err(refusal) = related(client, rule, &this, key, &mut inputs, &mut missing).await {
+    if let Err(refusal) = related(client, rule, &this, key, &mut observed).await {
         let (Refusal::Template(m) | Refusal::Namespace(m)) = refusal;
         return Ok(format!("    its watches cannot be read: {m}\n"));
     }
-    let (live, scopes) = live_children(client, rule, primary, key).await?;
-    for (id, value) in &live {
-        inputs.observed.insert(id.clone(), value.clone());
-    }
-    let secrets = kiln::redact::secret_values(
-        inputs
-            .related
-            .values()
-            .chain(inputs.observed.values())
-            .filter(|o| is_secret_like(o)),
-    );
-    if !missing.is_empty() {
-        return Ok(format!(
-            "    waiting: nothing is rendered until these exist: {}\n",
-            missing.join(", ")
-        ));
-    }
-    let scope_of = |gvk: &Gvk| scopes.get(gvk).copied();
-    let rendered = match render::render(rule, &inputs, &scope_of) {
-        Ok(r) => r,
-        Err(e) => {
-            let message = kiln::redact::redact(&e.to_string(), &secrets);
-            return Ok(format!("    failed: the render fails: {message}\n"));
-        }
-    };
-    let mut out = String::new();
-    for (child, ready) in rendered.children.iter().zip(&rendered.readiness) {
-        let here = render::observed_named(inputs.observed.get(&child.id), &child.name);
-        let once = rule
-            .children
-            .iter()
-            .any(|c| c.id == child.id && c.update_policy == kiln::rules::UpdatePolicy::CreateOnce);
-        let readiness = if ready.ready {
-            ", ready"
-        } else {
-            ", not ready"
-        };
-        let state = match here {
-            None => "missing: kiln would create it".to_string(),
-            Some(l) if once => match kiln::engine::reown::needed(child, l) {
-                Some(r) => format!(
-                    "created once: kiln writes only its owner ({} it, as its deletionPolicy now says){readiness}",
-                    r.to.describe()
-                ),
-                None => format!("created once: kiln does not write it again{readiness}"),
-            },
-            Some(l) if converged(l, &child.object, None) => format!("applied{readiness}"),
-            Some(_) => "would change: the live object lacks or differs in a field the rule sets"
-                .to_string(),
-        };
-        out.push_str(&format!(
-            "    {} {} {}: {state}\n",
-            child.id, child.gvk.kind, child.name
-        ));
-    }
-    for wait in &rendered.waiting {
-        out.push_str(&format!(
-            "    {}: waits for {}: not applied yet (kept as it is if it exists)\n",
-            wait.id,
-            wait.waits_for.join(" and ")
-        ));
-    }
-    for (id, value) in &live {
-        if rendered.waiting.iter().any(|w| &w.id == id) {
-            continue;
-        }
-        let items = match value {
-            Value::Array(items) => items.iter().collect(),
-            one => vec![one],
-        };
-        for obj in items {
-            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-            if !rendered
-                .children
-                .iter()
-                .any(|c| &c.id == id && c.name == name)
-            {
-                out.push_str(&format!(
-                    "    {id} {name}: no longer rendered: kiln would delete it\n"
-                ));
+    let scopes = live_children(client, rule, primary, key, &mut observed).await?;
+    let scope_of = |gvk: &Gvk| scopes.get(gvk).map(|(_, s)| *s == Scope::Namespaced);
+    let plan = match plan::draft(rule, &this, &observed, &scope_of) {
+        Ok(draft) => {
+            let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
+            let mut occupants = plan::Occupants::new();
+            for (gvk, at) in draft.names(rule, &observed) {
+                let Some((ar, scope)) = scopes.get(gvk) else {
+                    continue;
+                };
+                let found = api(client, ar, scope, at.namespace.as_deref())
+                    .get_metadata_opt(&at.name)
+                    .await?;
+                if let Some(who) =
+                    found.and_then(|f| ownership::holder(&f.metadata, &rule.name, uid))
+                {
+                    occupants.insert((gvk.clone(), at), who);
+                }
             }
+            observed.occupants = occupants;
+            draft.decide(rule, &observed, &plan::Known::new())
         }
-    }
-    Ok(out)
-}
-
-/// Whether an object looks like a Secret (one read from the API carries its kind).
-fn is_secret_like(obj: &Value) -> bool {
-    match obj {
-        Value::Array(items) => items.iter().any(is_secret_like),
-        o => o["kind"] == "Secret" || o["type"].is_string() && o["data"].is_object(),
-    }
+        Err(plan) => *plan,
+    };
+    Ok(super::verdict::lines(&plan, "    "))
 }
 
 /// The rule's related objects for the primary, read as the engine reads
-/// them; `missing` gets the required ones not found.
+/// them, with the required ones not found.
 async fn related(
     client: &Client,
     rule: &Rule,
     this: &minijinja::Value,
     key: &ObjKey,
-    inputs: &mut Inputs,
-    missing: &mut Vec<String>,
+    observed: &mut Observed,
 ) -> Result<(), Refusal> {
-    let ctx = render::context(rule, this, inputs);
+    let ctx = render::context(rule, this, &observed.inputs);
     let mut budget = Budget::default();
     let mut found = serde_json::Map::new();
     for watch in &rule.watches {
@@ -318,61 +253,64 @@ async fn related(
             }
         };
         let (value, absent) = related::seen(watch, &target, got);
-        missing.extend(absent);
+        observed.missing.extend(absent);
         if let Some(value) = value {
             found.insert(watch.name.clone(), value);
         }
     }
-    inputs.related = found;
+    observed.inputs.related = found;
     Ok(())
 }
 
-/// The rule's live children of the primary, by child id (a list for
-/// `forEach` children), as the engine sees them: its labels and a
-/// controller reference to the primary; and whether each child kind is
-/// namespaced.
+/// The rule's live children of the primary, read from the API server as
+/// the engine reads its caches: kiln's mark names the rule and the primary
+/// (an `outside` child is looked for in every namespace). Returns each
+/// child kind's resource and scope.
 async fn live_children(
     client: &Client,
     rule: &Rule,
     primary: &Value,
     key: &ObjKey,
-) -> anyhow::Result<(BTreeMap<String, Value>, HashMap<Gvk, bool>)> {
+    observed: &mut Observed,
+) -> anyhow::Result<HashMap<Gvk, (ApiResource, Scope)>> {
     let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
-    let mut out = BTreeMap::new();
     let mut scopes = HashMap::new();
     for child in &rule.children {
         let (ar, scope) = resolve(client, &child.gvk).await?;
-        scopes.insert(child.gvk.clone(), scope == Scope::Namespaced);
         let params = ListParams::default().labels(&format!(
             "{RULE_LABEL}={},{CHILD_LABEL}={}",
             rule.name, child.id
         ));
-        let mut items: Vec<Value> = api(client, &ar, &scope, key.namespace.as_deref())
-            .list(&params)
-            .await?
-            .items
-            .into_iter()
-            .map(|o| serde_json::to_value(o).unwrap_or_default())
-            .filter(|o| {
-                o["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|refs| {
-                        refs.iter()
-                            .any(|r| r["uid"] == uid && r["controller"] == true)
-                    })
-                    // An orphaned child names its primary instead.
-                    || o["metadata"]["annotations"][render::PRIMARY_UID_ANNOTATION] == uid
-            })
-            .collect();
+        let namespace = key.namespace.as_deref().filter(|_| !child.outside);
+        let listed = api(client, &ar, &scope, namespace).list(&params).await?;
+        let mut items = Vec::new();
+        for o in listed.items {
+            let Some(mark) = ownership::read(&o.metadata).filter(|m| {
+                let (at, of) = (o.metadata.namespace.as_deref(), key.namespace.as_deref());
+                m.of(&rule.name, uid) && ownership::in_place(at, of, child.outside)
+            }) else {
+                continue;
+            };
+            observed.children.push(LiveChild {
+                id: mark.child.clone(),
+                gvk: child.gvk.clone(),
+                key: ObjKey::of(&o),
+                uid: o.metadata.uid.clone(),
+                deleting: o.metadata.deletion_timestamp.is_some(),
+                orphan: mark.orphaned(),
+            });
+            items.push(serde_json::to_value(o).unwrap_or_default());
+        }
         by_name(&mut items);
+        scopes.insert(child.gvk.clone(), (ar, scope));
         let value = match child.for_each {
             Some(_) => Value::Array(items),
             None if items.is_empty() => continue,
             None => items.swap_remove(0),
         };
-        out.insert(child.id.clone(), value);
+        observed.inputs.observed.insert(child.id.clone(), value);
     }
-    Ok((out, scopes))
+    Ok(scopes)
 }
 
 /// kiln's latest Events about the object with this uid.

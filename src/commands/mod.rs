@@ -9,6 +9,7 @@ pub mod render;
 pub mod run;
 pub mod schema;
 pub mod validate;
+pub mod verdict;
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() -> anyhow::Result<()> {

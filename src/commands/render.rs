@@ -4,6 +4,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use kiln::engine::informer::ObjKey;
+use kiln::engine::plan::{self, LiveChild, Observed, Plan};
+use kiln::engine::status;
+use kiln::ownership;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
 use kiln::template::generate::Draw;
@@ -120,31 +124,25 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!("# rule: {}", rule.name);
-        let missing = render::missing_required(rule, &inputs);
-        if !missing.is_empty() {
-            eprintln!(
-                "rule `{}`: required related object(s) not given ({}): the engine would set Waiting and render nothing; pass --related NAME=FILE",
-                rule.name,
-                missing.join(", ")
-            );
-            failed = true;
-            continue;
-        }
-        match render::render(rule, &inputs, &render::well_known_scope) {
-            Ok(rendered) => {
-                print_rendered(rule, &inputs, &rendered, args.children_only)?;
+        let mut observed = observed_from_files(rule, &inputs);
+        observed.missing = render::missing_required(rule, &inputs)
+            .iter()
+            .map(|w| format!("related.{w} (pass --related {w}=FILE)"))
+            .collect();
+        let this = kiln::template::to_jinja(&inputs.primary);
+        let scope_of = &render::well_known_scope;
+        // Offline no object holds a name: the decision sees none.
+        match plan::draft(rule, &this, &observed, scope_of) {
+            Ok(draft) => {
+                let rendered = draft.rendered().clone();
+                let plan = draft.decide(rule, &observed, &plan::Known::new());
+                print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
                 if !args.children_only && !print_decorations(rule, &inputs)? {
                     failed = true;
                 }
             }
-            Err(e) => {
-                let secrets = kiln::engine::plan::Observed {
-                    inputs: inputs.clone(),
-                    ..Default::default()
-                }
-                .secrets(rule);
-                let message = kiln::redact::redact(&e.to_string(), &secrets);
-                eprintln!("rule `{}`: {message}", rule.name);
+            Err(plan) => {
+                eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
                 failed = true;
             }
         }
@@ -156,34 +154,45 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Says what the engine does with a child whose lifecycle is not the default.
-fn print_policies(rule: &Rule, inputs: &Inputs, child: &kiln::render::DesiredChild) {
-    use kiln::rules::{DeletionPolicy, UpdatePolicy};
-    let Some(spec) = rule.children.iter().find(|c| c.id == child.id) else {
-        return;
-    };
-    if spec.update_policy == UpdatePolicy::CreateOnce {
-        let live = kiln::render::observed_named(inputs.observed.get(&child.id), &child.name);
-        if let Some(live) = live {
-            match kiln::engine::reown::needed(child, live) {
-                Some(r) => println!(
-                    "# updatePolicy: CreateOnce: it exists, so the engine writes only its owner ({} it, as its deletionPolicy now says)",
-                    r.to.describe()
-                ),
-                None => println!(
-                    "# updatePolicy: CreateOnce: it exists, so the engine writes nothing to it"
-                ),
-            }
-        } else {
-            println!(
-                "# updatePolicy: CreateOnce: the engine applies this only while the child does not exist, and never rewrites it"
-            );
+/// The snapshot a decision reads, from the files given: the primary,
+/// `--related` objects and `--observed` children (each taken as this
+/// primary's child of its id, in the primary's namespace unless it names
+/// one).
+fn observed_from_files(rule: &Rule, inputs: &Inputs) -> Observed {
+    let namespace = inputs.primary["metadata"]["namespace"].as_str();
+    let mut children = Vec::new();
+    for (id, value) in &inputs.observed {
+        let Some(spec) = rule.children.iter().find(|c| &c.id == id) else {
+            continue;
+        };
+        let items = match value {
+            Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        for o in items {
+            let meta = &o["metadata"];
+            let namespaced = render::well_known_scope(&spec.gvk).unwrap_or(true);
+            let at = meta["namespace"]
+                .as_str()
+                .or(namespace)
+                .filter(|_| namespaced);
+            children.push(LiveChild {
+                id: id.clone(),
+                gvk: spec.gvk.clone(),
+                key: ObjKey {
+                    namespace: at.map(str::to_string),
+                    name: meta["name"].as_str().unwrap_or_default().to_string(),
+                },
+                uid: meta["uid"].as_str().map(str::to_string),
+                deleting: !meta["deletionTimestamp"].is_null(),
+                orphan: ownership::read(meta).is_some_and(|m| m.orphaned()),
+            });
         }
     }
-    if spec.deletion_policy == DeletionPolicy::Orphan {
-        println!(
-            "# deletionPolicy: Orphan: no owner reference; left behind when the primary goes or stops rendering it"
-        );
+    Observed {
+        inputs: inputs.clone(),
+        children,
+        ..Observed::default()
     }
 }
 
@@ -191,6 +200,7 @@ fn print_rendered(
     rule: &Rule,
     inputs: &Inputs,
     rendered: &Rendered,
+    plan: &Plan,
     children_only: bool,
 ) -> anyhow::Result<()> {
     for (child, readiness) in rendered.children.iter().zip(&rendered.readiness) {
@@ -203,7 +213,13 @@ fn print_rendered(
                 child.id, child.id
             );
         }
-        print_policies(rule, inputs, child);
+        if let Some(v) = plan
+            .children
+            .iter()
+            .find(|v| v.id == child.id && v.name == child.name)
+        {
+            println!("# plan: {}", super::verdict::line(plan, v));
+        }
         if !child.generated.is_empty() {
             println!(
                 "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"
@@ -211,25 +227,47 @@ fn print_rendered(
         }
         print!("{}", serde_norway::to_string(&child.object)?);
     }
-    for wait in &rendered.waiting {
-        println!(
-            "# child: {} waits for {}: not rendered yet (pass --observed ID=FILE for the children it waits for)",
-            wait.id,
-            wait.waits_for.join(" and ")
-        );
+    for v in plan.children.iter().filter(|v| v.ready.is_none()) {
+        println!("# plan: {}", super::verdict::line(plan, v));
     }
     let has_status = !rule.status_fields.is_empty() || !rule.conditions.is_empty();
     if !children_only && has_status {
         println!("---");
         println!(
-            "# status: server-side apply to the status subresource (the engine adds observedGeneration and conditions)"
+            "# status: server-side apply to the status subresource (as the engine composes it; `<now>` is the time of the write)"
         );
         print!(
             "{}",
-            serde_norway::to_string(&render::status_patch(rule, &inputs.primary, rendered))?
+            serde_norway::to_string(&status_patch(rule, &inputs.primary, plan))?
         );
     }
     Ok(())
+}
+
+/// The status patch the engine applies for the plan: the engine's own
+/// composition of this rule's part (fields, conditions, `observedGeneration`).
+fn status_patch(rule: &Rule, primary: &Value, plan: &Plan) -> Value {
+    let fields: Vec<&str> = rule.status_fields.iter().map(|(n, _)| n.as_str()).collect();
+    let conditions: Vec<&str> = rule.conditions.iter().map(|c| c.type_.as_str()).collect();
+    let me = status::Contributor {
+        rule: &rule.name,
+        fields: &fields,
+        conditions: &conditions,
+        part: Some(&plan.status),
+    };
+    let generation = primary["metadata"]["generation"].as_i64();
+    let status = status::compose(&[me], &primary["status"], "<now>", generation);
+    let mut meta = serde_json::Map::new();
+    meta.insert("name".into(), primary["metadata"]["name"].clone());
+    if let Some(ns) = primary["metadata"]["namespace"].as_str() {
+        meta.insert("namespace".into(), Value::String(ns.to_string()));
+    }
+    serde_json::json!({
+        "apiVersion": rule.primary.gvk.api_version(),
+        "kind": rule.primary.gvk.kind,
+        "metadata": meta,
+        "status": status,
+    })
 }
 
 /// Prints what each decorator would apply to the objects given (the

@@ -375,17 +375,9 @@ fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
         .ok()
 }
 
-/// Whether an object is indexed under `uid` (what [`owners`] gives): the
-/// objects a cache's `owned_by(uid)` finds.
-pub fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
-    let uid = Uid::new(uid);
-    owners(meta).iter().any(|o| o.uid == uid)
-}
-
-/// Its owner references (each in full, in order), then the other uids it
-/// is indexed under unless a reference has them: the primary named by
-/// kiln's owner label (an `outside` child, which can have no owner
-/// reference), and the primary an orphaned kiln child names.
+/// Its owner references (each in full, in order), then the primary kiln's
+/// mark names (`ownership::read`) unless a reference has it: an `outside`
+/// child, which can have no owner reference, or an orphaned child.
 fn owners(meta: &ObjectMeta) -> Box<[Owner]> {
     let mut owners: Vec<Owner> = meta
         .owner_references
@@ -393,17 +385,8 @@ fn owners(meta: &ObjectMeta) -> Box<[Owner]> {
         .flatten()
         .map(Owner::referenced_by)
         .collect();
-    let others = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(crate::render::OWNER_UID_LABEL))
-        .into_iter()
-        .chain(
-            meta.annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::render::PRIMARY_UID_ANNOTATION)),
-        );
-    for uid in others.map(|uid| Uid::new(uid)) {
+    if let Some(mark) = crate::ownership::read(meta) {
+        let uid = Uid::new(&mark.uid);
         if !owners.iter().any(|o| o.uid == uid) {
             owners.push(Owner {
                 uid,
@@ -729,19 +712,35 @@ mod tests {
     #[test]
     fn owners_are_each_indexed_once() {
         let mut obj = deployment();
+        obj.metadata.owner_references = None;
         obj.metadata
             .labels
             .get_or_insert_default()
             .insert(crate::render::OWNER_UID_LABEL.into(), "u1".into());
+        let cached = Cached::new(obj.clone());
+        let owners: Vec<_> = cached.owners().collect();
+        assert_eq!(owners, [&Uid::new("u1")], "an `outside` child's primary");
+        // An orphaned child names its primary in an annotation.
+        obj.metadata
+            .labels
+            .get_or_insert_default()
+            .remove(crate::render::OWNER_UID_LABEL);
         obj.metadata
             .annotations
             .get_or_insert_default()
             .insert(crate::render::PRIMARY_UID_ANNOTATION.into(), UID.into());
         let cached = Cached::new(obj.clone());
-        let owners: Vec<_> = cached.owners().collect();
-        assert_eq!(owners, [&Uid::new("u1"), &Uid::new(UID)]);
-        // The label's uid is the reference's: held once, with the reference.
-        assert_eq!(cached.owners.len(), 2);
+        assert_eq!(cached.owners().collect::<Vec<_>>(), [&Uid::new(UID)]);
+        assert_eq!(cached.decode().metadata, obj.metadata);
+        // The mark's uid is the reference's: held once, with the reference.
+        let mut obj = deployment();
+        obj.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(crate::render::OWNER_UID_LABEL.into(), "u1".into());
+        let cached = Cached::new(obj.clone());
+        assert_eq!(cached.owners().collect::<Vec<_>>(), [&Uid::new("u1")]);
+        assert_eq!(cached.owners.len(), 1);
         assert_eq!(cached.decode().metadata, obj.metadata);
     }
 
@@ -761,13 +760,9 @@ mod tests {
             reference("u2", "b", None),
             reference(UID, "c", Some(false)),
         ]);
-        obj.metadata
-            .labels
-            .get_or_insert_default()
-            .insert(crate::render::OWNER_UID_LABEL.into(), "u3".into());
         let cached = Cached::new(obj.clone());
         let owners: Vec<_> = cached.owners().collect();
-        assert_eq!(owners, [&Uid::new(UID), &Uid::new("u2"), &Uid::new("u3")]);
+        assert_eq!(owners, [&Uid::new(UID), &Uid::new("u2")]);
         assert_eq!(cached.decode().metadata, obj.metadata);
         // No list and an empty list stay apart.
         for refs in [None, Some(Vec::new())] {

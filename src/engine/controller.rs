@@ -28,7 +28,7 @@ use super::informer::{Change, Handler, Informer, ObjKey};
 use super::kinds::Kind;
 use super::owned_status;
 pub use super::plan::Next;
-use super::plan::{self, Blind, Known, LiveChild, Observed, Plan, Prune};
+use super::plan::{self, Blind, Known, LiveChild, Observed, Occupants, Plan, Prune};
 use super::queue::Queue;
 use super::related::{self, Found, Refusal, Target};
 use super::reown::{self, Reown};
@@ -36,7 +36,7 @@ use super::reverse::{Reverse, SelectorRef};
 use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
 use crate::metrics;
-use crate::render::{self, CHILD_LABEL, DesiredChild, RULE_LABEL};
+use crate::render::{self, DesiredChild};
 use crate::rules::{Gvk, LabelSelector, LabelSource, Rule};
 use crate::shard::Whose;
 use crate::template::{Budget, to_jinja};
@@ -307,36 +307,22 @@ impl RuleController {
             .filter_map(|p| p.uid())
             .collect();
         let gvk = &self.rule.primary.gvk;
+        // An orphaned child outlives its rule as it outlives its primary.
         let made_by_kiln = |child: &DynamicObject| {
-            child.labels().get(RULE_LABEL) == Some(&self.rule.name)
-                && (child.owner_references().iter().any(|o| {
-                    o.controller == Some(true)
-                        && o.kind == gvk.kind
-                        && o.api_version == gvk.api_version()
-                        && primaries.contains(&o.uid)
-                }) || child
-                    .labels()
-                    .get(render::OWNER_UID_LABEL)
-                    .is_some_and(|uid| primaries.contains(uid)))
+            crate::ownership::read(&child.metadata).filter(|m| {
+                m.rule == self.rule.name
+                    && !m.orphaned()
+                    && m.kind_is(&gvk.api_version(), &gvk.kind)
+                    && primaries.contains(&m.uid)
+            })
         };
         for (gvk, informer) in &self.wiring.children {
             for child in informer.list() {
-                if !made_by_kiln(&child) {
+                let Some(mark) = made_by_kiln(&child) else {
                     continue;
-                }
+                };
                 // Sharded: only the children of this replica's share.
-                let primary_uid = child
-                    .labels()
-                    .get(render::OWNER_UID_LABEL)
-                    .cloned()
-                    .or_else(|| {
-                        child
-                            .owner_references()
-                            .iter()
-                            .find(|o| o.controller == Some(true))
-                            .map(|o| o.uid.clone())
-                    })
-                    .unwrap_or_default();
+                let primary_uid = mark.uid;
                 // Only while this replica may write: its Lease held (a
                 // standby, or a leader past its renew deadline, deletes
                 // nothing) and, sharded, the primary's bucket (another
@@ -480,32 +466,21 @@ impl RuleController {
 
     fn on_child(&self, change: &Change<'_>) {
         let (Change::Applied(obj) | Change::Deleted(obj)) = change;
-        if obj.labels().get(RULE_LABEL) != Some(&self.rule.name) {
+        let Some(mark) = crate::ownership::read(&obj.metadata) else {
+            return;
+        };
+        let gvk = &self.rule.primary.gvk;
+        if mark.rule != self.rule.name || !mark.kind_is(&gvk.api_version(), &gvk.kind) {
             return;
         }
-        let gvk = &self.rule.primary.gvk;
+        // An `outside` child names its primary's namespace; an owned or
+        // orphaned one lives in it.
         let namespaced = self.wiring.primary.kind().namespaced;
-        let namespace = if namespaced { obj.namespace() } else { None };
-        for owner in obj.owner_references() {
-            if owner.controller == Some(true)
-                && owner.kind == gvk.kind
-                && owner.api_version == gvk.api_version()
-            {
-                self.enqueue(ObjKey {
-                    namespace: namespace.clone(),
-                    name: owner.name.clone(),
-                });
-            }
-        }
-        // An orphaned child names its primary in annotations instead.
-        if let Some(name) = obj.annotations().get(render::PRIMARY_NAME_ANNOTATION)
-            && obj.owner_references().is_empty()
-        {
-            self.enqueue(ObjKey {
-                namespace,
-                name: name.clone(),
-            });
-        }
+        let namespace = mark.primary_namespace(obj.namespace().as_deref(), namespaced);
+        self.enqueue(ObjKey {
+            namespace,
+            name: mark.name,
+        });
     }
 
     /// A Namespace changed (its labels, say): its primaries are looked at
@@ -562,17 +537,14 @@ impl RuleController {
         // be trusted, whether the rule takes the primary is unknown, so its
         // finalizer stays as it is and the reconcile below (blind) says why.
         let unsure = selected && self.namespaces_blind().is_some();
-        if obj.metadata.deletion_timestamp.is_some() && !unsure {
-            return match (holds, wanted) {
-                (true, true) => self.tear_down(&obj).await,
-                (true, false) => self.hold(&obj, false).await.map(|()| Next::Done),
-                _ => Ok(Next::Done),
-            };
-        }
-        if holds != wanted && !unsure {
-            // Before any child exists, so none is ever left to the garbage
-            // collector's order; and let go as soon as it is not wanted.
-            self.hold(&obj, wanted).await?;
+        let wanted = (!unsure).then_some(wanted);
+        let going = obj.metadata.deletion_timestamp.is_some();
+        match plan::finalizing(holds, wanted, going) {
+            plan::Finalizing::TearDown => return self.tear_down(&obj).await,
+            plan::Finalizing::Release => return self.hold(&obj, false).await.map(|()| Next::Done),
+            plan::Finalizing::Stop => return Ok(Next::Done),
+            plan::Finalizing::Set(hold) => self.hold(&obj, hold).await?,
+            plan::Finalizing::Keep => {}
         }
         if !selected {
             return Ok(Next::Done);
@@ -612,7 +584,7 @@ impl RuleController {
         primary: Value,
         this: &JinjaValue,
     ) -> (Plan, Vec<String>, Result<Decorations, String>) {
-        let observed = match self.observe(key, obj, primary, this) {
+        let mut observed = match self.observe(key, obj, primary, this) {
             Ok(observed) => observed,
             // A watch reference that does not render, or points where it
             // may not, fails for this object like any template.
@@ -621,19 +593,7 @@ impl RuleController {
                     Refusal::Template(m) => (reasons::TEMPLATE_ERROR, m),
                     Refusal::Namespace(m) => (reasons::NAMESPACE_NOT_ALLOWED, m),
                 };
-                let status = Part {
-                    outcome: Outcome::Failed { reason, message },
-                    fields: None,
-                    conditions: Vec::new(),
-                    generation: obj.metadata.generation,
-                };
-                let plan = Plan {
-                    apply: Vec::new(),
-                    reown: Vec::new(),
-                    prune: Vec::new(),
-                    status,
-                    next: Next::Done,
-                };
+                let plan = Plan::refused(reason, message, obj.metadata.generation);
                 return (plan, Vec::new(), Ok(Decorations::default()));
             }
         };
@@ -643,12 +603,13 @@ impl RuleController {
             .unwrap_or_default();
         let kinds = &self.shared.kinds;
         let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
-        let uid = obj.uid().unwrap_or_default();
-        let occupant = |gvk: &Gvk, key: &ObjKey| {
-            let found = self.wiring.children.get(gvk)?.get(key)?;
-            stranger(&found, &self.rule.name, &uid)
+        let plan = match plan::draft(&self.rule, this, &observed, &scope_of) {
+            Ok(draft) => {
+                observed.occupants = self.occupants(&draft, &observed, obj);
+                draft.decide(&self.rule, &observed, &known)
+            }
+            Err(plan) => *plan,
         };
-        let plan = plan::plan(&self.rule, this, &observed, &known, &occupant, &scope_of);
         let drawn = plan.apply.iter().flat_map(|c| &c.generated);
         let secrets = crate::redact::with_drawn(observed.secrets(&self.rule), drawn);
         // Decorators patch only once the children went through: while the
@@ -665,6 +626,26 @@ impl RuleController {
             _ => Ok(Decorations::default()),
         };
         (plan, secrets, decorations)
+    }
+
+    /// Who holds, in the cache, each name the draft's children take that
+    /// is not this primary's live child (part of the snapshot the
+    /// decision reads).
+    fn occupants(
+        &self,
+        draft: &plan::Draft,
+        observed: &Observed,
+        obj: &DynamicObject,
+    ) -> Occupants {
+        let uid = obj.uid().unwrap_or_default();
+        draft
+            .names(&self.rule, observed)
+            .filter_map(|(gvk, key)| {
+                let found = self.wiring.children.get(gvk)?.get(&key)?;
+                let who = stranger(&found, &self.rule.name, &uid)?;
+                Some(((gvk.clone(), key), who))
+            })
+            .collect()
     }
 
     /// Reads what the plan needs from the caches: related objects (recording
@@ -712,11 +693,12 @@ impl RuleController {
         let mut by_id: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
         for (gvk, informer) in &self.wiring.children {
             for child in informer.owned_by(&uid) {
-                let labels = child.labels();
-                if labels.get(RULE_LABEL) != Some(&self.rule.name) {
+                // The index finds every object naming the uid; the mark
+                // says whether it is this rule's child of this primary.
+                let Some(mark) = self.child_of(&child, obj) else {
                     continue;
-                }
-                let id = labels.get(CHILD_LABEL).cloned().unwrap_or_default();
+                };
+                let id = mark.child.clone();
                 // Every child of the rule is live (a removed id is pruned);
                 // templates see those of the ids and kinds the rule has now.
                 if let Some(spec) = self
@@ -736,11 +718,31 @@ impl RuleController {
                     key: ObjKey::of(&child),
                     uid: child.uid(),
                     deleting: child.metadata.deletion_timestamp.is_some(),
-                    orphan: orphan_of(&child, &uid),
+                    orphan: mark.orphaned(),
                 });
             }
         }
         (children, by_id)
+    }
+
+    /// The mark of `child` when it is this rule's child of `primary`:
+    /// marked so, and where kiln can have put it (`ownership::in_place`).
+    fn child_of(
+        &self,
+        child: &DynamicObject,
+        primary: &DynamicObject,
+    ) -> Option<crate::ownership::Mark> {
+        let uid = primary.metadata.uid.as_deref().unwrap_or_default();
+        let mark =
+            crate::ownership::read(&child.metadata).filter(|m| m.of(&self.rule.name, uid))?;
+        let outside = self
+            .rule
+            .children
+            .iter()
+            .any(|c| c.id == mark.child && c.outside);
+        let ns = |o: &DynamicObject| o.metadata.namespace.clone();
+        crate::ownership::in_place(ns(child).as_deref(), ns(primary).as_deref(), outside)
+            .then_some(mark)
     }
 
     /// Keeps (`hold`) or lets go of this rule's ordered-deletion finalizer on
@@ -946,23 +948,18 @@ impl RuleController {
             // shows up as a failure, with the smaller status it can take.
             return self.failed(obj, plan, failure, secrets).await;
         }
-        match &plan.status.outcome {
-            Outcome::Waiting { missing } => {
-                let message = format!("waiting for {}", missing.join(", "));
-                self.report(
-                    obj,
-                    EventType::Normal,
-                    reasons::DEPENDENCY_MISSING,
-                    &message,
-                )
-                .await;
+        match plan.event() {
+            Some(event) => {
+                let kind = if event.warning {
+                    self.count_failure(event.reason);
+                    tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason = event.reason, message = %event.message, "reconcile failed");
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                self.report(obj, kind, event.reason, &event.message).await;
             }
-            Outcome::Failed { reason, message } => {
-                self.count_failure(reason);
-                tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, %message, "reconcile failed");
-                self.report(obj, EventType::Warning, reason, message).await;
-            }
-            Outcome::Applied { .. } => {
+            None => {
                 if let Some(state) = lock(&self.states).get_mut(&ObjKey::of(obj)) {
                     state.reported = None;
                 }
@@ -1579,39 +1576,13 @@ fn namespace_takes(
         .is_none()
 }
 
-/// Whether a child of the primary `uid` was left to outlive it: found by
-/// the annotation naming the primary, with no owner reference to it.
-fn orphan_of(child: &DynamicObject, uid: &str) -> bool {
-    child
-        .annotations()
-        .get(render::PRIMARY_UID_ANNOTATION)
-        .map(String::as_str)
-        == Some(uid)
-        && !child.owner_references().iter().any(|o| o.uid == uid)
-}
-
 /// Who holds a child's name in the cache, unless it is this rule's own
-/// child of this primary. The cache is read twice in a reconcile: for the
-/// live children, then, once rendered, for what holds each child's name.
-/// A child whose create came back through the watch in between is no
-/// stranger (a false "already exists" on kiln's own RoleBinding, seen at
-/// the demo's start).
+/// child of this primary. The live children are read before the render,
+/// the names' holders after it: a child whose create came back through the
+/// watch in between is no stranger (a false "already exists" on kiln's own
+/// RoleBinding, seen at the demo's start).
 fn stranger(found: &DynamicObject, rule: &str, primary_uid: &str) -> Option<String> {
-    let ours = found.labels().get(RULE_LABEL).is_some_and(|r| r == rule)
-        && super::cached::owned_by(&found.metadata, primary_uid);
-    (!ours).then(|| holder(found))
-}
-
-/// Who holds an object kiln found where it would create a child.
-fn holder(obj: &DynamicObject) -> String {
-    match obj
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-    {
-        Some(o) => format!("controlled by {} {}", o.kind, o.name),
-        None => "not created by kiln".to_string(),
-    }
+    crate::ownership::holder(&found.metadata, rule, primary_uid)
 }
 
 /// The rule's status field names and condition types.
@@ -1692,6 +1663,7 @@ fn not_mine(whose: Whose) -> Option<Next> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::RULE_LABEL;
 
     #[test]
     fn a_child_cached_since_the_children_were_read_is_no_stranger() {

@@ -68,6 +68,10 @@ pub struct Observed {
     pub children: Vec<LiveChild>,
     /// Caches of related or child kinds that cannot be trusted.
     pub blind: Vec<Blind>,
+    /// Who holds a name a rendered child would take, when an object kiln
+    /// did not make for this primary is there (read for the names
+    /// [`Draft::names`] gives, before [`Draft::decide`]).
+    pub occupants: Occupants,
 }
 
 impl Observed {
@@ -98,9 +102,10 @@ pub fn is_secret(gvk: &Gvk) -> bool {
 /// What the server is known to store differently, per child.
 pub type Known = HashMap<(Gvk, ObjKey), Normalized>;
 
-/// Who holds a name, when an object kiln did not create for this primary
-/// exists there (from the child kind's cache): `None` when the name is free.
-pub type Occupant<'a> = &'a dyn Fn(&Gvk, &ObjKey) -> Option<String>;
+/// Who holds each name a child would take, when an object kiln did not
+/// create for this primary is there: "not created by kiln", "controlled
+/// by …". A name not in it is free (or this primary's own child).
+pub type Occupants = HashMap<(Gvk, ObjKey), String>;
 
 /// A child to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +132,45 @@ pub struct Plan {
     pub status: Part,
     /// When to look again, once every write succeeded.
     pub next: Next,
+    /// What the plan makes of each child, rendered or live (empty when
+    /// nothing was rendered): what `kiln explain` and `kiln render` print.
+    pub children: Vec<ChildVerdict>,
+}
+
+/// What a plan does with one child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Rendered and not there: created.
+    Create,
+    /// Rendered, and the live child holds it all: nothing to write.
+    Applied,
+    /// Rendered, and the live child lacks or differs in a field the rule
+    /// sets: applied again.
+    Change,
+    /// Created once and there: never written again but for its ownership
+    /// (`true`: that changes now).
+    CreatedOnce(bool),
+    /// Not rendered yet: it waits for other children (kept as it is).
+    Waits(String),
+    /// No longer rendered: deleted.
+    Prune,
+    /// No longer rendered, but orphaned (or being deleted): left alone.
+    Left,
+}
+
+/// One child's [`Verdict`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildVerdict {
+    /// Its id in the rule.
+    pub id: String,
+    /// Its kind.
+    pub gvk: Gvk,
+    /// Its name (empty for a child waiting, which has none yet).
+    pub name: String,
+    /// What the plan does with it.
+    pub verdict: Verdict,
+    /// Whether it exists and its `readyWhen` holds (rendered children only).
+    pub ready: Option<bool>,
 }
 
 impl Plan {
@@ -138,7 +182,17 @@ impl Plan {
             prune: Vec::new(),
             status,
             next,
+            children: Vec::new(),
         }
+    }
+
+    /// The plan of a reconcile that cannot read what it needs (a watch
+    /// reference that does not render, or points where it may not).
+    pub fn refused(reason: &'static str, message: String, generation: Option<i64>) -> Self {
+        Self::only(
+            unrendered(Outcome::Failed { reason, message }, generation),
+            Next::Done,
+        )
     }
 
     /// Whether the plan writes anything besides status.
@@ -147,21 +201,47 @@ impl Plan {
     }
 }
 
-/// Decides one reconcile. `this` is the primary converted for templates.
+/// Decides one reconcile from a complete snapshot (its occupants read
+/// already): [`draft`], then [`Draft::decide`]. `this` is the primary
+/// converted for templates.
 pub fn plan(
     rule: &Rule,
     this: &JinjaValue,
     observed: &Observed,
     known: &Known,
-    occupant: Occupant<'_>,
     scope_of: ScopeOf<'_>,
 ) -> Plan {
+    match draft(rule, this, observed, scope_of) {
+        Ok(draft) => draft.decide(rule, observed, known),
+        Err(plan) => *plan,
+    }
+}
+
+/// A reconcile rendered, before its decision: what names its children
+/// take is known, so the source can read who holds them.
+#[derive(Debug)]
+pub struct Draft {
+    rendered: render::Rendered,
+    generation: Option<i64>,
+}
+
+/// Renders one reconcile; the plan itself when there is nothing to decide
+/// (a blind cache, a required object missing, a render that fails).
+pub fn draft(
+    rule: &Rule,
+    this: &JinjaValue,
+    observed: &Observed,
+    scope_of: ScopeOf<'_>,
+) -> Result<Draft, Box<Plan>> {
     let generation = observed.inputs.primary["metadata"]["generation"].as_i64();
     if let Some(plan) = unready(rule, observed, generation) {
-        return plan;
+        return Err(Box::new(plan));
     }
-    let rendered = match render::render_with(rule, this, &observed.inputs, scope_of) {
-        Ok(r) => r,
+    match render::render_with(rule, this, &observed.inputs, scope_of) {
+        Ok(rendered) => Ok(Draft {
+            rendered,
+            generation,
+        }),
         Err(e) => {
             let reason = match e {
                 render::RenderFailure::Name { .. } => reasons::INVALID,
@@ -172,32 +252,117 @@ pub fn plan(
                 message: crate::redact::redact(&e.to_string(), &observed.secrets(rule)),
             };
             // Permanent for these inputs: retried when something changes.
-            return Plan::only(unrendered(outcome, generation), Next::Done);
+            Err(Box::new(Plan::only(
+                unrendered(outcome, generation),
+                Next::Done,
+            )))
         }
-    };
-    if let Some(plan) = collisions(rule, observed, &rendered.children, occupant, generation) {
-        return plan;
     }
-    let prune = observed
-        .children
-        .iter()
-        .filter(|live| {
-            // A child waiting for another is kept as it is, not pruned.
-            !live.deleting
-                && !orphaned(rule, live)
-                && !rendered.waiting.iter().any(|w| w.id == live.id)
-                && !rendered.children.iter().any(|c| {
-                    c.gvk == live.gvk
-                        && c.name == live.key.name
-                        && c.namespace == live.key.namespace
-                })
-        })
-        .map(|live| Prune {
-            gvk: live.gvk.clone(),
-            key: live.key.clone(),
-            uid: live.uid.clone(),
-        })
-        .collect();
+}
+
+impl Draft {
+    /// The names whose holder the decision needs: those of rendered
+    /// children that do not adopt and are not this primary's live children.
+    pub fn names<'d>(
+        &'d self,
+        rule: &'d Rule,
+        observed: &'d Observed,
+    ) -> impl Iterator<Item = (&'d Gvk, ObjKey)> + 'd {
+        self.rendered
+            .children
+            .iter()
+            .filter(|c| {
+                !policy(rule, &c.id).is_some_and(|s| s.adopt)
+                    && !observed.children.iter().any(|l| {
+                        l.gvk == c.gvk && l.key.name == c.name && l.key.namespace == c.namespace
+                    })
+            })
+            .map(|c| (&c.gvk, key_of(c)))
+    }
+
+    /// What was rendered.
+    pub fn rendered(&self) -> &render::Rendered {
+        &self.rendered
+    }
+
+    /// Decides the reconcile: what to apply, re-own and prune, the status
+    /// and when to look again.
+    pub fn decide(self, rule: &Rule, observed: &Observed, known: &Known) -> Plan {
+        let Self {
+            rendered,
+            generation,
+        } = self;
+        if let Some(plan) = collisions(rule, observed, &rendered.children, generation) {
+            return plan;
+        }
+        let prune: Vec<Prune> = observed
+            .children
+            .iter()
+            .filter(|live| {
+                // A child waiting for another is kept as it is, not pruned.
+                !live.deleting
+                    && !orphaned(rule, live)
+                    && !rendered.waiting.iter().any(|w| w.id == live.id)
+                    && !rendered.children.iter().any(|c| renders(c, live))
+            })
+            .map(|live| Prune {
+                gvk: live.gvk.clone(),
+                key: live.key.clone(),
+                uid: live.uid.clone(),
+            })
+            .collect();
+        let (not_ready, waiting, next) = progress(rule, &rendered);
+        let rest = verdicts_of_live(rule, observed, &rendered, &prune);
+        let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
+        let mut reown = Vec::new();
+        let mut apply = Vec::new();
+        for (c, ready) in rendered.children.into_iter().zip(&rendered.readiness) {
+            let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
+            let key = (c.gvk.clone(), key_of(&c));
+            // Created once: a child that exists is never applied again; only
+            // its ownership follows the rule's `deletionPolicy`.
+            let once = policy(rule, &c.id).is_some_and(|s| s.update_policy == CreateOnce);
+            let verdict = match live {
+                Some(l) if once => {
+                    let r = super::reown::needed(&c, l);
+                    let changes = r.is_some();
+                    reown.extend(r);
+                    Verdict::CreatedOnce(changes)
+                }
+                Some(l) if converged(l, &c.object, known.get(&key)) => Verdict::Applied,
+                Some(_) => Verdict::Change,
+                None => Verdict::Create,
+            };
+            children.push(ChildVerdict {
+                id: c.id.clone(),
+                gvk: c.gvk.clone(),
+                name: c.name.clone(),
+                verdict: verdict.clone(),
+                ready: Some(ready.ready),
+            });
+            if matches!(verdict, Verdict::Create | Verdict::Change) {
+                apply.push(c);
+            }
+        }
+        children.extend(rest);
+        Plan {
+            apply,
+            reown,
+            prune,
+            status: Part {
+                outcome: Outcome::Applied { not_ready, waiting },
+                fields: Some(rendered.status),
+                conditions: rendered.conditions,
+                generation,
+            },
+            next,
+            children,
+        }
+    }
+}
+
+/// The children not ready, those waiting, and when to look again.
+fn progress(rule: &Rule, rendered: &render::Rendered) -> (Vec<String>, Vec<String>, Next) {
     let not_ready: Vec<String> = rendered
         .readiness
         .iter()
@@ -214,35 +379,50 @@ pub fn plan(
     } else {
         Next::After(rule.requeue.waiting)
     };
-    let mut reown = Vec::new();
-    let apply = rendered
-        .children
-        .into_iter()
-        .filter(|c| {
-            let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
-            let key = (c.gvk.clone(), key_of(c));
-            // Created once: a child that exists is never applied again; only
-            // its ownership follows the rule's `deletionPolicy`.
-            let once = policy(rule, &c.id).is_some_and(|s| s.update_policy == CreateOnce);
-            if once && let Some(l) = live {
-                reown.extend(super::reown::needed(c, l));
-                return false;
-            }
-            !live.is_some_and(|l| converged(l, &c.object, known.get(&key)))
+    (not_ready, waiting, next)
+}
+
+/// Whether the rendered child `c` is the live child `live`.
+fn renders(c: &DesiredChild, live: &LiveChild) -> bool {
+    c.gvk == live.gvk && c.name == live.key.name && c.namespace == live.key.namespace
+}
+
+/// The verdicts of children not rendered: those waiting, then the live
+/// ones the rule no longer renders (pruned, or left alone).
+fn verdicts_of_live(
+    rule: &Rule,
+    observed: &Observed,
+    rendered: &render::Rendered,
+    prune: &[Prune],
+) -> Vec<ChildVerdict> {
+    let waiting = rendered.waiting.iter().filter_map(|w| {
+        Some(ChildVerdict {
+            id: w.id.clone(),
+            gvk: policy(rule, &w.id)?.gvk.clone(),
+            name: String::new(),
+            verdict: Verdict::Waits(w.waits_for.join(" and ")),
+            ready: None,
         })
-        .collect();
-    Plan {
-        apply,
-        reown,
-        prune,
-        status: Part {
-            outcome: Outcome::Applied { not_ready, waiting },
-            fields: Some(rendered.status),
-            conditions: rendered.conditions,
-            generation,
-        },
-        next,
-    }
+    });
+    let gone = observed
+        .children
+        .iter()
+        .filter(|live| {
+            !rendered.waiting.iter().any(|w| w.id == live.id)
+                && !rendered.children.iter().any(|c| renders(c, live))
+        })
+        .map(|live| ChildVerdict {
+            id: live.id.clone(),
+            gvk: live.gvk.clone(),
+            name: live.key.name.clone(),
+            verdict: if prune.iter().any(|p| p.gvk == live.gvk && p.key == live.key) {
+                Verdict::Prune
+            } else {
+                Verdict::Left
+            },
+            ready: None,
+        });
+    waiting.chain(gone).collect()
 }
 
 /// The rule's child `id`, if the rule still has it.
@@ -317,7 +497,6 @@ fn collisions(
     rule: &Rule,
     observed: &Observed,
     children: &[DesiredChild],
-    occupant: Occupant<'_>,
     generation: Option<i64>,
 ) -> Option<Plan> {
     // Own only what you created: a name held by an object kiln did not make
@@ -325,16 +504,12 @@ fn collisions(
     let taken: Vec<String> = children
         .iter()
         .filter(|c| {
-            let adopts = rule.children.iter().any(|s| s.id == c.id && s.adopt);
-            !adopts
-                && !observed
-                    .children
-                    .iter()
-                    .any(|l| l.gvk == c.gvk && l.key == key_of(c))
+            !policy(rule, &c.id).is_some_and(|s| s.adopt)
+                && !observed.children.iter().any(|l| renders(c, l))
         })
         .filter_map(|c| {
             let key = key_of(c);
-            let who = occupant(&c.gvk, &key)?;
+            let who = observed.occupants.get(&(c.gvk.clone(), key.clone()))?;
             Some(format!("{} {key} already exists ({who})", c.gvk.kind))
         })
         .collect();
@@ -361,6 +536,76 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
         fields: None,
         conditions: Vec::new(),
         generation,
+    }
+}
+
+/// What a reconcile does with the rule's finalizer before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finalizing {
+    /// The primary is going and the finalizer holds it: delete the next
+    /// children ([`teardown`]); the finalizer goes once none is left.
+    TearDown,
+    /// Let go of the finalizer, and stop (a primary going that the rule no
+    /// longer selects).
+    Release,
+    /// Nothing more for this primary (going, without the finalizer).
+    Stop,
+    /// Add (`true`) or remove (`false`) the finalizer, then reconcile: added
+    /// before any child exists, so none is left to the garbage collector's
+    /// order; removed as soon as it is not wanted.
+    Set(bool),
+    /// Reconcile as it is.
+    Keep,
+}
+
+/// The finalizer step: whether the primary `holds` the rule's finalizer,
+/// whether the rule `wants` it held (ordered deletion or `outside`
+/// children, and the primary selected; `None` while that is unknown, e.g.
+/// a Namespace cache kiln may not list) and whether it is `going`.
+/// Never act on missing information: an unknown want keeps the finalizer as
+/// it is, going or not, and the reconcile says why it waits.
+pub fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
+    let Some(wants) = wants else {
+        return Finalizing::Keep;
+    };
+    match (going, holds, wants) {
+        (true, true, true) => Finalizing::TearDown,
+        (true, true, false) => Finalizing::Release,
+        (true, false, _) => Finalizing::Stop,
+        (false, h, w) if h != w => Finalizing::Set(w),
+        (false, _, _) => Finalizing::Keep,
+    }
+}
+
+/// An Event a plan raises about its primary (published once per distinct
+/// reason and message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raise {
+    /// A Warning (else Normal).
+    pub warning: bool,
+    /// Its reason.
+    pub reason: &'static str,
+    /// Its note.
+    pub message: String,
+}
+
+impl Plan {
+    /// The Event the plan's outcome raises once its writes went through:
+    /// waiting is Normal, a failure a Warning, success none.
+    pub fn event(&self) -> Option<Raise> {
+        match &self.status.outcome {
+            Outcome::Waiting { missing } => Some(Raise {
+                warning: false,
+                reason: reasons::DEPENDENCY_MISSING,
+                message: format!("waiting for {}", missing.join(", ")),
+            }),
+            Outcome::Failed { reason, message } => Some(Raise {
+                warning: true,
+                reason,
+                message: message.clone(),
+            }),
+            Outcome::Applied { .. } => None,
+        }
     }
 }
 
@@ -494,15 +739,25 @@ spec:
     impl World {
         fn plan(&self) -> Plan {
             let this = to_jinja(&self.observed.inputs.primary);
-            let occupant = |_: &Gvk, key: &ObjKey| self.others.get(&key.name).cloned();
-            plan(
-                &self.rule,
-                &this,
-                &self.observed,
-                &self.known,
-                &occupant,
-                &well_known_scope,
-            )
+            let Ok(draft) = draft(&self.rule, &this, &self.observed, &well_known_scope) else {
+                return plan(
+                    &self.rule,
+                    &this,
+                    &self.observed,
+                    &self.known,
+                    &well_known_scope,
+                );
+            };
+            // The source reads who holds each name the draft takes.
+            let mut observed = self.observed.clone();
+            observed.occupants = draft
+                .names(&self.rule, &self.observed)
+                .filter_map(|(gvk, key)| {
+                    let who = self.others.get(&key.name)?.clone();
+                    Some(((gvk.clone(), key), who))
+                })
+                .collect();
+            draft.decide(&self.rule, &observed, &self.known)
         }
 
         /// The children exactly as the current plan would apply them are live.
@@ -570,6 +825,113 @@ spec:
 
     fn base() -> Value {
         json!({"data": {"owner": "me", "old": "x"}, "labels": {"keep": "yes", "extra": "yes"}})
+    }
+
+    fn verdicts(plan: &Plan) -> Vec<(&str, Verdict)> {
+        plan.children
+            .iter()
+            .map(|c| (c.id.as_str(), c.verdict.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn each_child_has_the_verdict_the_plan_acts_on() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let world = an_app(spec.clone());
+        assert_eq!(
+            verdicts(&world.plan()),
+            [("config", Verdict::Create), ("extra", Verdict::Create)]
+        );
+        let mut world = world.converged();
+        assert_eq!(
+            verdicts(&world.plan()),
+            [("config", Verdict::Applied), ("extra", Verdict::Applied)]
+        );
+        world.live_mut("config")["data"]["owner"] = json!("them");
+        let plan = world.plan();
+        assert_eq!(verdicts(&plan)[0], ("config", Verdict::Change));
+        assert_eq!(applied_ids(&plan), ["config"], "what changes is applied");
+        let plan = an_app(spec).converged().spec(base()).plan();
+        assert_eq!(
+            verdicts(&plan),
+            [("config", Verdict::Applied), ("extra", Verdict::Prune)]
+        );
+        let world = an_app(base())
+            .child_with("config", "updatePolicy: CreateOnce")
+            .converged();
+        assert_eq!(
+            verdicts(&world.plan()),
+            [("config", Verdict::CreatedOnce(false))]
+        );
+    }
+
+    #[test]
+    fn an_orphan_no_longer_rendered_is_left_and_a_waiting_child_waits() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let plan = an_app(spec)
+            .child_with("extra", "deletionPolicy: Orphan")
+            .converged()
+            .spec(base())
+            .plan();
+        assert_eq!(
+            verdicts(&plan),
+            [("config", Verdict::Applied), ("extra", Verdict::Left)]
+        );
+        let plan = a_chain().plan();
+        assert_eq!(
+            verdicts(&plan),
+            [
+                ("db", Verdict::Create),
+                ("app", Verdict::Waits("`db` to exist".into())),
+                (
+                    "web",
+                    Verdict::Waits("`app` to be ready and `db` to exist".into())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_finalizer_is_added_first_removed_when_unwanted_and_holds_a_teardown() {
+        use Finalizing::*;
+        // (holds, wants, going) → step
+        let table = [
+            ((false, Some(true), false), Set(true)),
+            ((true, Some(false), false), Set(false)),
+            ((true, Some(true), false), Keep),
+            ((false, Some(false), false), Keep),
+            ((true, Some(true), true), TearDown),
+            ((true, Some(false), true), Release),
+            ((false, Some(true), true), Stop),
+            ((false, Some(false), true), Stop),
+            ((true, None, true), Keep),
+            ((false, None, false), Keep),
+            ((true, None, false), Keep),
+        ];
+        for ((holds, wants, going), step) in table {
+            assert_eq!(
+                finalizing(holds, wants, going),
+                step,
+                "{holds} {wants:?} {going}"
+            );
+        }
+    }
+
+    #[test]
+    fn waiting_raises_a_normal_event_a_failure_a_warning_success_none() {
+        let waiting = an_app(base()).without_secret().plan().event().unwrap();
+        assert!(!waiting.warning);
+        assert_eq!(waiting.reason, reasons::DEPENDENCY_MISSING);
+        assert_eq!(
+            waiting.message,
+            "waiting for Secret team/creds (related.creds)"
+        );
+        let failed = an_app(json!({"labels": {}})).plan().event().unwrap();
+        assert!(failed.warning);
+        assert_eq!(failed.reason, reasons::TEMPLATE_ERROR);
+        assert_eq!(an_app(base()).converged().plan().event(), None);
     }
 
     #[test]

@@ -404,10 +404,10 @@ mod tests {
         // An object indexed under two owners: each finds it, and a lookup
         // of one never lands on the other's slot.
         let mut two = child("web", U1).decode();
-        two.metadata
-            .labels
-            .get_or_insert_default()
-            .insert(crate::render::OWNER_UID_LABEL.into(), "u2".into());
+        let mut second = two.metadata.owner_references.as_ref().unwrap()[0].clone();
+        second.uid = "u2".into();
+        second.controller = None;
+        two.metadata.owner_references.as_mut().unwrap().push(second);
         let mut store = Store::default();
         store.insert(Arc::new(Cached::new(two)));
         store.insert(child("other", "u2"));

@@ -16,11 +16,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use kube::ResourceExt;
+use std::borrow::Cow;
+
 use kube::api::DynamicObject;
 
 use super::Shard;
-use crate::render::{OWNER_UID_LABEL, PRIMARY_UID_ANNOTATION, RULE_LABEL};
 use crate::rules::{Gvk, Rule};
 
 /// The kinds that are sharded, from the rules running.
@@ -71,29 +71,21 @@ impl Roles {
 
     /// The uid whose bucket decides whether `obj` (of kind `gvk`) is kept;
     /// `None`: kept whatever the share.
-    pub fn shard_uid<'o>(&self, gvk: &Gvk, obj: &'o DynamicObject) -> Option<&'o str> {
+    pub fn shard_uid<'o>(&self, gvk: &Gvk, obj: &'o DynamicObject) -> Option<Cow<'o, str>> {
         if self.sharded.contains(gvk) {
-            return obj.metadata.uid.as_deref();
+            return obj.metadata.uid.as_deref().map(Cow::Borrowed);
         }
         if self.read.contains(gvk) {
             return None;
         }
-        let rule = obj.labels().get(RULE_LABEL)?;
-        let primary = self.rules.get(rule)?;
-        obj.labels()
-            .get(OWNER_UID_LABEL)
-            .or_else(|| obj.annotations().get(PRIMARY_UID_ANNOTATION))
-            .map(String::as_str)
-            .or_else(|| {
-                obj.owner_references()
-                    .iter()
-                    .find(|o| {
-                        o.controller == Some(true)
-                            && o.kind == primary.kind
-                            && o.api_version == primary.api_version()
-                    })
-                    .map(|o| o.uid.as_str())
-            })
+        // kiln's mark names the rule and the primary it was made for.
+        let mark = crate::ownership::read(&obj.metadata)?;
+        let primary = self.rules.get(&mark.rule)?;
+        let owned = matches!(mark.placement, crate::ownership::Placement::Owned { .. });
+        if owned && !mark.kind_is(&primary.api_version(), &primary.kind) {
+            return None;
+        }
+        Some(Cow::Owned(mark.uid))
     }
 }
 
@@ -143,7 +135,7 @@ impl Scope {
         let roles = self.roles.read().unwrap_or_else(PoisonError::into_inner);
         roles
             .shard_uid(gvk, obj)
-            .is_none_or(|uid| self.shard.interested(uid))
+            .is_none_or(|uid| self.shard.interested(&uid))
     }
 
     /// The share of `gvk` to ask the API server for (as a shard selector):
@@ -212,12 +204,12 @@ spec:
         let cm = gvk("", "v1", "ConfigMap");
         let w = obj(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
             "metadata": {"name": "w", "uid": "u1"}}));
-        assert_eq!(roles.shard_uid(&widget, &w), Some("u1"));
+        assert_eq!(roles.shard_uid(&widget, &w).as_deref(), Some("u1"));
         let child = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "w", "labels": {"kiln.dev/rule": "widgets"},
             "ownerReferences": [{"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
                 "name": "w", "uid": "u1", "controller": true}]}}));
-        assert_eq!(roles.shard_uid(&cm, &child), Some("u1"));
+        assert_eq!(roles.shard_uid(&cm, &child).as_deref(), Some("u1"));
         let foreign = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x", "ownerReferences": [{"apiVersion": "apps/v1",
                 "kind": "Deployment", "name": "d", "uid": "u9", "controller": true}]}}));
@@ -225,7 +217,7 @@ spec:
         let outside = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "o", "labels": {"kiln.dev/rule": "widgets",
             "kiln.dev/owner-uid": "u2"}}}));
-        assert_eq!(roles.shard_uid(&cm, &outside), Some("u2"));
+        assert_eq!(roles.shard_uid(&cm, &outside).as_deref(), Some("u2"));
     }
 
     #[test]
@@ -287,13 +279,17 @@ spec:
             "metadata": {"name": "w", "labels": {"kiln.dev/rule": "widgets",
             "kiln.dev/owner-uid": "u1"}}}));
         let alone = Roles::of([&*rule(WIDGETS)]);
-        assert_eq!(alone.shard_uid(&cm, &child), Some("u1"));
+        assert_eq!(alone.shard_uid(&cm, &child).as_deref(), Some("u1"));
         let both = Roles::of([&*rule(WIDGETS), &*counter]);
         assert_eq!(both.shard_uid(&cm, &child), None, "another rule reads it");
         let widget = gvk("test.kiln.dev", "v1", "Widget");
         let w = obj(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
             "metadata": {"name": "w", "uid": "u1"}}));
-        assert_eq!(both.shard_uid(&widget, &w), Some("u1"), "still sharded");
+        assert_eq!(
+            both.shard_uid(&widget, &w).as_deref(),
+            Some("u1"),
+            "still sharded"
+        );
         assert!(both.sharded.contains(&gvk("", "v1", "Secret")));
     }
 }

@@ -18,15 +18,7 @@ fn rule() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() {
-    let scene = Scene::new("outside").await.with_widgets().await;
-    let space = format!("{}-w", scene.ns());
-    scene
-        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"team": "blue"}}))
-        .await;
-    let scene = scene
-        .also_watching(&space)
-        .running(&[rule_from_yaml(&rule())])
-        .await;
+    let (scene, space) = space_scene("outside").await;
     let w = scene
         .until("the finalizer", widget_at("w"), |w| {
             w["metadata"]["finalizers"] == json!(["space.kiln.dev/ordered-deletion"])
@@ -74,5 +66,145 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
             .is_none(),
         "the Namespace outlived its Widget"
     );
+    scene.end().await;
+}
+
+/// A Widget `w` (team blue) and the `space` rule running, watching the
+/// Widget's Namespace to be. Returns the scene and that Namespace's name.
+async fn space_scene(prefix: &str) -> (Scene, String) {
+    let scene = Scene::new(prefix).await.with_widgets().await;
+    let space = format!("{}-w", scene.ns());
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"team": "blue"}}))
+        .await;
+    let scene = scene
+        .also_watching(&space)
+        .running(&[rule_from_yaml(&rule())])
+        .await;
+    (scene, space)
+}
+
+/// A Widget whose `space` rule converged: its Namespace and the ConfigMap
+/// in it exist. Returns the scene and the Namespace's name.
+async fn converged_space(prefix: &str) -> (Scene, String) {
+    let (scene, space) = space_scene(prefix).await;
+    settings_with(&scene, &space, "blue").await;
+    scene.ready("w").await;
+    (scene, space)
+}
+
+/// Waits (a few seconds, far below any resync) until the ConfigMap in the
+/// Widget's Namespace holds `team`.
+async fn settings_with(scene: &Scene, space: &str, team: &str) {
+    eventually("the ConfigMap in it", Duration::from_secs(10), || async {
+        support::get(&scene.client, "v1", "ConfigMap", space, "settings")
+            .await
+            .filter(|s| s["data"]["team"] == team)
+    })
+    .await;
+}
+
+/// Deleting an `outside` child wakes its primary: it is back within
+/// seconds, not at the next resync (the rule has none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_child_someone_deleted_is_back_within_seconds() {
+    let (scene, space) = converged_space("outside-deleted").await;
+    support::delete(&scene.client, ("v1", "ConfigMap"), Some(&space), "settings").await;
+    settings_with(&scene, &space, "blue").await;
+    scene.end().await;
+}
+
+/// Editing an `outside` child wakes its primary: the field is set back
+/// within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_child_someone_edited_is_set_back_within_seconds() {
+    let (scene, space) = converged_space("outside-edited").await;
+    support::edit(
+        &scene.client,
+        ("v1", "ConfigMap"),
+        Some(&space),
+        "settings",
+        json!({"data": {"team": "red"}}),
+    )
+    .await;
+    settings_with(&scene, &space, "blue").await;
+    scene.end().await;
+}
+
+/// `kiln explain` finds `outside` children where they are (another
+/// namespace, cluster-scoped) by kiln's mark, and says they are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_explain_says_an_existing_outside_child_is_applied() {
+    let (scene, space) = converged_space("outside-explain").await;
+    let stdout = support::kiln_explain(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{}/w", scene.ns()),
+        &[("space.yaml", &rule())],
+    );
+    for line in [
+        format!("    space Namespace {space}: applied"),
+        "    settings ConfigMap settings: applied".to_string(),
+    ] {
+        assert!(stdout.contains(&line), "no `{line}` in:\n{stdout}");
+    }
+    scene.end().await;
+}
+
+/// Two Widgets whose `outside` Namespace has one name: the second is told
+/// which primary holds it, not that kiln did not create it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_primary_of_an_outside_child_is_told_which_primary_holds_it() {
+    let scene = Scene::new("outside-held").await.with_widgets().await;
+    let ns = scene.ns().to_string();
+    // `{namespace}-{name}`: `<ns>`/`w-x` and `<ns>-w`/`x` both make `<ns>-w-x`.
+    let other = format!("{ns}-w");
+    let space = format!("{ns}-w-x");
+    support::apply(
+        &scene.client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}),
+        None,
+    )
+    .await;
+    let widget = |name: &str| {
+        json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": {"team": "blue"}})
+    };
+    scene.apply(widget("w-x")).await;
+    let scene = scene
+        .also_watching(&other)
+        .also_watching(&space)
+        .running(&[rule_from_yaml(&rule())])
+        .await;
+    scene.ready("w-x").await;
+    support::apply(&scene.client, widget("x"), Some(&other)).await;
+    let refused = eventually("the second Widget refused", CONVERGE, || async {
+        let w = support::get(&scene.client, "test.kiln.dev/v1", "Widget", &other, "x").await?;
+        let c = crate::support::scene::condition(&w, "Reconciled").clone();
+        (c["reason"] == "AlreadyExists").then_some(c)
+    })
+    .await;
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("made by kiln for Widget {ns}/w-x (rule space)")),
+        "{message}"
+    );
+    for (namespace, name) in [(other.as_str(), "x"), (ns.as_str(), "w-x")] {
+        support::delete(
+            &scene.client,
+            ("test.kiln.dev/v1", "Widget"),
+            Some(namespace),
+            name,
+        )
+        .await;
+        eventually("the Widget gone", Duration::from_secs(90), || async {
+            support::get(&scene.client, "test.kiln.dev/v1", "Widget", namespace, name)
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    support::delete(&scene.client, ("v1", "Namespace"), None, &other).await;
     scene.end().await;
 }

@@ -1,0 +1,67 @@
+//! A plan, for people: one line per child saying what the engine does with
+//! it. `kiln explain` and `kiln render` print the engine's own plan
+//! through this, so neither restates a verdict of its own.
+
+use kiln::engine::plan::{ChildVerdict, Plan, Verdict};
+use kiln::engine::status::Outcome;
+
+/// The plan's lines, each starting with `indent`.
+pub fn lines(plan: &Plan, indent: &str) -> String {
+    let mut out = String::new();
+    match &plan.status.outcome {
+        Outcome::Waiting { missing } => {
+            out.push_str(&format!(
+                "{indent}waiting: nothing is rendered until these exist: {}\n",
+                missing.join(", ")
+            ));
+        }
+        Outcome::Failed { reason, message } => {
+            out.push_str(&format!("{indent}failed ({reason}): {message}\n"));
+        }
+        Outcome::Applied { .. } => {}
+    }
+    for child in &plan.children {
+        out.push_str(&format!("{indent}{}\n", line(plan, child)));
+    }
+    out
+}
+
+/// One child's line: id, kind, name and what the engine does with it.
+pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
+    let readiness = match c.ready {
+        Some(true) => ", ready",
+        Some(false) => ", not ready",
+        None => "",
+    };
+    let what = match &c.verdict {
+        Verdict::Create => "missing: kiln would create it".to_string(),
+        Verdict::Applied => format!("applied{readiness}"),
+        Verdict::Change => {
+            "would change: the live object lacks or differs in a field the rule sets".to_string()
+        }
+        Verdict::CreatedOnce(true) => {
+            let how = plan
+                .reown
+                .iter()
+                .find(|r| r.gvk == c.gvk && r.key.name == c.name)
+                .map_or("owning", |r| r.to.describe());
+            format!(
+                "created once: kiln writes only its owner ({how} it, as its deletionPolicy now says){readiness}"
+            )
+        }
+        Verdict::CreatedOnce(false) => {
+            format!("created once: kiln does not write it again{readiness}")
+        }
+        Verdict::Waits(what) => {
+            return format!(
+                "{}: waits for {what}: not applied yet (kept as it is if it exists)",
+                c.id
+            );
+        }
+        Verdict::Prune => "no longer rendered: kiln would delete it".to_string(),
+        Verdict::Left => {
+            "no longer rendered: left as it is (orphaned, or being deleted)".to_string()
+        }
+    };
+    format!("{} {} {}: {what}", c.id, c.gvk.kind, c.name)
+}
