@@ -54,9 +54,12 @@ cluster-down: ## Stop the control plane started by cluster-up
 	$(KILN) controlplane down --dir $(CONTROLPLANE_DIR)
 	rm -rf $(CONTROLPLANE_DIR)
 
-deploy-manifests: ## Regenerate deploy/clusterrole.yaml and deploy/rules-configmap.yaml from rules/
+deploy-manifests: ## Regenerate deploy/clusterrole.yaml, deploy/rules-configmap.yaml and examples/my-platform/kiln-values.yaml
 	$(KILN) rbac --rules rules/ > deploy/clusterrole.yaml
 	$(KILN) configmap --rules rules/ > deploy/rules-configmap.yaml
+	cd examples/my-platform && $(CARGO) run --quiet --locked --manifest-path ../../Cargo.toml -- \
+		package --rules rules/ --format helm-values --out kiln-values.yaml
+
 
 image: ## OCI image archive of the release binary, no Docker or registry (umoci): target/image/kiln-VERSION.oci.tar
 	$(CARGO) build --locked --release --bin kiln

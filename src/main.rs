@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::Schema => commands::schema::run(),
         Command::Rbac(args) => commands::package::rbac(&args),
         Command::Configmap(args) => commands::package::configmap(&args),
+        Command::Package(args) => commands::bundle::package(&args),
         Command::Controlplane(ControlplaneCommand::Up(args)) => commands::controlplane::up(args),
         Command::Controlplane(ControlplaneCommand::Down(args)) => {
             commands::controlplane::down(&args)
