@@ -14,6 +14,7 @@
 mod support;
 
 mod admission;
+mod chart;
 mod collections;
 mod declarative;
 mod decorators;
