@@ -16,7 +16,9 @@ build: ## Build the kiln binary
 	$(CARGO) build --locked
 
 run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's cluster, or on a local control plane
-	$(KILN) demo
+	@echo "make run: building kiln (cargo build)"
+	$(CARGO) build --locked --bin kiln
+	$(TARGET_DIR)/debug/kiln demo
 
 test: lint docs chart controlplane node ## Lints, the book, the chart, unit tests and integration tests against a real local control plane (and, as root, its node)
 	$(CARGO) test --locked
@@ -62,7 +64,6 @@ deploy-manifests: ## Regenerate deploy/clusterrole.yaml, deploy/rules-configmap.
 	$(KILN) configmap --rules rules/ > deploy/rules-configmap.yaml
 	cd examples/my-platform && $(CARGO) run --quiet --locked --manifest-path ../../Cargo.toml -- \
 		package --rules rules/ --format helm-values --out kiln-values.yaml
-
 
 image: ## OCI image archive of the release binary, no Docker or registry (umoci): target/image/kiln-VERSION.oci.tar
 	$(CARGO) build --locked --release --bin kiln

@@ -376,3 +376,52 @@ fn invalid_rules_are_not_packaged() {
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("run `kiln validate`"), "{err}");
 }
+
+/// Installed as `kubectl-kiln`, the binary is a kubectl plugin: kubectl
+/// finds it on PATH and runs it for `kubectl kiln …`, and its help names the
+/// command the user typed.
+#[test]
+fn as_kubectl_kiln_it_is_a_kubectl_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("kubectl-kiln");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kiln"), &plugin).unwrap();
+    let out = Command::new(&plugin).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("Usage: kubectl kiln [OPTIONS] <COMMAND>"),
+        "{help}"
+    );
+    let out = Command::new(&plugin)
+        .args(["explain", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("Usage: kubectl kiln explain"), "{help}");
+    let out = Command::new(&plugin)
+        .args(["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+
+    // Through kubectl itself (the one built for the local control plane).
+    let bins =
+        kiln::controlplane::Binaries::locate(&kiln::controlplane::Binaries::default_source())
+            .unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(bins.path("kubectl"))
+        .env("PATH", path)
+        .args(["kiln", "version"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8(out.stdout).unwrap().starts_with("kiln "));
+}
