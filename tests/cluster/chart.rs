@@ -225,3 +225,61 @@ fn the_kustomize_package_replaces_the_base_s_rules_and_role() {
     let base = kustomize();
     assert_eq!(one(&objects, "Deployment"), one(&base, "Deployment"));
 }
+
+/// Every metric name in `text`: `kiln_…`, `controller_runtime_…`, `workqueue_…`.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| {
+            ["kiln_", "controller_runtime_", "workqueue_"]
+                .iter()
+                .any(|p| w.starts_with(p))
+        })
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn the_alerts_and_the_dashboard_use_metrics_kiln_exports() {
+    let objects = template(
+        "kiln-system",
+        &[
+            "--set",
+            "metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true",
+        ],
+    );
+    let sharded = template(
+        "kiln-system",
+        &["--set", "mode=shards,metrics.prometheusRule.enabled=true"],
+    );
+    let text = format!(
+        "{}\n{}\n{}",
+        one(&objects, "PrometheusRule")["spec"],
+        one(&sharded, "PrometheusRule")["spec"],
+        objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == "kiln-dashboard")
+            .expect("the dashboard ConfigMap")["data"]["kiln.json"]
+            .as_str()
+            .unwrap()
+    );
+    let source = std::fs::read_to_string(support::repo_root().join("src/metrics.rs")).unwrap();
+    let names = metric_names(&text);
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        // Counters are registered without `_total`; histograms are read
+        // through their `_bucket` series.
+        let registered = ["_total", "_bucket"]
+            .iter()
+            .fold(name.as_str(), |n, suffix| {
+                n.strip_suffix(suffix).unwrap_or(n)
+            });
+        assert!(
+            source.contains(&format!("\"{registered}\"")),
+            "{name} is not a metric kiln exports (src/metrics.rs)"
+        );
+    }
+}
