@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz bench lint controlplane node cluster-up cluster-down deploy-manifests image clean
+.PHONY: help build run test fuzz bench lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -16,10 +16,18 @@ build: ## Build the kiln binary
 	$(CARGO) build --locked
 
 run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's cluster, or on a local control plane
-	$(KILN) demo
+	@echo "make run: building kiln (cargo build)"
+	$(CARGO) build --locked --bin kiln
+	$(TARGET_DIR)/debug/kiln demo
 
-test: lint controlplane node ## Lints, unit tests and integration tests against a real local control plane (and, as root, its node)
+test: lint docs chart controlplane node ## Lints, the book, the chart, unit tests and integration tests against a real local control plane (and, as root, its node)
 	$(CARGO) test --locked
+
+docs: ## The book (docs/) with mdBook, into docs/book/ (mdBook installed from crates.io, cached)
+	@mdbook="$$(bash tests/tools/mdbook.sh)" && "$$mdbook" build docs
+
+chart: ## helm lint of charts/kiln (Helm built from its Go module, cached; the chart's tests use it too)
+	@helm="$$(bash tests/tools/helm.sh)" && "$$helm" lint --strict charts/kiln
 
 fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
 	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --profile fuzz --test fuzz
@@ -51,9 +59,11 @@ cluster-down: ## Stop the control plane started by cluster-up
 	$(KILN) controlplane down --dir $(CONTROLPLANE_DIR)
 	rm -rf $(CONTROLPLANE_DIR)
 
-deploy-manifests: ## Regenerate deploy/clusterrole.yaml and deploy/rules-configmap.yaml from rules/
+deploy-manifests: ## Regenerate deploy/clusterrole.yaml, deploy/rules-configmap.yaml and examples/my-platform/kiln-values.yaml
 	$(KILN) rbac --rules rules/ > deploy/clusterrole.yaml
 	$(KILN) configmap --rules rules/ > deploy/rules-configmap.yaml
+	cd examples/my-platform && $(CARGO) run --quiet --locked --manifest-path ../../Cargo.toml -- \
+		package --rules rules/ --format helm-values --out kiln-values.yaml
 
 image: ## OCI image archive of the release binary, no Docker or registry (umoci): target/image/kiln-VERSION.oci.tar
 	$(CARGO) build --locked --release --bin kiln

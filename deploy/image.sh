@@ -55,5 +55,5 @@ archive="$out/kiln-$version.oci.tar"
 tar -C "$layout" --sort=name --owner=0 --group=0 --numeric-owner -cf "$archive.tmp" .
 mv "$archive.tmp" "$archive"
 echo "image.sh: $archive ($(du -h "$archive" | cut -f1)); load it with:" >&2
-echo "  ctr -n k8s.io images import --base-name $name $archive   # -> $name:$version" >&2
+echo "  ctr --address <the node's containerd socket> -n k8s.io images import --base-name $name $archive   # -> $name:$version" >&2
 echo "$archive"

@@ -54,6 +54,10 @@ pub enum Command {
     Crd(CrdArgs),
     /// Print a ConfigMap holding the given rule files (to mount or to read with --rules-configmap).
     Configmap(ConfigmapArgs),
+    /// Package a rule directory for a cluster: the rule files and the
+    /// ClusterRole they need, as Helm values for the kiln chart or as a
+    /// kustomize overlay of `deploy/`.
+    Package(PackageArgs),
     /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
     Schema,
     /// Start or stop a local control plane (etcd, kube-apiserver,
@@ -189,6 +193,44 @@ pub struct ConfigmapArgs {
     /// Its namespace.
     #[arg(long, default_value = "kiln-system")]
     pub namespace: String,
+}
+
+/// `kiln package`
+#[derive(Debug, Args)]
+pub struct PackageArgs {
+    /// Directory of rule files.
+    #[arg(long = "rules")]
+    pub rules: PathBuf,
+    /// What to write.
+    #[arg(long, value_enum)]
+    pub format: PackageFormat,
+    /// helm-values: a file to write (default: stdout). kustomize: the
+    /// overlay's directory (required).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// kustomize: the base to overlay: a local directory (named in the
+    /// overlay relative to `--out`), or a remote base, written as given.
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Name of the ClusterRole (in the base, for kustomize).
+    #[arg(long, default_value = "kiln")]
+    pub name: String,
+    /// kustomize: name of the rules ConfigMap in the base.
+    #[arg(long, default_value = "kiln-rules")]
+    pub configmap_name: String,
+    /// Ask this cluster's discovery for resource names instead of deriving
+    /// them from kinds (for CRDs with irregular plurals).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// What `kiln package` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PackageFormat {
+    /// A values file for `charts/kiln` (`rules.files`, `rbac.rules`).
+    HelmValues,
+    /// A kustomize overlay replacing the base's rules and ClusterRole.
+    Kustomize,
 }
 
 /// `kiln validate`

@@ -5,7 +5,7 @@ mod commands;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 
@@ -18,7 +18,7 @@ use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     init_logging(cli.log_level.as_deref(), cli.log_format);
     let result = match cli.command {
         Command::Version => {
@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         Command::Rbac(args) => commands::package::rbac(&args),
         Command::Crd(args) => commands::crd::run(&args),
         Command::Configmap(args) => commands::package::configmap(&args),
+        Command::Package(args) => commands::bundle::package(&args),
         Command::Controlplane(ControlplaneCommand::Up(args)) => commands::controlplane::up(args),
         Command::Controlplane(ControlplaneCommand::Down(args)) => {
             commands::controlplane::down(&args)
@@ -43,6 +44,25 @@ fn main() -> ExitCode {
         eprintln!("error: {err:#}");
         ExitCode::from(2)
     })
+}
+
+/// The command line, parsed. Installed as `kubectl-kiln`, the binary is a
+/// kubectl plugin (`kubectl kiln explain …` runs `kubectl-kiln explain …`):
+/// its help and errors then name the command the user typed.
+fn parse_command_line() -> Cli {
+    let mut command = Cli::command();
+    if let Some(name) = std::env::args_os().next().and_then(|a| bin_name(&a)) {
+        command = command.bin_name(name);
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+}
+
+/// `kubectl kiln` when run as the kubectl plugin (a file or symlink named
+/// `kubectl-kiln`); otherwise clap's own choice, the file name.
+fn bin_name(argv0: &std::ffi::OsStr) -> Option<&'static str> {
+    let file = std::path::Path::new(argv0).file_stem()?;
+    (file == "kubectl-kiln").then_some("kubectl kiln")
 }
 
 fn init_logging(level: Option<&str>, format: LogFormat) {
@@ -69,5 +89,28 @@ fn init_logging(level: Option<&str>, format: LogFormat) {
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    #[test]
+    fn named_kubectl_kiln_it_is_the_kubectl_plugin() {
+        assert_eq!(
+            super::bin_name(OsStr::new("/usr/local/bin/kubectl-kiln")),
+            Some("kubectl kiln")
+        );
+        assert_eq!(
+            super::bin_name(OsStr::new("kubectl-kiln")),
+            Some("kubectl kiln")
+        );
+        assert_eq!(
+            super::bin_name(OsStr::new("kubectl-kiln.exe")),
+            Some("kubectl kiln")
+        );
+        assert_eq!(super::bin_name(OsStr::new("/usr/bin/kiln")), None);
+        assert_eq!(super::bin_name(OsStr::new("kubectl-kilnx")), None);
     }
 }

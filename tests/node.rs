@@ -1,8 +1,10 @@
 //! kiln installed as the README says, on real pods: the local control plane
 //! with its single node (`tests/controlplane/NODE.md`), the image from
 //! `deploy/image.sh` imported into the node's containerd, `kubectl apply -k
-//! deploy/`. A test target of its own, so its node runs alone (one per
-//! machine). Needs root; skipped with a message otherwise.
+//! deploy/`; then with the Helm chart (`node/helm.rs`): install, upgrade
+//! with a changed rule, uninstall. A test target of its own, so its node
+//! runs alone (one per machine). Needs root; skipped with a message
+//! otherwise.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -14,6 +16,9 @@
 
 #[path = "cluster/support/mod.rs"]
 mod support;
+
+#[path = "node/helm.rs"]
+mod helm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,6 +75,7 @@ fn kiln_installed_with_kubectl_apply_k_runs_on_real_pods() {
         install(&cp, &bins);
         let client = cp.client().await.unwrap();
         scenario(&client).await;
+        helm::scenario(&cp, &client).await;
         let stopped = Instant::now();
         drop(cp);
         eprintln!("node: stopped and torn down in {:?}", stopped.elapsed());

@@ -14,12 +14,12 @@ use crate::support::{self, TestNamespace, eventually};
 const CONVERGE: Duration = Duration::from_secs(30);
 
 /// `kubectl kustomize deploy/`, with the kubectl built beside the control plane.
-fn kustomize() -> Vec<Value> {
+pub(crate) fn kustomize() -> Vec<Value> {
     kustomize_dir(&support::repo_root().join("deploy"))
 }
 
 /// `kubectl kustomize` of `dir`.
-fn kustomize_dir(dir: &std::path::Path) -> Vec<Value> {
+pub(crate) fn kustomize_dir(dir: &std::path::Path) -> Vec<Value> {
     let bins = Binaries::locate(&Binaries::default_source()).unwrap();
     let out = std::process::Command::new(bins.path("kubectl"))
         .arg("kustomize")
@@ -39,7 +39,11 @@ fn kustomize_dir(dir: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-async fn apply(client: &kube::Client, obj: &Value, dry_run: bool) -> Result<(), kube::Error> {
+pub(crate) async fn apply(
+    client: &kube::Client,
+    obj: &Value,
+    dry_run: bool,
+) -> Result<(), kube::Error> {
     let ns = obj["metadata"]["namespace"].as_str();
     let api = support::dynamic_api(client, &obj["apiVersion"], &obj["kind"], ns).await;
     let name = obj["metadata"]["name"].as_str().unwrap();
@@ -49,7 +53,7 @@ async fn apply(client: &kube::Client, obj: &Value, dry_run: bool) -> Result<(), 
     api.patch(name, &pp, &Patch::Apply(&typed)).await.map(drop)
 }
 
-fn of_kind<'a>(objects: &'a [Value], kinds: &[&str]) -> Vec<&'a Value> {
+pub(crate) fn of_kind<'a>(objects: &'a [Value], kinds: &[&str]) -> Vec<&'a Value> {
     objects
         .iter()
         .filter(|o| kinds.iter().any(|k| o["kind"] == *k))

@@ -15,6 +15,7 @@ mod support;
 
 mod admission;
 mod api;
+mod chart;
 mod collections;
 mod declarative;
 mod decorators;

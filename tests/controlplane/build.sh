@@ -49,10 +49,18 @@ started=$SECONDS
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "kiln controlplane: building kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $out (first time only)" >&2
-(cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$staging/etcd" .)
-cmds=(); for b in "${bins[@]}"; do [ "$b" = etcd ] || cmds+=("./cmd/$b"); done
-(cd "$here/kube" && go build -trimpath -ldflags "$ldflags" -o "$staging/" "${cmds[@]}")
+echo "kiln controlplane: building kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $out (first time only; 10-15 minutes cold on 2 cores)" >&2
+# One binary at a time, each announced: a cold build is long, and says where it is.
+i=0
+for b in "${bins[@]}"; do
+  i=$((i + 1))
+  echo "kiln controlplane: [$i/${#bins[@]}] $b (after $((SECONDS - started))s)" >&2
+  if [ "$b" = etcd ]; then
+    (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$staging/etcd" .)
+  else
+    (cd "$here/kube" && go build -trimpath -ldflags "$ldflags" -o "$staging/$b" "./cmd/$b")
+  fi
+done
 "$staging/kube-apiserver" --version >&2
 
 if [ -d "$out" ]; then

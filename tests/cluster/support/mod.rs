@@ -654,3 +654,16 @@ pub fn kiln_explain(api_version: &str, kind: &str, object: &str, rules: &[(&str,
     assert!(out.status.success(), "{stdout}\n{stderr}");
     stdout
 }
+
+/// Runs `cmd`, checks it succeeded (its output goes with the panic), and
+/// returns its stdout.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

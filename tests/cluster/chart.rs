@@ -1,0 +1,285 @@
+//! `charts/kiln` and `kiln package` against `deploy/` and the real control
+//! plane: the chart lints clean; rendered with the example rules (packaged
+//! by `kiln package`) it makes what `deploy/` makes; every object it renders
+//! passes server-side dry-run; and the kustomize overlay `kiln package`
+//! writes replaces the base's rules and permissions whole.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::deploy::{apply, kustomize, kustomize_dir, of_kind};
+use crate::support::{self, TestNamespace, run_ok as run};
+
+/// helm, built from its Go module by `tests/tools/helm.sh` (cached).
+fn helm() -> PathBuf {
+    let out = run(Command::new("bash").arg(support::repo_root().join("tests/tools/helm.sh")));
+    PathBuf::from(out.lines().last().unwrap().trim())
+}
+
+fn chart() -> PathBuf {
+    support::repo_root().join("charts/kiln")
+}
+
+/// `kiln package --rules DIR --format helm-values --out FILE`.
+fn packaged_values(rules: &Path, file: &Path) {
+    run(Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["package", "--format", "helm-values", "--rules"])
+        .arg(rules)
+        .arg("--out")
+        .arg(file));
+}
+
+/// `helm template kiln charts/kiln -n NS ARGS…`, as JSON documents.
+fn template(namespace: &str, args: &[&str]) -> Vec<Value> {
+    let text = run(Command::new(helm())
+        .args(["template", "kiln"])
+        .arg(chart())
+        .args(["--namespace", namespace])
+        .args(args));
+    kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default())
+        .unwrap()
+        .iter()
+        .map(kiln::yaml::Node::to_json)
+        .filter(|o| !o.is_null())
+        .collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_kind(objects, &[kind]);
+    assert_eq!(found.len(), 1, "one {kind} expected: {objects:#?}");
+    found[0]
+}
+
+/// A ClusterRole's rules as a sorted set of JSON texts.
+fn rule_set(role: &Value) -> Vec<String> {
+    let mut rules: Vec<String> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    rules.sort();
+    rules.dedup();
+    rules
+}
+
+#[test]
+fn the_chart_lints_clean_with_defaults_and_with_every_option() {
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    packaged_values(&support::repo_root().join("rules"), &values);
+    run(Command::new(helm()).args(["lint", "--strict"]).arg(chart()));
+    run(Command::new(helm())
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .arg("-f")
+        .arg(&values)
+        .args([
+            "--set",
+            "mode=shards,replicas=3,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,webhook.service.enabled=true",
+        ]));
+}
+
+#[test]
+fn the_chart_with_the_example_rules_makes_what_deploy_makes() {
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    packaged_values(&support::repo_root().join("rules"), &values);
+    let chart = template("kiln-system", &["-f", values.to_str().unwrap()]);
+    let deploy = kustomize();
+
+    // The same rules, and the same permissions (the chart's fixed Events
+    // rule is one `kiln rbac` also grants).
+    assert_eq!(
+        one(&chart, "ConfigMap")["data"],
+        one(&deploy, "ConfigMap")["data"]
+    );
+    assert_eq!(one(&chart, "ConfigMap")["metadata"]["name"], "kiln-rules");
+    assert_eq!(
+        rule_set(one(&chart, "ClusterRole")),
+        rule_set(one(&deploy, "ClusterRole"))
+    );
+
+    // The same pod: arguments (the chart names the Lease explicitly, `kiln`
+    // being the default), image, ports, probes, resources, security.
+    let pod = |objects: &[Value]| one(objects, "Deployment")["spec"]["template"]["spec"].clone();
+    let (c, d) = (pod(&chart), pod(&deploy));
+    let mut args = c["containers"][0]["args"].as_array().unwrap().clone();
+    args.retain(|a| a != "--leader-elect-id=kiln");
+    assert_eq!(Value::Array(args), d["containers"][0]["args"]);
+    for field in [
+        "image",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+        "env",
+    ] {
+        assert_eq!(
+            c["containers"][0][field], d["containers"][0][field],
+            "container {field}"
+        );
+    }
+    assert_eq!(c["securityContext"], d["securityContext"]);
+    assert_eq!(c["volumes"], d["volumes"]);
+    assert_eq!(
+        one(&chart, "Deployment")["spec"]["replicas"],
+        one(&deploy, "Deployment")["spec"]["replicas"]
+    );
+    assert_eq!(
+        one(&chart, "Service")["spec"]["ports"],
+        one(&deploy, "Service")["spec"]["ports"]
+    );
+    assert_eq!(one(&chart, "Service")["metadata"]["name"], "kiln-metrics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_passes_server_side_dry_run() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "chart").await;
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    packaged_values(&support::repo_root().join("rules"), &values);
+    // Everything but the Prometheus Operator's kinds, whose CRDs this
+    // control plane does not have (helm lint checks those).
+    let objects = template(
+        ns.name(),
+        &[
+            "-f",
+            values.to_str().unwrap(),
+            "--set",
+            "webhook.service.enabled=true,fullnameOverride=kiln-dry-run",
+        ],
+    );
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for k in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(&k), "the chart lacks a {k}: {kinds:?}");
+    }
+    for obj in &objects {
+        apply(&client, obj, true)
+            .await
+            .unwrap_or_else(|e| panic!("{} {} refused: {e}", obj["kind"], obj["metadata"]["name"]));
+    }
+    let sharded = template(ns.name(), &["--set", "mode=shards,replicas=3"]);
+    let args = &one(&sharded, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array().unwrap().contains(&json!("--shards")),
+        "{args}"
+    );
+    assert!(
+        !args.as_array().unwrap().contains(&json!("--leader-elect")),
+        "{args}"
+    );
+    // No rules given: kiln is told an empty set is expected, or it would
+    // refuse to start.
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!("--allow-empty-rules")),
+        "{args}"
+    );
+    ns.delete().await;
+}
+
+#[test]
+fn the_kustomize_package_replaces_the_base_s_rules_and_role() {
+    let work = tempfile::tempdir().unwrap();
+    let overlay = work.path().join("overlay");
+    let deploy = support::repo_root().join("deploy");
+    run(Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["package", "--format", "kustomize", "--rules"])
+        .arg(support::repo_root().join("examples/my-platform/rules"))
+        .arg("--base")
+        .arg(&deploy)
+        .arg("--out")
+        .arg(&overlay));
+    let objects = kustomize_dir(&overlay);
+    let cm = one(&objects, "ConfigMap");
+    let keys: Vec<&String> = cm["data"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["team-config.yaml"], "only the packaged rules remain");
+    assert_eq!(cm["metadata"]["namespace"], "kiln-system");
+    let role = rule_set(one(&objects, "ClusterRole"));
+    assert!(
+        role.iter().any(|r| r.contains("networkpolicies")),
+        "{role:?}"
+    );
+    assert!(
+        !role.iter().any(|r| r.contains("demo.kiln.dev")),
+        "the base's permissions are gone: {role:?}"
+    );
+    // The rest of the base is unchanged.
+    let base = kustomize();
+    assert_eq!(one(&objects, "Deployment"), one(&base, "Deployment"));
+}
+
+/// Every metric name in `text`: `kiln_…`, `controller_runtime_…`, `workqueue_…`.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| {
+            ["kiln_", "controller_runtime_", "workqueue_"]
+                .iter()
+                .any(|p| w.starts_with(p))
+        })
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn the_alerts_and_the_dashboard_use_metrics_kiln_exports() {
+    let objects = template(
+        "kiln-system",
+        &[
+            "--set",
+            "metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true",
+        ],
+    );
+    let sharded = template(
+        "kiln-system",
+        &["--set", "mode=shards,metrics.prometheusRule.enabled=true"],
+    );
+    let text = format!(
+        "{}\n{}\n{}",
+        one(&objects, "PrometheusRule")["spec"],
+        one(&sharded, "PrometheusRule")["spec"],
+        objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == "kiln-dashboard")
+            .expect("the dashboard ConfigMap")["data"]["kiln.json"]
+            .as_str()
+            .unwrap()
+    );
+    let source = std::fs::read_to_string(support::repo_root().join("src/metrics.rs")).unwrap();
+    let names = metric_names(&text);
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        // Counters are registered without `_total`; histograms are read
+        // through their `_bucket` series.
+        let registered = ["_total", "_bucket"]
+            .iter()
+            .fold(name.as_str(), |n, suffix| {
+                n.strip_suffix(suffix).unwrap_or(n)
+            });
+        assert!(
+            source.contains(&format!("\"{registered}\"")),
+            "{name} is not a metric kiln exports (src/metrics.rs)"
+        );
+    }
+}
