@@ -75,8 +75,13 @@ pub struct Metrics {
     pub rule_refused: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
-    /// `kiln_rules_reload_total{result}`
+    /// `kiln_rules_reload_total{result="success"|"error"|"refused"}`:
+    /// `error`, invalid; `refused`, valid but the cluster does not let it
+    /// run (counted once per distinct answer while it waits).
     pub reload_total: Family<Labels, Counter>,
+    /// `kiln_rules_pending`: 1 while a valid rule set waits for the cluster
+    /// to let it run (the last good set keeps running meanwhile).
+    pub rules_pending: Gauge,
     /// `kiln_rules_last_good_load_timestamp_seconds`
     pub last_good_load: Gauge<f64, AtomicU64>,
     /// `kiln_leader` (1 while this replica leads or runs without election).
@@ -116,7 +121,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// `kiln_rules_reload_total{result}` so far (`success` or `error`).
+    /// `kiln_rules_reload_total{result}` so far (`success`, `error` or `refused`).
     pub fn reloads(&self, result: &str) -> u64 {
         self.reload_total
             .get_or_create(&label("result", result))
@@ -146,6 +151,7 @@ impl Metrics {
             reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
+            rules_pending: Gauge::default(),
             last_good_load: Gauge::default(),
             leader: Gauge::default(),
             shard_members: Gauge::default(),
@@ -254,6 +260,11 @@ impl Metrics {
             "kiln_rules_reload",
             "Rule set reloads per result",
             m.reload_total.clone(),
+        );
+        r.register(
+            "kiln_rules_pending",
+            "1 while a valid rule set waits for the cluster to let it run (kinds, status schema, permissions)",
+            m.rules_pending.clone(),
         );
         r.register(
             "kiln_rules_last_good_load_timestamp_seconds",

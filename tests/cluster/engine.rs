@@ -1099,25 +1099,7 @@ async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sig
 
     // Someone else takes the Lease: the leader stops writing at once, and
     // nobody writes until that Lease expires.
-    let stolen = k8s_openapi::api::coordination::v1::Lease {
-        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
-            holder_identity: Some("thief".into()),
-            lease_duration_seconds: Some(8),
-            renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                k8s_openapi::jiff::Timestamp::now(),
-            )),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    leases
-        .patch(
-            "kiln",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&stolen),
-        )
-        .await
-        .unwrap();
+    support::hand_lease_to(&client, n, "thief", 8).await;
     eventually("the leader to stand down", CONVERGE, || async {
         (first.metric("kiln_leader ").await == Some(0.0)).then_some(())
     })

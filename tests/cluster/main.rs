@@ -39,6 +39,8 @@ mod outside;
 mod ownership;
 mod projection;
 mod reload;
+mod reload_check;
+mod rule_set;
 mod selecting;
 mod sharding;
 mod status_schema;
