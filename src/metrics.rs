@@ -51,8 +51,13 @@ pub struct Metrics {
     pub queue_duration: Family<Labels, Histogram, fn() -> Histogram>,
     /// `workqueue_retries_total{name,controller}`
     pub queue_retries: Family<Labels, Counter>,
-    /// `kiln_apply_total{rule,result}`
+    /// `kiln_apply_total{rule,result}`: server-side applies of children, by
+    /// their answer.
     pub apply_total: Family<Labels, Counter>,
+    /// `kiln_writes_total{rule,verb}`: every write sent, as it is sent:
+    /// `apply` (children and decorations), `patch` (owner references taken
+    /// back), `status`, `delete` (pruning).
+    pub writes: Family<Labels, Counter>,
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
     pub budget_exhausted: Family<Labels, Counter>,
@@ -141,6 +146,7 @@ impl Metrics {
             queue_duration: Family::new_with_constructor(queue_histogram),
             queue_retries: Family::default(),
             apply_total: Family::default(),
+            writes: Family::default(),
             budget_exhausted: Family::default(),
             undecodable: Family::default(),
             watches: Gauge::default(),
@@ -210,6 +216,11 @@ impl Metrics {
             "kiln_apply",
             "Server-side applies of children per rule and result",
             m.apply_total.clone(),
+        );
+        r.register(
+            "kiln_writes",
+            "Writes sent to the API server per rule and verb (apply, patch, status, delete)",
+            m.writes.clone(),
         );
         r.register(
             "kiln_write_budget_exhausted",
@@ -324,6 +335,27 @@ impl Metrics {
         Self { registry, ..m }
     }
 
+    /// A write of `verb` is sent for `rule` (`kiln_writes_total`).
+    pub fn wrote(&self, rule: &str, verb: &str) {
+        self.writes
+            .get_or_create(&labels2(("rule", rule), ("verb", verb)))
+            .inc();
+    }
+
+    /// Times one reconcile of the rule with these `controller` labels:
+    /// counted as an active worker until dropped, then observed in
+    /// `controller_runtime_reconcile_time_seconds` (also when the
+    /// reconcile is cancelled).
+    pub fn reconcile_timer(&self, controller: &Labels) -> ReconcileTimer {
+        let active = self.active_workers.get_or_create(controller).clone();
+        active.inc();
+        ReconcileTimer {
+            time: self.reconcile_time.get_or_create(controller).clone(),
+            active,
+            started: std::time::Instant::now(),
+        }
+    }
+
     /// The exposition text.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -331,6 +363,20 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// One reconcile being timed: see [`Metrics::reconcile_timer`].
+pub struct ReconcileTimer {
+    time: Histogram,
+    active: Gauge,
+    started: std::time::Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.time.observe(self.started.elapsed().as_secs_f64());
+        self.active.dec();
     }
 }
 
@@ -378,5 +424,29 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing `{want}` in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_reconcile_is_an_active_worker_until_its_timer_drops() {
+        let m = Metrics::new();
+        let timer = m.reconcile_timer(&controller("webapp"));
+        assert!(
+            m.encode()
+                .contains("controller_runtime_active_workers{controller=\"webapp\"} 1")
+        );
+        drop(timer);
+        let text = m.encode();
+        assert!(text.contains("controller_runtime_active_workers{controller=\"webapp\"} 0"));
+        assert!(
+            text.contains(
+                "controller_runtime_reconcile_time_seconds_count{controller=\"webapp\"} 1"
+            ),
+            "{text}"
+        );
+        m.wrote("webapp", "status");
+        assert!(
+            m.encode()
+                .contains("kiln_writes_total{rule=\"webapp\",verb=\"status\"} 1")
+        );
     }
 }

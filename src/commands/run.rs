@@ -259,7 +259,10 @@ async fn run_sharded(
              cannot name a Lease: it {why}; set --shard-identity"
         )
     })?;
-    let shard = Shard::new(timing.renew_deadline);
+    let shard = Shard::counting(
+        timing.renew_deadline,
+        kiln::shard::Counters::of(&active.metrics),
+    );
     let retry = timing.retry_period;
     let mut member = Member::new(
         client,
@@ -464,19 +467,6 @@ impl Probe for RunProbe {
             let owned = engine.as_ref().map_or(0, |e| e.primaries_owned());
             m.shard_primaries
                 .set(i64::try_from(owned).unwrap_or(i64::MAX));
-            m.shard_rescopes
-                .inc_by(shard.rescopes().saturating_sub(m.shard_rescopes.get()));
-            m.shard_put_off
-                .inc_by(shard.put_off().saturating_sub(m.shard_put_off.get()));
-            m.shard_lookups
-                .inc_by(shard.lookups().saturating_sub(m.shard_lookups.get()));
-            let (taken, given) = shard.handovers();
-            for (direction, total) in [("in", taken), ("out", given)] {
-                let c = m
-                    .shard_handovers
-                    .get_or_create(&kiln::metrics::label("direction", direction));
-                c.inc_by(total.saturating_sub(c.get()));
-            }
         }
         m.encode()
     }

@@ -30,7 +30,6 @@ pub mod undecodable;
 pub mod watch_health;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -79,28 +78,6 @@ impl Default for Options {
     }
 }
 
-/// Counters of what the engine did, for tests, metrics and the benchmark.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Reconciles run.
-    pub reconciles: AtomicU64,
-    /// Server-side applies of children.
-    pub applies: AtomicU64,
-    /// Status writes.
-    pub status_writes: AtomicU64,
-    /// Children deleted by pruning.
-    pub deletes: AtomicU64,
-}
-
-impl Stats {
-    /// Every write the engine made (applies, status writes, deletes).
-    pub fn writes(&self) -> u64 {
-        self.applies.load(Ordering::Relaxed)
-            + self.status_writes.load(Ordering::Relaxed)
-            + self.deletes.load(Ordering::Relaxed)
-    }
-}
-
 /// What every rule shares.
 pub struct Shared {
     /// The API client.
@@ -113,8 +90,6 @@ pub struct Shared {
     pub recorder: Recorder,
     /// Options.
     pub options: Options,
-    /// Counters.
-    pub stats: Stats,
     /// Prometheus metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Which rules select each primary, and their parts of its status.
@@ -227,7 +202,6 @@ impl Engine {
             recorder,
             client,
             options,
-            stats: Stats::default(),
             metrics,
             board: board::Board::default(),
             fence: std::sync::OnceLock::new(),
@@ -402,11 +376,6 @@ impl Engine {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone()
         })
-    }
-
-    /// Counters.
-    pub fn stats(&self) -> &Stats {
-        &self.shared.stats
     }
 
     /// Watches running: one per GVK.

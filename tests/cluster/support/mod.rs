@@ -20,6 +20,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, discovery};
 use serde::Deserialize;
 
+pub mod counts;
 pub mod scene;
 pub mod stall;
 
