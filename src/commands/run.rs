@@ -14,56 +14,52 @@ use kiln::reload::{
     RulesConfigMap, Teller,
 };
 use kiln::request_timeout;
-use kiln::rules;
 use kiln::serve::{self, Probe};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::oneshot;
 
-use crate::cli::RunArgs;
+use crate::cli::{ElectionArgs, ReloadArgs, RunArgs};
 
 /// Loads the rules, serves metrics and probes, and runs (reloading rules as
 /// they change, and only while leading when leader election is on) until a
 /// signal; then shuts down gracefully.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let shutdown_grace = duration("--shutdown-timeout", &args.shutdown_timeout)?;
-    let request_timeout = match args.request_timeout.trim() {
-        "0" => None,
-        text => Some(duration("--request-timeout", text)?).filter(|d| !d.is_zero()),
-    };
-    let metrics_addr = serve::parse_bind(&args.metrics_bind_address)
-        .map_err(|e| anyhow::anyhow!("--metrics-bind-address {e}"))?;
-    let health_addr = serve::parse_bind(&args.health_probe_bind_address)
-        .map_err(|e| anyhow::anyhow!("--health-probe-bind-address {e}"))?;
-    let lease = if args.leader_elect || args.shards {
-        Some(lease_timing(args)?)
+    let election = &args.election;
+    let lease = if election.leader_elect || election.shards {
+        Some(lease_timing(election)?)
     } else {
         None
     };
+    let metrics_addr = args.serving.metrics_bind_address.0;
+    let health_addr = args.serving.health_probe_bind_address.0;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let client = client(
-            args.kubeconfig.as_deref(),
-            args.context.as_deref(),
-            request_timeout,
+            args.client.kubeconfig.as_deref(),
+            args.client.context.as_deref(),
+            args.client.request_timeout.0,
         )
         .await?;
         let mut source = rule_source(args, &client);
         let first = source.first().await?;
         let metrics = Arc::new(Metrics::new());
         let probe = Arc::new(RunProbe::new(metrics.clone()));
-        let teller = Teller::new(&client, args.rules_configmap.clone(), probe.speaks());
-        let loader = match Loader::first(first, reload_options(args), metrics.clone(), teller) {
-            Ok(loader) => loader.checking(Checker::new(client.clone(), args.namespaces.clone())),
+        let teller = Teller::new(&client, args.source.rules_configmap.clone(), probe.speaks());
+        let options = reload_options(&args.reload);
+        let loader = match Loader::first(first, options, metrics.clone(), teller) {
+            Ok(loader) => {
+                loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()))
+            }
             Err(refusal) => return Ok(first_load_refused(&refusal)),
         };
         let options = Options {
-            field_manager: args.field_manager.clone(),
-            namespaces: args.namespaces.clone(),
-            concurrency: args.concurrency,
-            shutdown_grace,
+            field_manager: args.engine.field_manager.clone(),
+            namespaces: args.engine.namespaces.clone(),
+            concurrency: args.engine.concurrency,
+            shutdown_grace: args.engine.shutdown_timeout,
             ..Options::default()
         };
         let active = Active {
@@ -72,7 +68,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             scope: None,
             rules: loader.rules(),
             metrics,
-            prune_on_rule_removal: args.prune_on_rule_removal,
+            prune_on_rule_removal: args.reload.prune_on_rule_removal,
         };
         // One loader for the whole process, leading or not: the current
         // rules are the last good ones whenever an engine starts.
@@ -97,10 +93,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 probe.leader.set(1);
                 active.run_until(&probe, stop_rx).await;
             }
-            Some(times) if args.shards => {
-                run_sharded(args, client, times, active, &probe, stop_rx).await?;
+            Some(times) if election.shards => {
+                run_sharded(election, client, times, active, &probe, stop_rx).await?;
             }
-            Some(times) => run_with_election(args, client, times, active, &probe, stop_rx).await?,
+            Some(times) => {
+                run_with_election(election, client, times, active, &probe, stop_rx).await?;
+            }
         }
         loading.abort();
         signals.abort();
@@ -110,7 +108,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Where the rules are read from: the files, else the ConfigMap through the API.
 fn rule_source(args: &RunArgs, client: &Client) -> Box<dyn RuleSource> {
-    match (&args.rules[..], &args.rules_configmap) {
+    match (&args.source.rules[..], &args.source.rules_configmap) {
         ([], Some((ns, name))) => Box::new(RulesConfigMap::new(client.clone(), ns, name)),
         (paths, _) => Box::new(Files::new(paths.to_vec(), RELOAD_DEBOUNCE, RELOAD_POLL)),
     }
@@ -187,7 +185,7 @@ impl Active {
 /// writing at once when the Lease is lost; releases it on shutdown so a
 /// standby takes over without waiting for it to expire.
 async fn run_with_election(
-    args: &RunArgs,
+    args: &ElectionArgs,
     client: Client,
     timing: lease::Timing,
     active: Active,
@@ -241,7 +239,7 @@ async fn run_with_election(
 /// buckets over as members come and go, and on shutdown stops writing,
 /// leaves the group (so the others take over at once), then stops.
 async fn run_sharded(
-    args: &RunArgs,
+    args: &ElectionArgs,
     client: Client,
     timing: lease::Timing,
     mut active: Active,
@@ -323,31 +321,18 @@ impl kiln::shard::member::Caches for EngineCaches {
     }
 }
 
-fn lease_timing(args: &RunArgs) -> anyhow::Result<lease::Timing> {
+fn lease_timing(args: &ElectionArgs) -> anyhow::Result<lease::Timing> {
     let timing = lease::Timing {
-        lease_duration: duration(
-            "--leader-elect-lease-duration",
-            &args.leader_elect_lease_duration,
-        )?,
-        renew_deadline: duration(
-            "--leader-elect-renew-deadline",
-            &args.leader_elect_renew_deadline,
-        )?,
-        retry_period: duration(
-            "--leader-elect-retry-period",
-            &args.leader_elect_retry_period,
-        )?,
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
     };
     timing.check().map_err(|e| anyhow::anyhow!(e))?;
     Ok(timing)
 }
 
-fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    rules::duration::parse(text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-}
-
 /// The namespace of the Leases and this replica's identity.
-fn lease_place(args: &RunArgs) -> (String, String) {
+fn lease_place(args: &ElectionArgs) -> (String, String) {
     let namespace = args
         .leader_elect_namespace
         .clone()
@@ -365,7 +350,7 @@ fn own_namespace() -> String {
 /// in the cluster's namespace, and stable across a container's restarts),
 /// else the hostname and the pid. Leader election keeps the pid in it
 /// either way.
-fn shard_identity(args: &RunArgs) -> String {
+fn shard_identity(args: &ElectionArgs) -> String {
     args.shard_identity
         .clone()
         .or_else(|| std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()))
@@ -381,7 +366,7 @@ fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-fn reload_options(args: &RunArgs) -> ReloadOptions {
+fn reload_options(args: &ReloadArgs) -> ReloadOptions {
     ReloadOptions {
         prune_on_rule_removal: args.prune_on_rule_removal,
         allow_empty: args.allow_empty_rules,
