@@ -123,6 +123,12 @@ impl Checker {
             match status_schema(rule, &self.client, primary).await {
                 Ok(_) => {}
                 Err(SchemaRead::Refused(why)) => out.push(blocks(why.to_string())),
+                Err(SchemaRead::Failed(kube::Error::Api(s))) if s.code == 403 => {
+                    out.push(blocks(format!(
+                        "kiln may not read the CustomResourceDefinition {}.{}, so the status schema of the primary kind cannot be checked (RBAC; checked again)",
+                        primary.ar.plural, primary.gvk.group
+                    )));
+                }
                 Err(SchemaRead::Failed(error)) => out.push(blocks(format!(
                     "the primary's CustomResourceDefinition cannot be read, so its status schema cannot be checked: {error} (checked again)"
                 ))),
