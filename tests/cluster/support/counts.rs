@@ -23,9 +23,13 @@ pub fn total(engine: &Engine, metric: &str, labels: &[(&str, &str)]) -> u64 {
     sum as u64
 }
 
-/// Reconciles run (`controller_runtime_reconcile_total`, every rule and result).
+/// Reconciles started, every rule: those ended
+/// (`controller_runtime_reconcile_total`, every result) and those under way
+/// (`controller_runtime_active_workers`), so a reconcile counts from its
+/// start, before the writes it makes.
 pub fn reconciles(engine: &Engine) -> u64 {
     total(engine, "controller_runtime_reconcile_total", &[])
+        + total(engine, "controller_runtime_active_workers", &[])
 }
 
 /// Applies and patches sent (`kiln_writes_total{verb="apply"|"patch"}`):
