@@ -1,6 +1,8 @@
 //! The command line: one subcommand per job, each a thin call into the library.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -66,10 +68,28 @@ pub enum Command {
     Controlplane(ControlplaneCommand),
 }
 
-/// `kiln run`
+/// `kiln run`: its settings, by area.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("source").required(true).multiple(true).args(["rules", "rules_configmap"]))]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub source: RuleSourceArgs,
+    #[command(flatten)]
+    pub reload: ReloadArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub serving: ServingArgs,
+    #[command(flatten)]
+    pub election: ElectionArgs,
+}
+
+/// Where the rules are read from (one at least).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Rule source")]
+#[group(id = "source", required = true, multiple = true)]
+pub struct RuleSourceArgs {
     /// Rule files or directories (repeatable); watched and hot-reloaded.
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
@@ -78,6 +98,12 @@ pub struct RunArgs {
     /// with `--rules`, invalid reloads are reported as Events on it.
     #[arg(long, value_parser = parse_configmap)]
     pub rules_configmap: Option<(String, String)>,
+}
+
+/// How a new version of the rules replaces the running one.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Reload")]
+pub struct ReloadArgs {
     /// When a rule is removed from the set, delete the children it made
     /// (default: they stay).
     #[arg(long)]
@@ -87,12 +113,29 @@ pub struct RunArgs {
     /// invalid one and the last good rules keep running.
     #[arg(long)]
     pub allow_empty_rules: bool,
+}
+
+/// The connection to the API server.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Client")]
+pub struct ClientArgs {
     /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
+    /// How long a request to the API server (not a watch) may wait for its
+    /// answer before it is given up and retried on a new connection, e.g.
+    /// `70s` (above the API server's own 60 s limit); `0` waits forever.
+    #[arg(long, default_value = "70s", value_parser = parse_timeout)]
+    pub request_timeout: Timeout,
+}
+
+/// What the engine runs on and how.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineArgs {
     /// Watch only this namespace (repeatable; default: all).
     #[arg(long = "namespace")]
     pub namespaces: Vec<String>,
@@ -102,20 +145,27 @@ pub struct RunArgs {
     /// Workers per rule.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
-    /// How long a request to the API server (not a watch) may wait for its
-    /// answer before it is given up and retried on a new connection, e.g.
-    /// `70s` (above the API server's own 60 s limit); `0` waits forever.
-    #[arg(long, default_value = "70s")]
-    pub request_timeout: String,
     /// How long in-flight reconciles may take to finish on shutdown, e.g. `30s`.
-    #[arg(long, default_value = "30s")]
-    pub shutdown_timeout: String,
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+/// The endpoints kiln serves.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Serving")]
+pub struct ServingArgs {
     /// Where to serve Prometheus metrics (`:8080`, `127.0.0.1:9090`; `0` turns it off).
-    #[arg(long, default_value = ":8080")]
-    pub metrics_bind_address: String,
+    #[arg(long, default_value = ":8080", value_parser = parse_bind)]
+    pub metrics_bind_address: Bind,
     /// Where to serve `/healthz` and `/readyz` (`0` turns it off).
-    #[arg(long, default_value = ":8081")]
-    pub health_probe_bind_address: String,
+    #[arg(long, default_value = ":8081", value_parser = parse_bind)]
+    pub health_probe_bind_address: Bind,
+}
+
+/// Leader election, or sharing the primaries among replicas.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Election and shards")]
+pub struct ElectionArgs {
     /// Run only while holding a coordination.k8s.io Lease, so that several
     /// replicas can run with one of them active.
     #[arg(long)]
@@ -127,14 +177,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub leader_elect_namespace: Option<String>,
     /// How long a Lease is valid without renewal.
-    #[arg(long, default_value = "15s")]
-    pub leader_elect_lease_duration: String,
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
     /// How long the leader keeps trying to renew before it stands down.
-    #[arg(long, default_value = "10s")]
-    pub leader_elect_renew_deadline: String,
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
     /// How often replicas read the Lease (and the leader renews it).
-    #[arg(long, default_value = "2s")]
-    pub leader_elect_retry_period: String,
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
     /// Share the primaries with the other replicas of the shard group: each
     /// holds a Lease of its own (in `--leader-elect-namespace`, with the
     /// `--leader-elect-*` timings) and reconciles, caches and writes only
@@ -150,6 +200,32 @@ pub struct RunArgs {
     /// `$POD_NAME` when set, else the hostname and the pid.
     #[arg(long, requires = "shards", value_parser = parse_shard_identity)]
     pub shard_identity: Option<String>,
+}
+
+/// A request timeout; `None`: wait forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout(pub Option<Duration>);
+
+/// An address to serve on; `None`: switched off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bind(pub Option<SocketAddr>);
+
+/// A duration as rules write them (`30s`, `1m30s`).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    kiln::rules::duration::parse(s)
+}
+
+/// A duration, `0` (or zero) meaning none.
+fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    match s.trim() {
+        "0" => Ok(Timeout(None)),
+        text => parse_duration(text).map(|d| Timeout(Some(d).filter(|d| !d.is_zero()))),
+    }
+}
+
+/// A bind address the controller-runtime way (`:8080`, `HOST:PORT`, `0`).
+fn parse_bind(s: &str) -> Result<Bind, String> {
+    kiln::serve::parse_bind(s).map(Bind)
 }
 
 /// `kiln demo`
@@ -378,4 +454,46 @@ pub struct UpArgs {
     /// (tests/controlplane/NODE.md).
     #[arg(long)]
     pub node: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_settings_are_typed_as_they_are_parsed() {
+        let cli = Cli::try_parse_from([
+            "kiln",
+            "run",
+            "--rules",
+            "r",
+            "--request-timeout",
+            "0",
+            "--metrics-bind-address",
+            ":9090",
+            "--health-probe-bind-address",
+            "0",
+            "--leader-elect-retry-period",
+            "500ms",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.client.request_timeout, Timeout(None));
+        assert_eq!(
+            run.serving.metrics_bind_address,
+            Bind(Some("0.0.0.0:9090".parse().unwrap()))
+        );
+        assert_eq!(run.serving.health_probe_bind_address, Bind(None));
+        assert_eq!(
+            run.election.leader_elect_retry_period,
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            run.election.leader_elect_lease_duration,
+            Duration::from_secs(15)
+        );
+        assert_eq!(run.engine.shutdown_timeout, Duration::from_secs(30));
+    }
 }

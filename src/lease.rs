@@ -224,6 +224,11 @@ impl Elector {
 
     /// One round of client-go's `tryAcquireOrRenew`.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        // The Lease is held from when the write was sent, not from when its
+        // answer is read: an answer read after a pause (SIGSTOP, a starved
+        // process) must not make a Lease another replica took meanwhile
+        // look fresh.
+        let sent = Instant::now();
         let now = k8s_openapi::jiff::Timestamp::now();
         let duration_secs = i32::try_from(self.timing.lease_duration.as_secs()).unwrap_or(15);
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
@@ -242,7 +247,7 @@ impl Elector {
                 }),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(created) => Ok(self.won(created.spec.as_ref())),
+                Ok(created) => Ok(self.won(created.spec.as_ref(), sent)),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
             };
@@ -283,16 +288,15 @@ impl Elector {
             .replace(&self.name, &PostParams::default(), &lease)
             .await
         {
-            Ok(updated) => Ok(self.won(updated.spec.as_ref())),
+            Ok(updated) => Ok(self.won(updated.spec.as_ref(), sent)),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    fn won(&mut self, spec: Option<&LeaseSpec>) -> bool {
-        let now = Instant::now();
-        self.observed = Some((Record::of(spec), now));
-        self.set_renewed(Some(now));
+    fn won(&mut self, spec: Option<&LeaseSpec>, sent: Instant) -> bool {
+        self.observed = Some((Record::of(spec), Instant::now()));
+        self.set_renewed(Some(sent));
         true
     }
 }

@@ -51,8 +51,13 @@ pub struct Metrics {
     pub queue_duration: Family<Labels, Histogram, fn() -> Histogram>,
     /// `workqueue_retries_total{name,controller}`
     pub queue_retries: Family<Labels, Counter>,
-    /// `kiln_apply_total{rule,result}`
+    /// `kiln_apply_total{rule,result}`: server-side applies of children, by
+    /// their answer.
     pub apply_total: Family<Labels, Counter>,
+    /// `kiln_writes_total{rule,verb}`: every write sent, as it is sent:
+    /// `apply` (children and decorations), `patch` (owner references taken
+    /// back), `status`, `delete` (pruning).
+    pub writes: Family<Labels, Counter>,
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
     pub budget_exhausted: Family<Labels, Counter>,
@@ -75,8 +80,13 @@ pub struct Metrics {
     pub rule_refused: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
-    /// `kiln_rules_reload_total{result}`
+    /// `kiln_rules_reload_total{result="success"|"error"|"refused"}`:
+    /// `error`, invalid; `refused`, valid but the cluster does not let it
+    /// run (counted once per distinct answer while it waits).
     pub reload_total: Family<Labels, Counter>,
+    /// `kiln_rules_pending`: 1 while a valid rule set waits for the cluster
+    /// to let it run (the last good set keeps running meanwhile).
+    pub rules_pending: Gauge,
     /// `kiln_rules_last_good_load_timestamp_seconds`
     pub last_good_load: Gauge<f64, AtomicU64>,
     /// `kiln_leader` (1 while this replica leads or runs without election).
@@ -116,7 +126,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// `kiln_rules_reload_total{result}` so far (`success` or `error`).
+    /// `kiln_rules_reload_total{result}` so far (`success`, `error` or `refused`).
     pub fn reloads(&self, result: &str) -> u64 {
         self.reload_total
             .get_or_create(&label("result", result))
@@ -136,6 +146,7 @@ impl Metrics {
             queue_duration: Family::new_with_constructor(queue_histogram),
             queue_retries: Family::default(),
             apply_total: Family::default(),
+            writes: Family::default(),
             budget_exhausted: Family::default(),
             undecodable: Family::default(),
             watches: Gauge::default(),
@@ -146,6 +157,7 @@ impl Metrics {
             reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
+            rules_pending: Gauge::default(),
             last_good_load: Gauge::default(),
             leader: Gauge::default(),
             shard_members: Gauge::default(),
@@ -206,6 +218,11 @@ impl Metrics {
             m.apply_total.clone(),
         );
         r.register(
+            "kiln_writes",
+            "Writes sent to the API server per rule and verb (apply, patch, status, delete)",
+            m.writes.clone(),
+        );
+        r.register(
             "kiln_write_budget_exhausted",
             "Times a primary's children were rewritten too often and kiln paused its writes",
             m.budget_exhausted.clone(),
@@ -254,6 +271,11 @@ impl Metrics {
             "kiln_rules_reload",
             "Rule set reloads per result",
             m.reload_total.clone(),
+        );
+        r.register(
+            "kiln_rules_pending",
+            "1 while a valid rule set waits for the cluster to let it run (kinds, status schema, permissions)",
+            m.rules_pending.clone(),
         );
         r.register(
             "kiln_rules_last_good_load_timestamp_seconds",
@@ -313,6 +335,27 @@ impl Metrics {
         Self { registry, ..m }
     }
 
+    /// A write of `verb` is sent for `rule` (`kiln_writes_total`).
+    pub fn wrote(&self, rule: &str, verb: &str) {
+        self.writes
+            .get_or_create(&labels2(("rule", rule), ("verb", verb)))
+            .inc();
+    }
+
+    /// Times one reconcile of the rule with these `controller` labels:
+    /// counted as an active worker until dropped, then observed in
+    /// `controller_runtime_reconcile_time_seconds` (also when the
+    /// reconcile is cancelled).
+    pub fn reconcile_timer(&self, controller: &Labels) -> ReconcileTimer {
+        let active = self.active_workers.get_or_create(controller).clone();
+        active.inc();
+        ReconcileTimer {
+            time: self.reconcile_time.get_or_create(controller).clone(),
+            active,
+            started: std::time::Instant::now(),
+        }
+    }
+
     /// The exposition text.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -320,6 +363,20 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// One reconcile being timed: see [`Metrics::reconcile_timer`].
+pub struct ReconcileTimer {
+    time: Histogram,
+    active: Gauge,
+    started: std::time::Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.time.observe(self.started.elapsed().as_secs_f64());
+        self.active.dec();
     }
 }
 
@@ -367,5 +424,29 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing `{want}` in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_reconcile_is_an_active_worker_until_its_timer_drops() {
+        let m = Metrics::new();
+        let timer = m.reconcile_timer(&controller("webapp"));
+        assert!(
+            m.encode()
+                .contains("controller_runtime_active_workers{controller=\"webapp\"} 1")
+        );
+        drop(timer);
+        let text = m.encode();
+        assert!(text.contains("controller_runtime_active_workers{controller=\"webapp\"} 0"));
+        assert!(
+            text.contains(
+                "controller_runtime_reconcile_time_seconds_count{controller=\"webapp\"} 1"
+            ),
+            "{text}"
+        );
+        m.wrote("webapp", "status");
+        assert!(
+            m.encode()
+                .contains("kiln_writes_total{rule=\"webapp\",verb=\"status\"} 1")
+        );
     }
 }

@@ -16,8 +16,19 @@ const READ: &[&str] = &["get", "list", "watch"];
 /// Verbs to manage children with server-side apply and pruning.
 const WRITE: &[&str] = &["create", "patch", "delete"];
 
-/// The ClusterRole `name` for `set`; `plural` names each kind's resource.
-pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
+/// What a rule set needs on the kinds its rules touch: (group, resource)
+/// to verbs, and (group, resource, resourceName) to verbs.
+#[derive(Debug, Default)]
+pub struct Grants {
+    /// Verbs on every object of a resource.
+    pub all: BTreeMap<(String, String), BTreeSet<&'static str>>,
+    /// Verbs on one named object of a resource.
+    pub named: BTreeMap<(String, String, String), BTreeSet<&'static str>>,
+}
+
+/// What the rules of `set` need on the kinds they touch (Events, Leases and
+/// the rules ConfigMap left out); `plural` names each kind's resource.
+pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
     // The kinds rules define carry their own resource names.
     let defined: BTreeMap<(String, String), String> = set
         .rules
@@ -31,9 +42,8 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
             .cloned()
             .unwrap_or_else(|| plural(g))
     };
-    // (group, resource) -> verbs; and (group, resource, resourceName) -> verbs.
-    let mut grants: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
-    let mut named: BTreeMap<(String, String, String), BTreeSet<&str>> = BTreeMap::new();
+    let mut grants: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
+    let mut named: BTreeMap<(String, String, String), BTreeSet<&'static str>> = BTreeMap::new();
     let mut grant = |g: &Gvk, resource: String, verbs: &[&'static str]| {
         grants
             .entry((g.group.clone(), resource))
@@ -116,6 +126,15 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
             }
         }
     }
+    Grants { all: grants, named }
+}
+
+/// The ClusterRole `name` for `set`; `plural` names each kind's resource.
+pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
+    let Grants {
+        all: mut grants,
+        named,
+    } = rule_grants(set, plural);
     let core = |g: &str, r: &str| (g.to_string(), r.to_string());
     grants
         .entry(core("events.k8s.io", "events"))

@@ -9,89 +9,71 @@ use anyhow::Context as _;
 use kiln::engine::{Engine, Options};
 use kiln::lease;
 use kiln::metrics::Metrics;
-use kiln::reload::{self, ReloadOptions, Reloader, RuleSource};
+use kiln::reload::{
+    self, Checker, CurrentRules, Files, Follower, Loader, Refusal, ReloadOptions, RuleSource,
+    RulesConfigMap, Teller,
+};
 use kiln::request_timeout;
-use kiln::rules::{self, RuleSet, load::Source};
 use kiln::serve::{self, Probe};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::oneshot;
 
-use crate::cli::RunArgs;
+use crate::cli::{ElectionArgs, ReloadArgs, RunArgs};
 
 /// Loads the rules, serves metrics and probes, and runs (reloading rules as
 /// they change, and only while leading when leader election is on) until a
 /// signal; then shuts down gracefully.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let shutdown_grace = duration("--shutdown-timeout", &args.shutdown_timeout)?;
-    let request_timeout = match args.request_timeout.trim() {
-        "0" => None,
-        text => Some(duration("--request-timeout", text)?).filter(|d| !d.is_zero()),
-    };
-    let metrics_addr = serve::parse_bind(&args.metrics_bind_address)
-        .map_err(|e| anyhow::anyhow!("--metrics-bind-address {e}"))?;
-    let health_addr = serve::parse_bind(&args.health_probe_bind_address)
-        .map_err(|e| anyhow::anyhow!("--health-probe-bind-address {e}"))?;
-    let lease = if args.leader_elect || args.shards {
-        Some(lease_timing(args)?)
+    let election = &args.election;
+    let lease = if election.leader_elect || election.shards {
+        Some(lease_timing(election)?)
     } else {
         None
     };
+    let metrics_addr = args.serving.metrics_bind_address.0;
+    let health_addr = args.serving.health_probe_bind_address.0;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let client = client(
-            args.kubeconfig.as_deref(),
-            args.context.as_deref(),
-            request_timeout,
+            args.client.kubeconfig.as_deref(),
+            args.client.context.as_deref(),
+            args.client.request_timeout.0,
         )
         .await?;
-        let (source, sources, read_errors) = match (&args.rules[..], &args.rules_configmap) {
-            ([], Some((ns, name))) => {
-                let sources = reload::read_configmap(&client, ns, name)
-                    .await
-                    .with_context(|| format!("reading the rules ConfigMap {ns}/{name}"))?;
-                (
-                    RuleSource::ConfigMap {
-                        namespace: ns.clone(),
-                        name: name.clone(),
-                    },
-                    sources,
-                    Vec::new(),
-                )
+        let mut source = rule_source(args, &client);
+        let first = source.first().await?;
+        let metrics = Arc::new(Metrics::new());
+        let probe = Arc::new(RunProbe::new(metrics.clone()));
+        let teller = Teller::new(&client, args.source.rules_configmap.clone(), probe.speaks());
+        let options = reload_options(&args.reload);
+        let loader = match Loader::first(first, options, metrics.clone(), teller) {
+            Ok(loader) => {
+                loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()))
             }
-            (paths, _) => {
-                let (sources, errors) = rules::load::read_sources(paths);
-                (RuleSource::Paths(paths.to_vec()), sources, errors)
-            }
+            Err(refusal) => return Ok(first_load_refused(&refusal)),
         };
-        let set = match first_load(sources.clone(), read_errors) {
-            Ok(set) => set,
-            Err(code) => return Ok(code),
-        };
-        if set.rules.is_empty() && !args.allow_empty_rules {
-            eprintln!("{}", reload::empty_set());
-            return Ok(ExitCode::from(1));
-        }
         let options = Options {
-            field_manager: args.field_manager.clone(),
-            namespaces: args.namespaces.clone(),
-            concurrency: args.concurrency,
-            shutdown_grace,
+            field_manager: args.engine.field_manager.clone(),
+            namespaces: args.engine.namespaces.clone(),
+            concurrency: args.engine.concurrency,
+            shutdown_grace: args.engine.shutdown_timeout,
             ..Options::default()
         };
         let active = Active {
             client: client.clone(),
             options,
             scope: None,
-            set,
-            sources,
-            source,
-            args_reload: reload_options(args),
+            rules: loader.rules(),
+            metrics,
+            prune_on_rule_removal: args.reload.prune_on_rule_removal,
         };
+        // One loader for the whole process, leading or not: the current
+        // rules are the last good ones whenever an engine starts.
+        let loading = tokio::spawn(loader.run(source, std::future::pending()));
 
-        let probe = Arc::new(RunProbe::default());
         for (what, addr) in [("metrics", metrics_addr), ("health probes", health_addr)] {
             if let Some(addr) = addr {
                 let bound = bind(addr, probe.clone())
@@ -111,15 +93,31 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 probe.leader.set(1);
                 active.run_until(&probe, stop_rx).await;
             }
-            Some(times) if args.shards => {
-                run_sharded(args, client, times, active, &probe, stop_rx).await?;
+            Some(times) if election.shards => {
+                run_sharded(election, client, times, active, &probe, stop_rx).await?;
             }
-            Some(times) => run_with_election(args, client, times, active, &probe, stop_rx).await?,
+            Some(times) => {
+                run_with_election(election, client, times, active, &probe, stop_rx).await?;
+            }
         }
+        loading.abort();
         signals.abort();
         Ok(ExitCode::SUCCESS)
     })
 }
+
+/// Where the rules are read from: the files, else the ConfigMap through the API.
+fn rule_source(args: &RunArgs, client: &Client) -> Box<dyn RuleSource> {
+    match (&args.source.rules[..], &args.source.rules_configmap) {
+        ([], Some((ns, name))) => Box::new(RulesConfigMap::new(client.clone(), ns, name)),
+        (paths, _) => Box::new(Files::new(paths.to_vec(), RELOAD_DEBOUNCE, RELOAD_POLL)),
+    }
+}
+
+/// A burst of file events is one reload once quiet this long.
+const RELOAD_DEBOUNCE: Duration = Duration::from_millis(300);
+/// Rule files are read again this often even without events.
+const RELOAD_POLL: Duration = Duration::from_secs(10);
 
 /// Everything needed to (re)start the engine when this replica leads.
 struct Active {
@@ -127,27 +125,27 @@ struct Active {
     options: Options,
     /// This replica's share, when sharded.
     scope: Option<Arc<kiln::shard::scope::Scope>>,
-    set: RuleSet,
-    sources: Vec<Source>,
-    source: RuleSource,
-    args_reload: ReloadOptions,
+    /// The last good rules: every engine start reads them.
+    rules: CurrentRules,
+    /// The process's metrics, which every engine counts in.
+    metrics: Arc<Metrics>,
+    prune_on_rule_removal: bool,
 }
 
 impl Active {
-    /// Runs the engine and the reloader until `stop` resolves, then stops
-    /// them gracefully.
+    /// Runs the engine until `stop` resolves, then stops it gracefully.
     async fn run_until(&self, probe: &RunProbe, stop: impl Future<Output = impl Sized>) {
-        let (engine, reloading, stop_reload) = self.start(probe, None);
+        let (engine, following, stop_following) = self.start(probe, None);
         stop.await;
         tracing::info!("shutting down: letting in-flight reconciles finish");
-        let _ = stop_reload.send(());
-        let _ = reloading.await;
+        let _ = stop_following.send(());
+        let _ = following.await;
         engine.shutdown().await;
         probe.set_engine(None);
     }
 
-    /// Starts the engine (every write checked by `fence`, when given) and
-    /// the reloader.
+    /// Starts the engine on the current rules (every write checked by
+    /// `fence`, when given), following their changes.
     fn start(
         &self,
         probe: &RunProbe,
@@ -161,34 +159,30 @@ impl Active {
             self.client.clone(),
             self.options.clone(),
             self.scope.clone(),
+            self.metrics.clone(),
         ));
         if let Some(fence) = fence {
             engine.set_fence(fence);
         }
-        engine.start_all(&self.set);
+        let follower = Follower::start(engine.clone(), &self.rules, self.prune_on_rule_removal);
         // The CRDs the rules define; each such rule waits for its kind meanwhile.
         tokio::spawn(kiln::api::install::until_installed(
             self.client.clone(),
-            self.set.clone(),
+            follower.running().clone(),
         ));
         probe.set_engine(Some(engine.clone()));
-        let names: Vec<&str> = self.set.rules.iter().map(|r| r.name.as_str()).collect();
+        let names: Vec<&str> = follower
+            .running()
+            .rules
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
         tracing::info!(rules = ?names, version = kiln::version::KILN, "kiln running");
-        let reloader = Reloader::new(
-            engine.clone(),
-            &self.client,
-            self.set.clone(),
-            &self.sources,
-            self.args_reload.clone(),
-        );
         let (tx, rx) = oneshot::channel::<()>();
-        let reloading =
-            tokio::spawn(
-                reloader.run(self.client.clone(), self.source.clone(), async move {
-                    let _ = rx.await;
-                }),
-            );
-        (engine, reloading, tx)
+        let following = tokio::spawn(follower.run(async move {
+            let _ = rx.await;
+        }));
+        (engine, following, tx)
     }
 }
 
@@ -196,7 +190,7 @@ impl Active {
 /// writing at once when the Lease is lost; releases it on shutdown so a
 /// standby takes over without waiting for it to expire.
 async fn run_with_election(
-    args: &RunArgs,
+    args: &ElectionArgs,
     client: Client,
     timing: lease::Timing,
     active: Active,
@@ -215,22 +209,22 @@ async fn run_with_election(
         tracing::info!(%identity, "leading");
         probe.leader.set(1);
         // No write unless the Lease is known held right now.
-        let (engine, reloading, stop_reload) = active.start(probe, Some(elector.fence()));
+        let (engine, following, stop_following) = active.start(probe, Some(elector.fence()));
         let lost = tokio::select! {
             _ = &mut stop => None,
             lost = elector.hold() => Some(lost),
         };
-        let _ = stop_reload.send(());
+        let _ = stop_following.send(());
         if let Some(why) = lost {
             // Another replica may already be writing: stop at once.
             tracing::error!(%identity, ?why, "lost the lease: stopping every rule now");
-            reloading.abort();
+            following.abort();
             engine.abort();
             probe.leader.set(0);
             probe.set_engine(None);
             continue;
         }
-        let _ = reloading.await;
+        let _ = following.await;
         engine.shutdown().await;
         probe.set_engine(None);
         break;
@@ -250,7 +244,7 @@ async fn run_with_election(
 /// buckets over as members come and go, and on shutdown stops writing,
 /// leaves the group (so the others take over at once), then stops.
 async fn run_sharded(
-    args: &RunArgs,
+    args: &ElectionArgs,
     client: Client,
     timing: lease::Timing,
     mut active: Active,
@@ -268,7 +262,10 @@ async fn run_sharded(
              cannot name a Lease: it {why}; set --shard-identity"
         )
     })?;
-    let shard = Shard::new(timing.renew_deadline);
+    let shard = Shard::counting(
+        timing.renew_deadline,
+        kiln::shard::Counters::of(&active.metrics),
+    );
     let retry = timing.retry_period;
     let mut member = Member::new(
         client,
@@ -292,7 +289,7 @@ async fn run_sharded(
     active.scope = Some(Arc::new(Scope::new(shard.clone())));
     probe.set_shard(Some(shard));
     probe.leader.set(1);
-    let (engine, reloading, stop_reload) = active.start(probe, None);
+    let (engine, following, stop_following) = active.start(probe, None);
     let (left_tx, left_rx) = oneshot::channel::<()>();
     let caches: Arc<dyn kiln::shard::member::Caches> = Arc::new(EngineCaches(engine.clone()));
     let membership = tokio::spawn(member.run(caches, async move {
@@ -304,8 +301,8 @@ async fn run_sharded(
     );
     let _ = left_tx.send(());
     let _ = membership.await;
-    let _ = stop_reload.send(());
-    let _ = reloading.await;
+    let _ = stop_following.send(());
+    let _ = following.await;
     engine.shutdown().await;
     probe.set_engine(None);
     probe.leader.set(0);
@@ -329,31 +326,18 @@ impl kiln::shard::member::Caches for EngineCaches {
     }
 }
 
-fn lease_timing(args: &RunArgs) -> anyhow::Result<lease::Timing> {
+fn lease_timing(args: &ElectionArgs) -> anyhow::Result<lease::Timing> {
     let timing = lease::Timing {
-        lease_duration: duration(
-            "--leader-elect-lease-duration",
-            &args.leader_elect_lease_duration,
-        )?,
-        renew_deadline: duration(
-            "--leader-elect-renew-deadline",
-            &args.leader_elect_renew_deadline,
-        )?,
-        retry_period: duration(
-            "--leader-elect-retry-period",
-            &args.leader_elect_retry_period,
-        )?,
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
     };
     timing.check().map_err(|e| anyhow::anyhow!(e))?;
     Ok(timing)
 }
 
-fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    rules::duration::parse(text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-}
-
 /// The namespace of the Leases and this replica's identity.
-fn lease_place(args: &RunArgs) -> (String, String) {
+fn lease_place(args: &ElectionArgs) -> (String, String) {
     let namespace = args
         .leader_elect_namespace
         .clone()
@@ -371,7 +355,7 @@ fn own_namespace() -> String {
 /// in the cluster's namespace, and stable across a container's restarts),
 /// else the hostname and the pid. Leader election keeps the pid in it
 /// either way.
-fn shard_identity(args: &RunArgs) -> String {
+fn shard_identity(args: &ElectionArgs) -> String {
     args.shard_identity
         .clone()
         .or_else(|| std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()))
@@ -387,25 +371,45 @@ fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-fn reload_options(args: &RunArgs) -> ReloadOptions {
+fn reload_options(args: &ReloadArgs) -> ReloadOptions {
     ReloadOptions {
         prune_on_rule_removal: args.prune_on_rule_removal,
         allow_empty: args.allow_empty_rules,
-        configmap: args.rules_configmap.clone(),
         ..ReloadOptions::default()
     }
 }
 
 /// What `/metrics` and `/readyz` report while running.
-#[derive(Default)]
 struct RunProbe {
     engine: Mutex<Option<Arc<Engine>>>,
     shard: Mutex<Option<Arc<kiln::shard::Shard>>>,
-    idle_metrics: Metrics,
+    metrics: Arc<Metrics>,
+    /// `kiln_leader`.
     leader: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl RunProbe {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            engine: Mutex::default(),
+            shard: Mutex::default(),
+            leader: metrics.leader.clone(),
+            metrics,
+        }
+    }
+
+    /// Whether this replica speaks for the group (Events about the rules):
+    /// while it runs an engine that runs the singletons.
+    fn speaks(self: &Arc<Self>) -> reload::tell::Speaks {
+        let probe = Arc::downgrade(self);
+        Arc::new(move || {
+            probe
+                .upgrade()
+                .and_then(|p| p.engine())
+                .is_some_and(|e| e.runs_singletons())
+        })
+    }
+
     fn set_engine(&self, engine: Option<Arc<Engine>>) {
         *self
             .engine
@@ -438,9 +442,14 @@ impl RunProbe {
 impl Probe for RunProbe {
     fn metrics(&self) -> String {
         let engine = self.engine();
-        let metrics = engine.as_ref().map(|e| e.metrics());
-        let m = metrics.as_deref().unwrap_or(&self.idle_metrics);
-        m.leader.set(self.leader.get());
+        let m = &self.metrics;
+        match &engine {
+            // The sampled gauges (watches, cached objects) brought up to date.
+            Some(e) => drop(e.metrics()),
+            None => {
+                m.watches.set(0);
+            }
+        }
         if let Some(shard) = self.shard() {
             m.shard_members
                 .set(i64::try_from(shard.members()).unwrap_or(i64::MAX));
@@ -448,19 +457,6 @@ impl Probe for RunProbe {
             let owned = engine.as_ref().map_or(0, |e| e.primaries_owned());
             m.shard_primaries
                 .set(i64::try_from(owned).unwrap_or(i64::MAX));
-            m.shard_rescopes
-                .inc_by(shard.rescopes().saturating_sub(m.shard_rescopes.get()));
-            m.shard_put_off
-                .inc_by(shard.put_off().saturating_sub(m.shard_put_off.get()));
-            m.shard_lookups
-                .inc_by(shard.lookups().saturating_sub(m.shard_lookups.get()));
-            let (taken, given) = shard.handovers();
-            for (direction, total) in [("in", taken), ("out", given)] {
-                let c = m
-                    .shard_handovers
-                    .get_or_create(&kiln::metrics::label("direction", direction));
-                c.inc_by(total.saturating_sub(c.get()));
-            }
         }
         m.encode()
     }
@@ -482,22 +478,20 @@ async fn bind(addr: SocketAddr, probe: Arc<RunProbe>) -> std::io::Result<SocketA
 }
 
 /// The first load must be valid: there is no last good set to keep.
-fn first_load(
-    sources: Vec<Source>,
-    read_errors: Vec<rules::Diagnostic>,
-) -> Result<RuleSet, ExitCode> {
-    let diagnostics = match rules::load_sources_with(sources, read_errors) {
-        Ok(set) => return Ok(set),
-        Err(diagnostics) => diagnostics,
-    };
-    for d in &diagnostics {
-        eprintln!("{d}");
+fn first_load_refused(refusal: &Refusal) -> ExitCode {
+    match refusal {
+        Refusal::Empty => eprintln!("{}", reload::empty_set()),
+        Refusal::Invalid(diagnostics) => {
+            for d in diagnostics {
+                eprintln!("{d}");
+            }
+            eprintln!(
+                "error: the rules are invalid ({} problems); nothing was started",
+                diagnostics.len()
+            );
+        }
     }
-    eprintln!(
-        "error: the rules are invalid ({} problems); nothing was started",
-        diagnostics.len()
-    );
-    Err(ExitCode::from(1))
+    ExitCode::from(1)
 }
 
 /// `--request-timeout`'s default, for commands without the flag.

@@ -374,14 +374,10 @@ impl RuleController {
             m.queue_depth
                 .get_or_create(&queue)
                 .set(self.queue.len() as i64);
-            m.active_workers.get_or_create(&controller).inc();
-            let started = std::time::Instant::now();
+            let timer = m.reconcile_timer(&controller);
             let span = tracing::info_span!("reconcile", rule = %self.rule.name, object = %key);
             let result = self.reconcile(&key).instrument(span).await;
-            m.reconcile_time
-                .get_or_create(&controller)
-                .observe(started.elapsed().as_secs_f64());
-            m.active_workers.get_or_create(&controller).dec();
+            drop(timer);
             let outcome = self.schedule(&key, result);
             let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
             m.reconcile_total.get_or_create(&labels).inc();
@@ -549,10 +545,6 @@ impl RuleController {
         if !selected {
             return Ok(Next::Done);
         }
-        self.shared
-            .stats
-            .reconciles
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let primary = serde_json::to_value(&*obj)
             .map_err(|e| Failure::new(Category::Transient, e.to_string()))?;
         // Converted for templates once, for the watch references and the render.
@@ -982,10 +974,7 @@ impl RuleController {
             let permit = self.fence(obj)?;
             let api = self.api(&kind, d.namespace.as_deref());
             let what = format!("decorating {} {} as {}", d.gvk.kind, d.name, d.manager);
-            self.shared
-                .stats
-                .applies
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.shared.metrics.wrote(&self.rule.name, "apply");
             match fenced(permit.as_ref(), decorate::send(&api, d)).await? {
                 // Gone meanwhile: nothing to decorate, nothing created.
                 Ok(decorate::Sent::Applied | decorate::Sent::Gone) => {}
@@ -1214,10 +1203,7 @@ impl RuleController {
             field_manager: Some(self.shared.options.field_manager.clone()),
             ..PatchParams::default()
         };
-        self.shared
-            .stats
-            .applies
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.metrics.wrote(&self.rule.name, "patch");
         let patch = Patch::Merge(&patch);
         let patching = api.patch(&reown.key.name, &pp, &patch);
         match fenced(permit.as_ref(), patching).await? {
@@ -1254,10 +1240,7 @@ impl RuleController {
         if !child.generated.is_empty() || unseen {
             fenced(permit.as_ref(), self.absent(&api, child, &ckey)).await??;
         }
-        self.shared
-            .stats
-            .applies
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.metrics.wrote(&self.rule.name, "apply");
         let patch = Patch::Apply(&child.object);
         let applying = api.patch(&ckey.name, &pp, &patch);
         let applied = fenced(permit.as_ref(), applying).await?.map_err(|e| {
@@ -1335,10 +1318,7 @@ impl RuleController {
             }),
             ..DeleteParams::background()
         };
-        self.shared
-            .stats
-            .deletes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.metrics.wrote(&self.rule.name, "delete");
         let (kind, ckey) = (&prune.gvk.kind, &prune.key);
         let deleted = fenced(permit.as_ref(), api.delete(&ckey.name, &dp)).await?;
         // The Event is no write for the primary's bucket: its release does
@@ -1441,10 +1421,7 @@ impl RuleController {
             "status": desired,
         });
         let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
-        self.shared
-            .stats
-            .status_writes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.metrics.wrote(&self.rule.name, "status");
         let pp = PatchParams::apply(&self.shared.options.field_manager).force();
         let patch = Patch::Apply(&patch);
         let writing = api.patch_status(&key.name, &pp, &patch);

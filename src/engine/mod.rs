@@ -33,7 +33,6 @@ pub mod undecodable;
 pub mod watch_health;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,28 +81,6 @@ impl Default for Options {
     }
 }
 
-/// Counters of what the engine did, for tests, metrics and the benchmark.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Reconciles run.
-    pub reconciles: AtomicU64,
-    /// Server-side applies of children.
-    pub applies: AtomicU64,
-    /// Status writes.
-    pub status_writes: AtomicU64,
-    /// Children deleted by pruning.
-    pub deletes: AtomicU64,
-}
-
-impl Stats {
-    /// Every write the engine made (applies, status writes, deletes).
-    pub fn writes(&self) -> u64 {
-        self.applies.load(Ordering::Relaxed)
-            + self.status_writes.load(Ordering::Relaxed)
-            + self.deletes.load(Ordering::Relaxed)
-    }
-}
-
 /// What every rule shares.
 pub struct Shared {
     /// The API client.
@@ -116,8 +93,6 @@ pub struct Shared {
     pub recorder: Recorder,
     /// Options.
     pub options: Options,
-    /// Counters.
-    pub stats: Stats,
     /// Prometheus metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Which rules select each primary, and their parts of its status.
@@ -196,22 +171,23 @@ pub struct Engine {
 impl Engine {
     /// An engine with no rules yet.
     pub fn new(client: Client, options: Options) -> Self {
-        Self::sharded(client, options, None)
+        Self::sharded(client, options, None, Arc::default())
     }
 
     /// An engine that reconciles, caches and writes only `shard`'s share of
-    /// the primaries (`None`: all of them).
+    /// the primaries (`None`: all of them), counting in `metrics` (the
+    /// process's: an engine started again counts on).
     pub fn sharded(
         client: Client,
         options: Options,
         shard: Option<Arc<crate::shard::scope::Scope>>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         let reporter = Reporter {
             controller: "kiln".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
-        let metrics = Arc::new(crate::metrics::Metrics::new());
         let sink = undecodable::sink(recorder.clone(), metrics.clone());
         let mut informers = Registry::keeping_status_of(&options.field_manager)
             .reporting_to(sink)
@@ -229,7 +205,6 @@ impl Engine {
             recorder,
             client,
             options,
-            stats: Stats::default(),
             metrics,
             board: board::Board::default(),
             fence: std::sync::OnceLock::new(),
@@ -406,11 +381,6 @@ impl Engine {
         })
     }
 
-    /// Counters.
-    pub fn stats(&self) -> &Stats {
-        &self.shared.stats
-    }
-
     /// Watches running: one per GVK.
     pub fn watches(&self) -> usize {
         self.shared.informers.watches()
@@ -533,7 +503,7 @@ impl Engine {
 }
 
 /// Every GVK a rule touches, primary first.
-fn kinds_of(rule: &Rule) -> Vec<Gvk> {
+pub(crate) fn kinds_of(rule: &Rule) -> Vec<Gvk> {
     let mut out = vec![rule.primary.gvk.clone()];
     for gvk in rule
         .children
@@ -595,7 +565,7 @@ async fn run_rule(
                 }
             }
             if missing.is_empty() {
-                match status_schema(&rule, &shared, &resolved[0]).await {
+                match status_schema(&rule, &shared.client, &resolved[0]).await {
                     Ok(schema) => {
                         set_state(RuleState::Syncing);
                         break (resolved, schema);
@@ -606,7 +576,7 @@ async fn run_rule(
                         break (resolved, Schema::refused(why.to_string()));
                     }
                     Err(SchemaRead::Failed(error)) => {
-                        tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed");
+                        tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed; the rule waits for it");
                     }
                 }
                 tokio::select! {
@@ -639,10 +609,11 @@ async fn run_rule(
 }
 
 /// Why the primary's status schema did not let the rule start.
-enum SchemaRead {
+pub(crate) enum SchemaRead {
     /// The rule writes status the schema does not declare.
     Refused(SchemaError),
-    /// The CRD could not be read (transient); tried again.
+    /// The CRD could not be read (kiln may not, say): tried again, never
+    /// guessed.
     Failed(kube::Error),
 }
 
@@ -650,20 +621,21 @@ enum SchemaRead {
 /// status fields and conditions. Only custom resources whose status kiln
 /// writes have one to read (their CRD, read on every (re)discovery of the
 /// kind); for anything else, and for a kind that is not a CRD (an
-/// aggregated API) or a CRD kiln may not read, anything goes.
-async fn status_schema(
+/// aggregated API), anything goes. A CRD that cannot be read (forbidden,
+/// say) is not taken as open: the caller tries again.
+pub(crate) async fn status_schema(
     rule: &Rule,
-    shared: &Shared,
+    client: &Client,
     primary: &kinds::Kind,
 ) -> Result<Schema, SchemaRead> {
     if !controller::writes_status(primary) {
         return Ok(Schema::open());
     }
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
-    let crd = match crds(&shared.client).get(&name).await {
+    let crd = match crds(client).get(&name).await {
         Ok(crd) => serde_json::to_value(&crd).unwrap_or_default(),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {
-            tracing::warn!(rule = %rule.name, crd = %name, code = s.code, "the primary's CustomResourceDefinition cannot be read; its status schema is not checked");
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            tracing::warn!(rule = %rule.name, crd = %name, "the primary kind has no CustomResourceDefinition (an aggregated API?); its status schema is not checked");
             return Ok(Schema::open());
         }
         Err(e) => return Err(SchemaRead::Failed(e)),
@@ -688,7 +660,7 @@ async fn status_schema(
 /// Whether a rule refused for `why` is now refused for another reason or
 /// not at all (a CRD that cannot be read now changes nothing).
 async fn refusal_changed(rule: &Rule, shared: &Shared, primary: &kinds::Kind, why: &str) -> bool {
-    match status_schema(rule, shared, primary).await {
+    match status_schema(rule, &shared.client, primary).await {
         Err(SchemaRead::Refused(now)) => now.to_string() != why,
         Err(SchemaRead::Failed(_)) => false,
         Ok(_) => true,
@@ -700,7 +672,7 @@ fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
 }
 
 /// The primary's status schema, and the CRD (name, version) it was read from.
-struct Schema {
+pub(crate) struct Schema {
     status: StatusSchema,
     crd: Option<(String, String)>,
     /// Why the rule is refused, if it is: it then only tears down the

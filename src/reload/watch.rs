@@ -131,7 +131,10 @@ mod tests {
     /// The fingerprint the reloader compares, of the directory's files now.
     fn content(dir: &Path) -> u64 {
         let (sources, errors) = read_sources(&[dir.to_path_buf()]);
-        crate::reload::fingerprint(&sources, &errors)
+        crate::reload::loader::fingerprint(&crate::reload::Version {
+            sources,
+            read_errors: errors,
+        })
     }
 
     /// Counts what a reloader would load: distinct contents after each settle.

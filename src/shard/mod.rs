@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
 use ring::{BUCKETS, Buckets};
@@ -44,16 +45,43 @@ pub struct Shard {
     members: AtomicU64,
     /// Buckets assigned at the last round.
     assigned: AtomicU64,
-    /// Buckets handed over (released and activated) since start.
-    handovers_in: AtomicU64,
-    handovers_out: AtomicU64,
+    /// What it counts, in the process's metrics.
+    counters: Counters,
+}
+
+/// The counters of a shard member: `kiln_shard_*_total`.
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    /// Buckets taken over (activated) since start.
+    handovers_in: Counter,
+    /// Buckets handed away (released) since start.
+    handovers_out: Counter,
     /// Times the caches were listed again for a new share.
-    rescopes: AtomicU64,
+    rescopes: Counter,
     /// Reconciles put off because the Lease was late ([`Whose::Unsure`]).
-    put_off: AtomicU64,
+    put_off: Counter,
     /// Children looked up on the API server before their first write: a
     /// cache left out an object of their name.
-    lookups: AtomicU64,
+    lookups: Counter,
+}
+
+impl Counters {
+    /// The counters registered in `metrics`.
+    pub fn of(metrics: &crate::metrics::Metrics) -> Self {
+        let direction = |d| {
+            metrics
+                .shard_handovers
+                .get_or_create(&crate::metrics::label("direction", d))
+                .clone()
+        };
+        Self {
+            handovers_in: direction("in"),
+            handovers_out: direction("out"),
+            rescopes: metrics.shard_rescopes.clone(),
+            put_off: metrics.shard_put_off.clone(),
+            lookups: metrics.shard_lookups.clone(),
+        }
+    }
 }
 
 /// Who reconciles a primary, as this replica knows it now.
@@ -119,6 +147,11 @@ impl Shard {
     /// A member holding nothing yet; its writes stop `deadline` after its
     /// last renew.
     pub fn new(deadline: Duration) -> Arc<Self> {
+        Self::counting(deadline, Counters::default())
+    }
+
+    /// As [`new`](Self::new), counting in `counters`.
+    pub fn counting(deadline: Duration, counters: Counters) -> Arc<Self> {
         Arc::new(Self {
             active: AtomicU64::new(0),
             interest: AtomicU64::new(0),
@@ -127,11 +160,7 @@ impl Shard {
             deadline,
             members: AtomicU64::new(0),
             assigned: AtomicU64::new(0),
-            handovers_in: AtomicU64::new(0),
-            handovers_out: AtomicU64::new(0),
-            rescopes: AtomicU64::new(0),
-            put_off: AtomicU64::new(0),
-            lookups: AtomicU64::new(0),
+            counters,
         })
     }
 
@@ -214,41 +243,41 @@ impl Shard {
     /// Buckets received and handed away since start.
     pub fn handovers(&self) -> (u64, u64) {
         (
-            self.handovers_in.load(Ordering::Relaxed),
-            self.handovers_out.load(Ordering::Relaxed),
+            self.counters.handovers_in.get(),
+            self.counters.handovers_out.get(),
         )
     }
 
     /// Times the caches were listed again for a new share (or after the
     /// Lease was lost) since start.
     pub fn rescopes(&self) -> u64 {
-        self.rescopes.load(Ordering::Relaxed)
+        self.counters.rescopes.get()
     }
 
     /// Reconciles put off since start because the Lease was late
     /// ([`Whose::Unsure`]).
     pub fn put_off(&self) -> u64 {
-        self.put_off.load(Ordering::Relaxed)
+        self.counters.put_off.get()
     }
 
     /// A reconcile was put off: the Lease was late.
     pub fn putting_off(&self) {
-        self.put_off.fetch_add(1, Ordering::Relaxed);
+        self.counters.put_off.inc();
     }
 
     /// Children looked up on the API server before being written, since
     /// start (a cache left out an object of their name).
     pub fn lookups(&self) -> u64 {
-        self.lookups.load(Ordering::Relaxed)
+        self.counters.lookups.get()
     }
 
     /// A child is looked up before being written.
     pub fn looking_up(&self) {
-        self.lookups.fetch_add(1, Ordering::Relaxed);
+        self.counters.lookups.inc();
     }
 
     fn rescoped(&self) {
-        self.rescopes.fetch_add(1, Ordering::Relaxed);
+        self.counters.rescopes.inc();
     }
 
     /// Ready: the Lease is fresh and the buckets held are those assigned.
@@ -273,8 +302,9 @@ impl Shard {
             return;
         }
         self.active.fetch_and(!buckets, Ordering::SeqCst);
-        self.handovers_out
-            .fetch_add(u64::from(buckets.count_ones()), Ordering::Relaxed);
+        self.counters
+            .handovers_out
+            .inc_by(u64::from(buckets.count_ones()));
         while ring::members_of(buckets)
             .any(|b| self.in_flight[b as usize].load(Ordering::SeqCst) > 0)
         {
@@ -284,8 +314,9 @@ impl Shard {
 
     fn activate(&self, buckets: Buckets) {
         self.active.fetch_or(buckets, Ordering::SeqCst);
-        self.handovers_in
-            .fetch_add(u64::from(buckets.count_ones()), Ordering::Relaxed);
+        self.counters
+            .handovers_in
+            .inc_by(u64::from(buckets.count_ones()));
     }
 
     fn set_interest(&self, buckets: Buckets) {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kiln::engine::{Engine, Options};
-use kiln::reload::{ReloadOptions, Reloader};
+use kiln::metrics::Metrics;
+use kiln::reload::{Checker, Loader, ReloadOptions, Teller, Version};
 use kiln::rules::{self, load::Source};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -303,21 +303,31 @@ async fn kiln_run_creates_its_crd_then_runs_the_rule_on_it() {
     ns.delete().await;
 }
 
-async fn reloader(client: &Client, yaml: &str) -> (Arc<Engine>, Reloader) {
+/// The rule set loader of `kiln run` (checking and installing what the
+/// rules define in the cluster), started on `yaml`.
+async fn reloader(client: &Client, yaml: &str) -> (Arc<Metrics>, Loader) {
     let set = load(yaml);
     kiln::api::install::install_set(client, None, &set)
         .await
         .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
-    let engine = Arc::new(Engine::new(client.clone(), Options::default()));
-    engine.start_all(&set);
-    let reloader = Reloader::new(
-        engine.clone(),
-        client,
-        set,
-        &[source(yaml)],
+    let metrics = Arc::new(Metrics::new());
+    let teller = Teller::new(client, None, Arc::new(|| true));
+    let loader = Loader::first(
+        version(vec![source(yaml)]),
         ReloadOptions::default(),
-    );
-    (engine, reloader)
+        metrics.clone(),
+        teller,
+    )
+    .unwrap_or_else(|r| panic!("{:?}", r.diagnostics()))
+    .checking(Checker::new(client.clone(), Vec::new()));
+    (metrics, loader)
+}
+
+fn version(sources: Vec<Source>) -> Version {
+    Version {
+        sources,
+        read_errors: Vec::new(),
+    }
 }
 
 #[tokio::test]
@@ -325,7 +335,7 @@ async fn a_breaking_reload_is_refused_unless_allowed_and_a_removed_rule_leaves_i
     let client = support::admin_client().await;
     let group = format!("breaking{}.api.kiln.dev", std::process::id());
     let name = format!("sites.{group}");
-    let (engine, mut reloader) = reloader(&client, &site_rule("sites-b", &group, SPEC, "")).await;
+    let (metrics, mut reloader) = reloader(&client, &site_rule("sites-b", &group, SPEC, "")).await;
     let fields = |crd: &Value| -> Vec<String> {
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
             .as_object()
@@ -344,13 +354,12 @@ async fn a_breaking_reload_is_refused_unless_allowed_and_a_removed_rule_leaves_i
         )
         .replace("maximum=5", "maximum=3");
     reloader
-        .consider(
-            vec![source(&site_rule("sites-b", &group, &narrower, ""))],
-            Vec::new(),
-        )
+        .consider(version(vec![source(&site_rule(
+            "sites-b", &group, &narrower, "",
+        ))]))
         .await;
     assert_eq!(
-        engine.metrics().reloads("error"),
+        metrics.reloads("error"),
         1,
         "the breaking reload was refused"
     );
@@ -367,8 +376,8 @@ async fn a_breaking_reload_is_refused_unless_allowed_and_a_removed_rule_leaves_i
         &narrower,
         "    allowBreakingChanges: true\n",
     );
-    reloader.consider(vec![source(&allowed)], Vec::new()).await;
-    assert_eq!(engine.metrics().reloads("success"), 1);
+    reloader.consider(version(vec![source(&allowed)])).await;
+    assert_eq!(metrics.reloads("success"), 1);
     let after = crd(&client, &name).await.unwrap();
     assert!(
         !fields(&after).contains(&"tags".to_string()),
@@ -377,13 +386,12 @@ async fn a_breaking_reload_is_refused_unless_allowed_and_a_removed_rule_leaves_i
 
     // The rule removed (another takes its place): the CRD stays.
     let other = "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: other}\nspec:\n  for: {apiVersion: v1, kind: Namespace}\n";
-    reloader.consider(vec![source(other)], Vec::new()).await;
-    assert_eq!(engine.metrics().reloads("success"), 2);
+    reloader.consider(version(vec![source(other)])).await;
+    assert_eq!(metrics.reloads("success"), 2);
     assert!(
         crd(&client, &name).await.is_some(),
         "kiln never deletes a CRD"
     );
-    engine.shutdown().await;
 }
 
 #[tokio::test]

@@ -158,7 +158,6 @@ spec:
 /// kiln stops writing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decorators_fight_themselves_endlessly() {
-    use std::sync::atomic::Ordering::SeqCst;
     let scene = Scene::new("claims").await.with_widgets().await;
     scene
         .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}}))
@@ -178,10 +177,9 @@ async fn decorators_fight_themselves_endlessly() {
         );
     }
     // No flapping: the shared object is written no more.
-    let stats = scene.engine().stats();
-    let before = stats.applies.load(SeqCst);
+    let before = support::counts::applies(scene.engine());
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    let during = stats.applies.load(SeqCst) - before;
+    let during = support::counts::applies(scene.engine()) - before;
     assert_eq!(during, 0, "{during} applies in 3 s");
 
     // One lets go: the other decorates alone.

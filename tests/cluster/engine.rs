@@ -9,6 +9,7 @@ use kiln::rules::Rule;
 use kube::Client;
 use serde_json::{Value, json};
 
+use crate::support::counts;
 use crate::support::{self, TestNamespace, WriteCounter, eventually};
 
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -475,17 +476,9 @@ async fn a_template_error_on_one_primary_leaves_the_others_reconciled() {
     .await;
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
     // No hot retry: the failed primary is not reconciled again on its own.
-    let before = kiln
-        .engine
-        .stats()
-        .reconciles
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let before = counts::reconciles(&kiln.engine);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = kiln
-        .engine
-        .stats()
-        .reconciles
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let after = counts::reconciles(&kiln.engine);
     assert!(after - before <= 1, "{} reconciles in 3s", after - before);
     // Fixing the object fixes it.
     support::apply(&client, widget("bad", json!({"value": "fixed"})), Some(n)).await;
@@ -534,13 +527,11 @@ async fn a_resync_of_converged_primaries_writes_nothing() {
     }
     // Let the echo of kiln's own writes settle, then force a resync of everything.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let stats = kiln.engine.stats();
-    let reconciles = stats.reconciles.load(std::sync::atomic::Ordering::SeqCst);
+    let reconciles = counts::reconciles(&kiln.engine);
     let writes = kiln.writes.get();
     kiln.engine.resync("widgets");
     eventually("10 more reconciles", CONVERGE, || async {
-        (stats.reconciles.load(std::sync::atomic::Ordering::SeqCst) >= reconciles + 10)
-            .then_some(())
+        (counts::reconciles(&kiln.engine) >= reconciles + 10).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1099,25 +1090,7 @@ async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sig
 
     // Someone else takes the Lease: the leader stops writing at once, and
     // nobody writes until that Lease expires.
-    let stolen = k8s_openapi::api::coordination::v1::Lease {
-        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
-            holder_identity: Some("thief".into()),
-            lease_duration_seconds: Some(8),
-            renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                k8s_openapi::jiff::Timestamp::now(),
-            )),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    leases
-        .patch(
-            "kiln",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&stolen),
-        )
-        .await
-        .unwrap();
+    support::hand_lease_to(&client, n, "thief", 8).await;
     eventually("the leader to stand down", CONVERGE, || async {
         (first.metric("kiln_leader ").await == Some(0.0)).then_some(())
     })
@@ -1211,12 +1184,7 @@ async fn status_only_updates_of_a_primary_do_not_re_render() {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let reconciles = || {
-        kiln.engine
-            .stats()
-            .reconciles
-            .load(std::sync::atomic::Ordering::SeqCst)
-    };
+    let reconciles = || counts::reconciles(&kiln.engine);
     let before = reconciles();
     let api = support::dynamic_api(
         &client,

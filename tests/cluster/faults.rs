@@ -4,7 +4,6 @@
 //! once, with its rendered value, and no hot loop follows.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kiln::controlplane::{Binaries, ControlPlane, Options as ControlPlaneOptions};
@@ -14,6 +13,7 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::engine::{WIDGET_RULE, widget};
+use crate::support::counts;
 use crate::support::{self, TestNamespace, eventually};
 
 const PRIMARIES: usize = 300;
@@ -103,17 +103,17 @@ async fn engine_on(client: Client, ns: &str) -> Arc<Engine> {
 /// still fire (each a no-op), but within a minute three seconds pass with at
 /// most two reconciles. A hot loop never gets there.
 async fn assert_no_hot_loop(engine: &Engine) {
-    let reconciles = || engine.stats().reconciles.load(Ordering::SeqCst);
+    let reconciles = || counts::reconciles(engine);
     eventually("kiln to go quiet", Duration::from_secs(60), || async {
         let before = reconciles();
         tokio::time::sleep(Duration::from_secs(3)).await;
         (reconciles() - before <= 2).then_some(())
     })
     .await;
-    let writes = engine.stats().writes();
+    let writes = counts::writes(engine);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        engine.stats().writes(),
+        counts::writes(engine),
         writes,
         "kiln still writes once quiet"
     );
@@ -283,7 +283,7 @@ async fn another_field_manager_is_overruled_without_a_fight_loop() {
     let engine = engine_on(support::admin_client().await, n).await;
     eventually("the child", CONVERGE, || converged(&client, n, 1)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let applies_before = engine.stats().applies.load(Ordering::SeqCst);
+    let applies_before = counts::applies(&engine);
     let cms = support::dynamic_api(&client, &json!("v1"), &json!("ConfigMap"), Some(n)).await;
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w0"}, "data": {"value": "theirs"}});
     for _ in 0..5 {
@@ -300,7 +300,7 @@ async fn another_field_manager_is_overruled_without_a_fight_loop() {
         })
         .await;
     }
-    let applies = engine.stats().applies.load(Ordering::SeqCst) - applies_before;
+    let applies = counts::applies(&engine) - applies_before;
     assert!(
         (5..=7).contains(&applies),
         "{applies} applies to answer 5 changes"

@@ -3,12 +3,12 @@
 //! primary says who it fights with, and kiln's writes resume after a
 //! cool-down.
 
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
+use crate::support::counts;
 use crate::support::scene::{Scene, condition, configmap};
 use crate::support::{self, rule_from_yaml};
 
@@ -50,8 +50,7 @@ async fn another_controller_rewriting_a_field_gets_a_bounded_number_of_answers()
         Some(scene.ns()),
     )
     .await;
-    let stats = scene.engine().stats();
-    let before = stats.applies.load(SeqCst);
+    let before = counts::applies(scene.engine());
     let started = Instant::now();
     let mut i = 0;
     let mut said = None;
@@ -77,7 +76,7 @@ async fn another_controller_rewriting_a_field_gets_a_bounded_number_of_answers()
         .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let answers = stats.applies.load(SeqCst) - before;
+    let answers = counts::applies(scene.engine()) - before;
     assert!(
         answers <= 2 * 20 + 4,
         "{answers} applies answering {i} rewrites in 8 s: unbounded"

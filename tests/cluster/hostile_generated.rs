@@ -6,7 +6,6 @@
 //! the annotation is keyed with a key only Secret readers can see.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -15,6 +14,7 @@ use kiln::rules::Rule;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::support::counts;
 use crate::support::scene::{CONVERGE, Scene, condition};
 use crate::support::{self, eventually};
 
@@ -31,9 +31,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
 async fn restarted(scene: Scene, rules: &[Arc<Rule>], n: u64) -> (Scene, u64) {
     scene.engine().shutdown().await;
     let scene = scene.running(rules).await;
-    let stats = scene.engine().stats();
     eventually("the new engine's reconciles", CONVERGE, || async {
-        (stats.reconciles.load(SeqCst) >= n).then_some(())
+        (counts::reconciles(scene.engine()) >= n).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;

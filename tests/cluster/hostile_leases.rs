@@ -4,33 +4,20 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
 
 use crate::engine::{WIDGET_RULE, widget};
 use crate::support::scene::{CONVERGE, Scene, configmap};
-use crate::support::{KilnProcess, eventually};
+use crate::support::{self, KilnProcess, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_writes_nothing_after_its_lease_expired() {
     let scene = Scene::new("fence").await.with_widgets().await;
     let n = scene.ns().to_string();
-    let args = [
-        "--namespace",
-        &n,
-        "--leader-elect",
-        "--leader-elect-namespace",
-        &n,
-        "--leader-elect-lease-duration",
-        "6s",
-        "--leader-elect-renew-deadline",
-        "4s",
-        "--leader-elect-retry-period",
-        "1s",
-    ];
+    let args = support::elected_in(&n);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let leader = KilnProcess::start(WIDGET_RULE, &args);
     scene.apply(widget("a", json!({"value": "1"}))).await;
     scene
@@ -43,24 +30,7 @@ async fn a_paused_leader_writes_nothing_after_its_lease_expired() {
     // Paused well past its lease; another replica takes the Lease meanwhile.
     kill(pid, Signal::SIGSTOP).unwrap();
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let leases: kube::Api<Lease> = kube::Api::namespaced(scene.client.clone(), &n);
-    let other = Lease {
-        spec: Some(LeaseSpec {
-            holder_identity: Some("another-replica".into()),
-            lease_duration_seconds: Some(60),
-            renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    leases
-        .patch(
-            "kiln",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&other),
-        )
-        .await
-        .unwrap();
+    support::hand_lease_to(&scene.client, &n, "another-replica", 60).await;
     // Work waits for the paused leader: a change it will see when it wakes.
     scene.apply(widget("a", json!({"value": "2"}))).await;
     scene.apply(widget("b", json!({"value": "new"}))).await;

@@ -2,11 +2,11 @@
 //! would change the request's URL (`x/../../../kube-system/configmaps/evil`,
 //! `e4/status`) is `Invalid` for its object, sent nowhere and not retried.
 
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::counts;
 use crate::support::rule_from_yaml;
 use crate::support::scene::{Scene, configmap};
 
@@ -42,10 +42,9 @@ async fn a_rendered_name_that_walks_the_url_path_is_invalid_and_never_sent() {
         assert!(message.contains("metadata.name"), "{message}");
     }
     // Not retried: no reconcile of its own for either in a few seconds.
-    let stats = scene.engine().stats();
-    let before = stats.reconciles.load(SeqCst);
+    let before = counts::reconciles(scene.engine());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(stats.reconciles.load(SeqCst) - before <= 1, "retried");
+    assert!(counts::reconciles(scene.engine()) - before <= 1, "retried");
     let evil = crate::support::get(&scene.client, "v1", "ConfigMap", "kube-system", "evil").await;
     assert!(evil.is_none());
     scene.end().await;

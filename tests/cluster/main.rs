@@ -42,6 +42,8 @@ mod outside;
 mod ownership;
 mod projection;
 mod reload;
+mod reload_check;
+mod rule_set;
 mod selecting;
 mod sharding;
 mod status_schema;

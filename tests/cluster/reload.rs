@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kiln::engine::{Engine, Options, RuleState};
-use kiln::reload::{ReloadOptions, Reloader, RuleSource};
+use kiln::metrics::Metrics;
+use kiln::reload::{
+    Checker, Files, Follower, Loader, ReloadOptions, RuleSource, RulesConfigMap, Teller, Version,
+};
 use kiln::rules::{self, Gvk};
 use kube::Client;
 use serde_json::{Value, json};
@@ -28,49 +31,92 @@ fn configmap_child(id: &str, suffix: &str) -> String {
     )
 }
 
-struct Harness {
-    engine: Arc<Engine>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+/// Where a harness reads its rules.
+#[derive(Clone)]
+pub(crate) enum From {
+    Dir(std::path::PathBuf),
+    ConfigMap(String, String),
+}
+
+impl From {
+    pub(crate) fn dir(path: &Path) -> Self {
+        Self::Dir(path.to_path_buf())
+    }
+
+    fn source(&self, client: &Client) -> Box<dyn RuleSource> {
+        match self {
+            Self::Dir(dir) => Box::new(Files::new(
+                vec![dir.clone()],
+                Duration::from_millis(200),
+                Duration::from_millis(500),
+            )),
+            Self::ConfigMap(ns, name) => Box::new(RulesConfigMap::new(client.clone(), ns, name)),
+        }
+    }
+
+    fn configmap(&self) -> Option<(String, String)> {
+        match self {
+            Self::Dir(_) => None,
+            Self::ConfigMap(ns, name) => Some((ns.clone(), name.clone())),
+        }
+    }
+}
+
+/// A loader on the source (checking rules against the cluster) and an
+/// engine following it, as `kiln run` has.
+pub(crate) struct Harness {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) metrics: Arc<Metrics>,
+    stop: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Harness {
-    async fn start(ns: &str, source: RuleSource, options: ReloadOptions) -> Self {
-        let client = support::admin_client().await;
-        let sources = match &source {
-            RuleSource::Paths(paths) => rules::load::read_sources(paths).0,
-            RuleSource::ConfigMap { namespace, name } => {
-                kiln::reload::read_configmap(&client, namespace, name)
-                    .await
-                    .unwrap()
-            }
-        };
-        let set = rules::load_sources(sources.clone()).unwrap_or_else(|d| panic!("{}", d[0]));
-        let engine = Arc::new(Engine::new(
+    pub(crate) async fn start(ns: &str, from: From, options: ReloadOptions) -> Self {
+        Self::start_as(support::admin_client().await, ns, from, options).await
+    }
+
+    /// As `client` (kiln's own identity, with its permissions).
+    pub(crate) async fn start_as(
+        client: Client,
+        ns: &str,
+        from: From,
+        options: ReloadOptions,
+    ) -> Self {
+        let mut source = from.source(&client);
+        let first = source.first().await.unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let teller = Teller::new(&client, from.configmap(), Arc::new(|| true));
+        let prune = options.prune_on_rule_removal;
+        let loader = Loader::first(first, options, metrics.clone(), teller)
+            .unwrap_or_else(|r| panic!("{:?}", r.diagnostics()))
+            .checking(Checker::new(client.clone(), vec![ns.to_string()]));
+        let engine = Arc::new(Engine::sharded(
             client.clone(),
             Options {
                 namespaces: vec![ns.to_string()],
                 kind_retry: Duration::from_millis(200),
                 ..Options::default()
             },
+            None,
+            metrics.clone(),
         ));
-        engine.start_all(&set);
-        let options = ReloadOptions {
-            debounce: Duration::from_millis(200),
-            poll: Duration::from_millis(500),
-            ..options
-        };
-        let reloader = Reloader::new(engine.clone(), &client, set, &sources, options);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(reloader.run(client, source, async move {
-            let _ = rx.await;
+        let follower = Follower::start(engine.clone(), &loader.rules(), prune);
+        let (loader_tx, loader_rx) = tokio::sync::oneshot::channel::<()>();
+        let (follower_tx, follower_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(loader.run(source, async move {
+            let _ = loader_rx.await;
+        }));
+        tokio::spawn(follower.run(async move {
+            let _ = follower_rx.await;
         }));
         Self {
             engine,
-            stop: Some(tx),
+            metrics,
+            stop: vec![loader_tx, follower_tx],
         }
     }
 
-    async fn running(&self, name: &str) {
+    pub(crate) async fn running(&self, name: &str) {
         eventually(&format!("rule {name} running"), CONVERGE, || async {
             (self.engine.state(name) == Some(RuleState::Running)).then_some(())
         })
@@ -78,8 +124,8 @@ impl Harness {
     }
 
     /// Stops the reloader and the engine.
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
+    pub(crate) async fn stop(mut self) {
+        for tx in self.stop.drain(..) {
             let _ = tx.send(());
         }
         self.engine.shutdown().await;
@@ -88,13 +134,13 @@ impl Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
+        for tx in self.stop.drain(..) {
             let _ = tx.send(());
         }
     }
 }
 
-fn write(dir: &Path, file: &str, text: &str) {
+pub(crate) fn write(dir: &Path, file: &str, text: &str) {
     // Write then rename, like most editors: readers never see half a file.
     let tmp = dir.join(format!(".{file}.tmp"));
     std::fs::write(&tmp, text).unwrap();
@@ -136,7 +182,7 @@ async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rul
     // `an_empty_rules_configmap_is_refused_and_the_rules_keep_running`).
     let h = Harness::start(
         n,
-        RuleSource::Paths(vec![dir.path().to_path_buf()]),
+        From::dir(dir.path()),
         ReloadOptions {
             allow_empty: true,
             ..ReloadOptions::default()
@@ -161,7 +207,7 @@ async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rul
     write(dir.path(), "widgets.yaml", &rule("widgets", "Widget", &two));
     wait_cm(&client, n, "a-two").await;
     wait_cm(&client, n, "b-two").await;
-    assert_eq!(h.engine.metrics().reloads("success"), 1);
+    assert_eq!(h.metrics.reloads("success"), 1);
     assert_eq!(
         h.engine.watch_starts(&widget_gvk),
         1,
@@ -175,7 +221,7 @@ async fn rule_edits_apply_invalid_edits_change_nothing_and_removal_stops_the_rul
         "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: widgets}\nspec:\n  for: {apiVersion: test.kiln.dev/v1, kind: widget}\n",
     );
     eventually("the invalid set to be refused", CONVERGE, || async {
-        (h.engine.metrics().reloads("error") == 1).then_some(())
+        (h.metrics.reloads("error") == 1).then_some(())
     })
     .await;
     support::apply(&client, widget("c"), Some(n)).await;
@@ -228,12 +274,7 @@ async fn a_rule_for_a_second_kind_starts_without_disturbing_the_first() {
         &rule("widgets", "Widget", &configmap_child("one", "one")),
     );
     support::apply(&client, widget("a"), Some(n)).await;
-    let h = Harness::start(
-        n,
-        RuleSource::Paths(vec![dir.path().to_path_buf()]),
-        ReloadOptions::default(),
-    )
-    .await;
+    let h = Harness::start(n, From::dir(dir.path()), ReloadOptions::default()).await;
     h.running("widgets").await;
     wait_cm(&client, n, "a-one").await;
     let first = h.engine.controller("widgets").unwrap();
@@ -297,16 +338,10 @@ async fn rules_read_from_a_configmap_through_the_api_follow_its_edits() {
     .await
     .unwrap();
     support::apply(&client, widget("a"), Some(n)).await;
-    let options = ReloadOptions {
-        configmap: Some((n.to_string(), "kiln-rules".to_string())),
-        ..ReloadOptions::default()
-    };
+    let options = ReloadOptions::default();
     let h = Harness::start(
         n,
-        RuleSource::ConfigMap {
-            namespace: n.to_string(),
-            name: "kiln-rules".into(),
-        },
+        From::ConfigMap(n.to_string(), "kiln-rules".into()),
         options,
     )
     .await;
@@ -381,12 +416,7 @@ async fn removing_a_rule_with_pruning_on_deletes_its_children() {
         prune_on_rule_removal: true,
         ..ReloadOptions::default()
     };
-    let h = Harness::start(
-        n,
-        RuleSource::Paths(vec![dir.path().to_path_buf()]),
-        options,
-    )
-    .await;
+    let h = Harness::start(n, From::dir(dir.path()), options).await;
     h.running("widgets").await;
     wait_cm(&client, n, "a-one").await;
     wait_cm(&client, n, "a-kept").await;
@@ -415,8 +445,21 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
         "widgets.yaml",
         &rule("widgets", "Widget", &configmap_child("one", "one")),
     );
-    let sources = rules::load::read_sources(std::slice::from_ref(&good)).0;
-    let set = rules::load_sources(sources.clone()).unwrap();
+    let (sources, read_errors) = rules::load::read_sources(std::slice::from_ref(&good));
+    let metrics = Arc::new(Metrics::new());
+    let teller = Teller::new(&client, None, Arc::new(|| true));
+    let mut loader = Loader::first(
+        Version {
+            sources,
+            read_errors,
+        },
+        ReloadOptions::default(),
+        metrics.clone(),
+        teller,
+    )
+    .unwrap();
+    let current = loader.rules();
+    let good_set = current.get();
     let engine = Arc::new(Engine::new(
         client.clone(),
         Options {
@@ -425,20 +468,13 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
             ..Options::default()
         },
     ));
-    engine.start_all(&set);
+    let following =
+        tokio::spawn(Follower::start(engine.clone(), &current, false).run(std::future::pending()));
     eventually("the rule to run", CONVERGE, || async {
         (engine.state("widgets") == Some(RuleState::Running)).then_some(())
     })
     .await;
     let running = engine.controller("widgets").unwrap();
-    let mut reloader = Reloader::new(
-        engine.clone(),
-        &client,
-        set,
-        &sources,
-        ReloadOptions::default(),
-    );
-    let metrics = engine.metrics();
 
     let mut corpus: Vec<_> = std::fs::read_dir(support::repo_root().join("tests/invalid"))
         .unwrap()
@@ -450,7 +486,12 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
     for (i, bad) in corpus.iter().enumerate() {
         // The good rule plus one bad file, as if both sat in the rules directory.
         let (sources, read_errors) = rules::load::read_sources(&[good.clone(), bad.clone()]);
-        reloader.consider(sources, read_errors).await;
+        loader
+            .consider(Version {
+                sources,
+                read_errors,
+            })
+            .await;
         assert_eq!(
             metrics.reloads("error"),
             i as u64 + 1,
@@ -462,11 +503,17 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
             "{} disturbed the running rule",
             bad.display()
         );
+        assert!(
+            Arc::ptr_eq(&good_set, &current.get()),
+            "{} replaced the current rules",
+            bad.display()
+        );
     }
     assert_eq!(metrics.reloads("success"), 0);
     // And the untouched rule still works.
     support::apply(&client, widget("after-corpus"), Some(n)).await;
     wait_cm(&client, n, "after-corpus-one").await;
+    following.abort();
     engine.shutdown().await;
     ns.delete().await;
 }
@@ -497,12 +544,8 @@ async fn an_empty_rules_configmap_is_refused_and_the_rules_keep_running() {
     let good = rule("widgets", "Widget", &configmap_child("one", "one"));
     set_data(json!({"rules.yaml": good})).await;
     support::apply(&client, widget("a"), Some(n)).await;
-    let source = RuleSource::ConfigMap {
-        namespace: n.to_string(),
-        name: "kiln-rules".into(),
-    };
+    let source = From::ConfigMap(n.to_string(), "kiln-rules".into());
     let options = ReloadOptions {
-        configmap: Some((n.to_string(), "kiln-rules".to_string())),
         prune_on_rule_removal: true,
         ..ReloadOptions::default()
     };
@@ -513,7 +556,7 @@ async fn an_empty_rules_configmap_is_refused_and_the_rules_keep_running() {
     // The key is mistyped: no rule file left.
     set_data(json!({"rules.yaml.bak": good})).await;
     eventually("the empty set to be refused", CONVERGE, || async {
-        (h.engine.metrics().reloads("error") == 1).then_some(())
+        (h.metrics.reloads("error") == 1).then_some(())
     })
     .await;
     let events = eventually("an InvalidRules Event", CONVERGE, || async {

@@ -20,6 +20,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, discovery};
 use serde::Deserialize;
 
+pub mod counts;
 pub mod scene;
 pub mod stall;
 
@@ -484,6 +485,13 @@ impl KilnProcess {
         }
     }
 
+    /// Replaces its rule file (written then renamed, as editors do): a reload.
+    pub fn rewrite_rule(&self, rule_yaml: &str) {
+        let tmp = self.dir.path().join(".rule.yaml.tmp");
+        std::fs::write(&tmp, rule_yaml).unwrap();
+        std::fs::rename(tmp, self.dir.path().join("rule.yaml")).unwrap();
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
@@ -556,6 +564,52 @@ fn keep_log(from: &Path, into: &Path, pid: u32) {
         Ok(_) => eprintln!("kiln log kept: {}", to.display()),
         Err(e) => eprintln!("could not keep the kiln log in {}: {e}", into.display()),
     }
+}
+
+/// `kiln run` arguments for a replica of namespace `ns` with leader
+/// election on a short Lease (6 s, renewed within 4 s, read every second).
+pub fn elected_in(ns: &str) -> Vec<String> {
+    [
+        "--namespace",
+        ns,
+        "--leader-elect",
+        "--leader-elect-namespace",
+        ns,
+        "--leader-elect-lease-duration",
+        "6s",
+        "--leader-elect-renew-deadline",
+        "4s",
+        "--leader-elect-retry-period",
+        "1s",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// Makes `holder` the holder of the Lease `ns/kiln`, renewed now, for
+/// `seconds`: another replica took it.
+pub async fn hand_lease_to(client: &Client, ns: &str, holder: &str, seconds: i32) {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let taken = Lease {
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(seconds),
+            renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                k8s_openapi::jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    leases
+        .patch(
+            "kiln",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&taken),
+        )
+        .await
+        .unwrap();
 }
 
 /// Events in `ns` about the object `name` with this reason.

@@ -157,8 +157,6 @@ impl Scene {
     /// `rule` and waits until it reconciled `n` more times, plus a second
     /// for the echo; returns the writes the resync caused.
     pub async fn writes_during_resync(&self, rule: &str, n: u64) -> u64 {
-        use std::sync::atomic::Ordering::SeqCst;
-        let stats = self.engine().stats();
         // Settled first: a write still on its way from the convergence the
         // caller waited for (a status after a child's echo) is not the
         // resync's.
@@ -168,11 +166,11 @@ impl Scene {
             (self.writes() == before).then_some(())
         })
         .await;
-        let reconciles = stats.reconciles.load(SeqCst);
+        let reconciles = super::counts::reconciles(self.engine());
         let before = self.writes();
         self.engine().resync(rule);
         eventually("the resync's reconciles", CONVERGE, || async {
-            (stats.reconciles.load(SeqCst) >= reconciles + n).then_some(())
+            (super::counts::reconciles(self.engine()) >= reconciles + n).then_some(())
         })
         .await;
         tokio::time::sleep(Duration::from_secs(1)).await;

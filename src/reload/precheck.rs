@@ -1,0 +1,324 @@
+//! A new or changed rule checked against the cluster before it replaces the
+//! running one: its kinds served, its status fitting the primary's CRD
+//! schema, and every permission it needs granted (one
+//! SelfSubjectAccessReview per verb, resource and namespace, the verbs
+//! `kiln rbac` would grant). What cannot be known (a read that failed, a CRD
+//! kiln may not read) blocks like what is known to be wrong: the loader
+//! keeps the last good rules and checks again, rather than guessing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use crate::engine::kinds::{Kind, KindError, Kinds};
+use crate::engine::{SchemaRead, kinds_of, status_schema};
+use crate::rbac::{Grants, guess_plural, rule_grants};
+use crate::rules::{Gvk, Rule, RuleSet};
+
+/// What the cluster says about one rule of a new rule set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The rule cannot run (or could not be checked): the set waits.
+    Blocks {
+        /// The rule.
+        rule: String,
+        /// Why, for people.
+        why: String,
+    },
+    /// A new rule whose kinds are not served yet: it starts and waits for
+    /// them (no running version to keep), and says so.
+    Waits {
+        /// The rule.
+        rule: String,
+        /// The kinds not served.
+        kinds: Vec<String>,
+    },
+}
+
+impl Finding {
+    /// Whether the rule set must wait for it.
+    pub fn blocks(&self) -> bool {
+        matches!(self, Self::Blocks { .. })
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Blocks { rule, why } => write!(f, "rule {rule}: {why}"),
+            Self::Waits { rule, kinds } => write!(
+                f,
+                "rule {rule} waits for kinds the API server does not serve yet: {}",
+                kinds.join(", ")
+            ),
+        }
+    }
+}
+
+/// Checks rules against the cluster, as kiln's own identity.
+pub struct Checker {
+    client: Client,
+    namespaces: Vec<String>,
+}
+
+impl Checker {
+    /// Checks with `client`, for an engine watching `namespaces` (empty: all).
+    pub fn new(client: Client, namespaces: Vec<String>) -> Self {
+        Self { client, namespaces }
+    }
+
+    /// Installs the CRDs that the new and changed rules of `candidate`
+    /// define (checked against the CRDs in the cluster first: a change that
+    /// would break stored objects refuses the set), so that their kinds are
+    /// served when the rules are checked.
+    pub async fn install(
+        &self,
+        running: &RuleSet,
+        candidate: &RuleSet,
+    ) -> Result<(), crate::api::install::Refusal> {
+        crate::api::install::install_set(&self.client, Some(running), candidate).await
+    }
+
+    /// The findings about every rule of `candidate` that is new or changed
+    /// from `running`.
+    pub async fn check(&self, running: &RuleSet, candidate: &RuleSet) -> Vec<Finding> {
+        let plan = super::plan(running, candidate);
+        // Discovery afresh: a kind served or gone since the last check counts.
+        let kinds = Kinds::new(self.client.clone());
+        let mut findings = Vec::new();
+        for (names, new) in [(&plan.start, true), (&plan.replace, false)] {
+            for rule in names.iter().filter_map(|n| candidate.get(n)) {
+                findings.extend(self.check_rule(&kinds, rule, new).await);
+            }
+        }
+        findings
+    }
+
+    async fn check_rule(&self, kinds: &Kinds, rule: &Arc<Rule>, new: bool) -> Vec<Finding> {
+        let blocks = |why: String| Finding::Blocks {
+            rule: rule.name.clone(),
+            why,
+        };
+        let mut resolved: HashMap<Gvk, Arc<Kind>> = HashMap::new();
+        let mut missing = Vec::new();
+        let mut out = Vec::new();
+        for gvk in kinds_of(rule) {
+            match kinds.resolve(&gvk).await {
+                Ok(kind) => {
+                    resolved.insert(gvk, kind);
+                }
+                Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
+                Err(error) => out.push(blocks(format!("{error} (checked again)"))),
+            }
+        }
+        if !missing.is_empty() {
+            out.push(if new {
+                Finding::Waits {
+                    rule: rule.name.clone(),
+                    kinds: missing,
+                }
+            } else {
+                blocks(format!(
+                    "kinds not served by the API server: {} (the running version keeps running)",
+                    missing.join(", ")
+                ))
+            });
+            return out;
+        }
+        if let Some(primary) = resolved.get(&rule.primary.gvk) {
+            match status_schema(rule, &self.client, primary).await {
+                Ok(_) => {}
+                Err(SchemaRead::Refused(why)) => out.push(blocks(why.to_string())),
+                Err(SchemaRead::Failed(kube::Error::Api(s))) if s.code == 403 => {
+                    out.push(blocks(format!(
+                        "kiln may not read the CustomResourceDefinition {}.{}, so the status schema of the primary kind cannot be checked (RBAC; checked again)",
+                        primary.ar.plural, primary.gvk.group
+                    )));
+                }
+                Err(SchemaRead::Failed(error)) => out.push(blocks(format!(
+                    "the primary's CustomResourceDefinition cannot be read, so its status schema cannot be checked: {error} (checked again)"
+                ))),
+            }
+        }
+        out.extend(
+            self.permissions(rule, &resolved)
+                .await
+                .into_iter()
+                .map(blocks),
+        );
+        out
+    }
+
+    /// What the rule needs that kiln may not do, one line per denial.
+    async fn permissions(
+        &self,
+        rule: &Arc<Rule>,
+        resolved: &HashMap<Gvk, Arc<Kind>>,
+    ) -> Vec<String> {
+        let set = RuleSet {
+            rules: vec![rule.clone()],
+        };
+        let plural = |gvk: &Gvk| {
+            resolved
+                .get(gvk)
+                .map_or_else(|| guess_plural(gvk), |k| k.ar.plural.clone())
+        };
+        let namespaced = |group: &str, resource: &str| {
+            let base = resource.split('/').next().unwrap_or(resource);
+            resource == "roles"
+                || resolved
+                    .values()
+                    .any(|k| k.gvk.group == group && k.ar.plural == base && k.namespaced)
+        };
+        let asks = asks(&rule_grants(&set, &plural), &self.namespaces, &namespaced);
+        let answers = join_all(asks.iter().map(|a| self.allowed(a))).await;
+        asks.iter()
+            .zip(answers)
+            .filter_map(|(ask, answer)| match answer {
+                Ok(true) => None,
+                Ok(false) => Some(format!("kiln may not {ask} (RBAC)")),
+                Err(error) => Some(format!(
+                    "could not ask whether kiln may {ask}: {error} (checked again)"
+                )),
+            })
+            .collect()
+    }
+
+    async fn allowed(&self, ask: &Ask) -> Result<bool, kube::Error> {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(ask.group.clone()),
+                    resource: Some(ask.resource.clone()),
+                    subresource: ask.subresource.clone(),
+                    verb: Some(ask.verb.to_string()),
+                    name: ask.name.clone(),
+                    namespace: ask.namespace.clone(),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let answer = api.create(&PostParams::default(), &review).await?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+}
+
+/// One question for the API server: may kiln do this?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    group: String,
+    resource: String,
+    subresource: Option<String>,
+    verb: &'static str,
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+impl std::fmt::Display for Ask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if let Some(sub) = &self.subresource {
+            write!(f, "/{sub}")?;
+        }
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " named {name}")?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in namespace {ns}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The questions that cover `grants`: namespaced resources in each of
+/// `namespaces` (none: across all namespaces), the others cluster-wide.
+fn asks(
+    grants: &Grants,
+    namespaces: &[String],
+    namespaced: &dyn Fn(&str, &str) -> bool,
+) -> Vec<Ask> {
+    let mut out = Vec::new();
+    let everywhere = [None];
+    let listed: Vec<Option<String>> = namespaces.iter().cloned().map(Some).collect();
+    let mut push = |group: &str, resource: &str, name: Option<&str>, verb: &'static str| {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, sub)) => (r.to_string(), Some(sub.to_string())),
+            None => (resource.to_string(), None),
+        };
+        let places: &[Option<String>] = if namespaced(group, &resource) && !listed.is_empty() {
+            &listed
+        } else {
+            &everywhere
+        };
+        for namespace in places {
+            out.push(Ask {
+                group: group.to_string(),
+                resource: resource.clone(),
+                subresource: subresource.clone(),
+                verb,
+                name: name.map(str::to_string),
+                namespace: namespace.clone(),
+            });
+        }
+    };
+    for ((group, resource), verbs) in &grants.all {
+        for verb in verbs {
+            push(group, resource, None, verb);
+        }
+    }
+    for ((group, resource, name), verbs) in &grants.named {
+        for verb in verbs {
+            push(group, resource, Some(name), verb);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaced_resources_are_asked_in_each_watched_namespace_others_cluster_wide() {
+        let mut grants = Grants::default();
+        grants
+            .all
+            .insert(("x.dev".into(), "widgets/status".into()), ["patch"].into());
+        grants.named.insert(
+            (
+                "apiextensions.k8s.io".into(),
+                "customresourcedefinitions".into(),
+                "widgets.x.dev".into(),
+            ),
+            ["get"].into(),
+        );
+        let namespaced = |group: &str, resource: &str| group == "x.dev" && resource == "widgets";
+        let got: Vec<String> = asks(&grants, &["a".into(), "b".into()], &namespaced)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "patch widgets/status.x.dev in namespace a",
+                "patch widgets/status.x.dev in namespace b",
+                "get customresourcedefinitions.apiextensions.k8s.io named widgets.x.dev",
+            ]
+        );
+        // No namespace listed: asked across all of them.
+        let got = asks(&grants, &[], &namespaced);
+        assert!(got.iter().all(|a| a.namespace.is_none()), "{got:?}");
+    }
+}
