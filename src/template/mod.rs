@@ -127,6 +127,7 @@ impl TemplateSet {
         filters::register(&mut env);
         env.set_unknown_method_callback(collections::method);
         env.add_function("random_secret", generate::random_secret);
+        env.add_function("seeded_string", generate::seeded_string);
         Self { env }
     }
 
