@@ -29,6 +29,7 @@ pub mod tree;
 use std::collections::BTreeSet;
 use std::io::Write;
 
+use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value as JinjaValue};
 use serde_json::Value;
 
@@ -122,6 +123,10 @@ impl TemplateSet {
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_debug(true);
+        // A block scalar's final newline is part of its value, templated or not.
+        if let Ok(syntax) = SyntaxConfig::builder().keep_trailing_newline(true).build() {
+            env.set_syntax(syntax);
+        }
         // Templates render YAML values, not HTML.
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         filters::register(&mut env);
@@ -404,6 +409,13 @@ mod tests {
         let mut set = TemplateSet::new();
         let id = set.add_expr("t", src).expect("compiles");
         set.eval(&id, &to_jinja(&ctx), &mut Budget::default())
+    }
+
+    #[test]
+    fn a_template_keeps_its_final_newline() {
+        assert_eq!(text("a: {{ 1 }}\nb: 2\n").unwrap(), "a: 1\nb: 2\n");
+        assert_eq!(text("{{ 1 }}\n\n").unwrap(), "1\n\n");
+        assert_eq!(text("{{ 1 }}").unwrap(), "1");
     }
 
     #[test]
