@@ -23,6 +23,7 @@
 mod collections;
 mod filters;
 pub mod generate;
+mod inline_if;
 pub mod limits;
 pub mod tree;
 
@@ -157,19 +158,25 @@ impl TemplateSet {
         offset: usize,
         len: usize,
     ) -> Result<TemplateId, CompileError> {
-        self.env
-            .add_template_owned(path.to_string(), source.clone())
-            .map_err(|e| {
-                let kind = e.kind();
-                let detail = e.detail().unwrap_or_default();
-                let message = match e.range().map(|r| r.start.saturating_sub(offset)) {
-                    // The parser tripped over the wrapper: the user's text ended early.
-                    Some(at) if at >= len => format!("{kind}: the expression is incomplete"),
-                    Some(at) => format!("{kind}: {detail} (at character {})", at + 1),
-                    None => format!("{kind}: {detail}"),
-                };
-                CompileError { message }
+        let add = |env: &mut Environment<'static>, text: String| {
+            env.add_template_owned(path.to_string(), text)
+        };
+        add(&mut self.env, source.clone()).map_err(|e| {
+            let kind = e.kind();
+            let detail = e.detail().unwrap_or_default();
+            let message = match e.range().map(|r| r.start.saturating_sub(offset)) {
+                // The parser tripped over the wrapper: the user's text ended early.
+                Some(at) if at >= len => format!("{kind}: the expression is incomplete"),
+                Some(at) => format!("{kind}: {detail} (at character {})", at + 1),
+                None => format!("{kind}: {detail}"),
+            };
+            CompileError { message }
+        })?;
+        if let Some(completed) = inline_if::complete(&source) {
+            add(&mut self.env, completed).map_err(|e| CompileError {
+                message: e.to_string(),
             })?;
+        }
         let user = source.get(offset..offset + len).unwrap_or_default();
         for expr in collections::each_literals(user) {
             if let Err(e) = self.env.compile_expression(&expr) {
@@ -381,13 +388,13 @@ mod tests {
     use super::*;
 
     fn text(src: &str) -> Result<String, RenderError> {
+        text_with(src, serde_json::json!({}))
+    }
+
+    fn text_with(src: &str, ctx: serde_json::Value) -> Result<String, RenderError> {
         let mut set = TemplateSet::new();
         let id = set.add_text("t", src).expect("compiles");
-        set.render_text(
-            &id,
-            &to_jinja(&serde_json::json!({})),
-            &mut Budget::default(),
-        )
+        set.render_text(&id, &to_jinja(&ctx), &mut Budget::default())
     }
 
     fn expr(src: &str) -> Result<Value, RenderError> {
@@ -409,6 +416,21 @@ mod tests {
         let mut set = TemplateSet::new();
         let id = set.add_expr("t", src).expect("compiles");
         set.eval(&id, &to_jinja(&ctx), &mut Budget::default())
+    }
+
+    #[test]
+    fn an_inline_if_without_else_writes_nothing_when_false() {
+        let ctx = serde_json::json!({"xs": ["a", "b", "c"], "f": false});
+        let src = "{% for x in xs %}{{ x }}{{ ',' if not loop.last }}{% endfor %}";
+        assert_eq!(text_with(src, ctx.clone()).unwrap(), "a,b,c");
+        assert_eq!(
+            eval_with("'x' if f", ctx.clone()).unwrap(),
+            serde_json::json!("")
+        );
+        assert_eq!(
+            eval_with("'x' if not f", ctx).unwrap(),
+            serde_json::json!("x")
+        );
     }
 
     #[test]
