@@ -13,8 +13,8 @@ use minijinja::filters as builtin;
 use minijinja::{Environment, Error, ErrorKind, Value};
 
 /// Adds kiln's filters to `env` and replaces minijinja's built-in filters
-/// with guarded ones.
-pub fn register(env: &mut Environment<'static>) {
+/// with guarded ones; returns the names of all of them.
+pub fn register(env: &mut Environment<'static>) -> Vec<&'static str> {
     let filters = [
         ("b64encode", Value::from_function(b64encode)),
         ("b64decode", Value::from_function(b64decode)),
@@ -81,9 +81,12 @@ pub fn register(env: &mut Environment<'static>) {
         ("format", Value::from_function(builtin::format)),
         ("tojson", Value::from_function(builtin::tojson)),
     ];
-    for (name, filter) in filters {
+    let mut names = Vec::with_capacity(filters.len());
+    for (name, filter) in filters.into_iter() {
         env.add_filter(name, guarded(name, filter));
+        names.push(name);
     }
+    names
 }
 
 fn invalid(message: impl Into<String>) -> Error {

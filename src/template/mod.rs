@@ -24,6 +24,7 @@ mod collections;
 mod filters;
 pub mod generate;
 mod inline_if;
+pub mod known;
 pub mod limits;
 pub mod tree;
 
@@ -92,6 +93,8 @@ impl TemplateId {
 /// The compiled templates of one rule.
 pub struct TemplateSet {
     env: Environment<'static>,
+    /// The names of the filters registered, for "did you mean" hints.
+    filters: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -130,11 +133,11 @@ impl TemplateSet {
         }
         // Templates render YAML values, not HTML.
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-        filters::register(&mut env);
+        let filters = filters::register(&mut env);
         env.set_unknown_method_callback(collections::method);
         env.add_function("random_secret", generate::random_secret);
         env.add_function("seeded_string", generate::seeded_string);
-        Self { env }
+        Self { env, filters }
     }
 
     /// Compiles a string template (rendered to a string).
@@ -191,10 +194,17 @@ impl TemplateSet {
     /// The variables a template reads, as dotted paths (`self.spec.image`,
     /// `related.credentials`), for checking references at validation.
     pub fn references(&self, id: &TemplateId) -> BTreeSet<String> {
-        self.env
-            .get_template(&id.0)
-            .map(|t| t.undeclared_variables(true).into_iter().collect())
-            .unwrap_or_default()
+        let Ok(template) = self.env.get_template(&id.0) else {
+            return BTreeSet::new();
+        };
+        // minijinja scopes each branch of an `if` on its own: a variable set
+        // in both branches and read after the `if` counts as undeclared.
+        let stored = known::stored_locals(&template);
+        template
+            .undeclared_variables(true)
+            .into_iter()
+            .filter(|v| !stored.contains(v.split('.').next().unwrap_or(v)))
+            .collect()
     }
 
     /// The paths a template reads of `self` (`self.metadata.name`; a path
@@ -416,6 +426,19 @@ mod tests {
         let mut set = TemplateSet::new();
         let id = set.add_expr("t", src).expect("compiles");
         set.eval(&id, &to_jinja(&ctx), &mut Budget::default())
+    }
+
+    #[test]
+    fn a_variable_set_in_both_branches_of_an_if_is_declared() {
+        let mut set = TemplateSet::new();
+        let id = set
+            .add_text(
+                "t",
+                "{% if self.a %}{% set port = 1 %}{% else %}{% set port = 2 %}{% endif %}{{ port }}-{{ related.x }}",
+            )
+            .unwrap();
+        let refs: Vec<String> = set.references(&id).into_iter().collect();
+        assert_eq!(refs, ["related.x"]);
     }
 
     #[test]
