@@ -237,6 +237,14 @@ pub struct RenderArgs {
     /// Print only the children (no status patch), e.g. to pipe into kubectl.
     #[arg(long)]
     pub children_only: bool,
+    /// The instant `now()` gives, RFC 3339 (default: the clock, read once).
+    /// Set it to make a render that reads the time reproducible.
+    #[arg(long, value_parser = parse_now)]
+    pub now: Option<jiff::Timestamp>,
+}
+
+fn parse_now(s: &str) -> Result<jiff::Timestamp, String> {
+    kiln::template::time::parse(s)
 }
 
 fn parse_configmap(s: &str) -> Result<(String, String), String> {

@@ -49,6 +49,9 @@ pub struct Inputs {
     pub observed: Map<String, Value>,
     /// What `random_secret(n)` gives for a child that does not exist yet.
     pub draw: Draw,
+    /// The instant `now()` gives: set once per reconcile (or by
+    /// `kiln render --now`); unset, each render reads the clock once.
+    pub now: Option<jiff::Timestamp>,
 }
 
 /// Whether a kind is namespaced. The engine answers from discovery; without a
@@ -181,21 +184,28 @@ pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
 /// converted for templates ([`to_jinja`]), so a reconcile converts it once for
 /// both its watch references and its render.
 pub fn context(rule: &Rule, this: &JinjaValue, inputs: &Inputs) -> JinjaValue {
-    context_with(rule, this, inputs, &inputs.observed)
+    context_with(rule, this, inputs, &inputs.observed, now_of(inputs))
 }
 
-/// [`context`], with `children` as given.
+/// The instant `now()` gives for `inputs`.
+fn now_of(inputs: &Inputs) -> jiff::Timestamp {
+    inputs.now.unwrap_or_else(crate::template::time::current)
+}
+
+/// [`context`], with `children` and the instant as given.
 fn context_with(
     rule: &Rule,
     this: &JinjaValue,
     inputs: &Inputs,
     children: &Map<String, Value>,
+    now: jiff::Timestamp,
 ) -> JinjaValue {
     minijinja::context! {
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
         children => JinjaValue::from(minijinja::value::Serde(children)),
         rule => minijinja::context! { name => rule.name.clone() },
+        __kiln_now => now.to_string(),
     }
 }
 
@@ -272,7 +282,8 @@ fn render_on_stack(
     inputs: &Inputs,
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
-    let live_ctx = context(rule, this, inputs);
+    let now = now_of(inputs);
+    let live_ctx = context_with(rule, this, inputs, &inputs.observed, now);
     let set = &rule.templates;
     let mut budget = Budget::default();
     let vars = eval_vars(rule, &live_ctx, &mut budget)?;
@@ -383,7 +394,7 @@ fn render_on_stack(
                 let listed = child.for_each.is_some();
                 let before = seen.as_ref().unwrap_or(&inputs.observed);
                 let as_live = with_child(before, &child.id, listed, &object);
-                let again_base = context_with(rule, this, inputs, &as_live);
+                let again_base = context_with(rule, this, inputs, &as_live, now);
                 let again_base = with_vars(&again_base, &vars, &ready);
                 let again_ctx = match &item {
                     None => again_base,
@@ -435,7 +446,7 @@ fn render_on_stack(
             });
         }
         if drew && let Some(seen) = &seen {
-            base = context_with(rule, this, inputs, seen);
+            base = context_with(rule, this, inputs, seen, now);
         }
         ready.insert(child.id.clone(), Value::Bool(all_ready));
         if all_there {

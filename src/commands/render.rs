@@ -65,6 +65,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         // No cluster keeps a drawn value here, and the output must not
         // change from run to run: `random_secret(n)` prints a placeholder.
         draw: Draw::Placeholder,
+        now: Some(args.now.unwrap_or_else(kiln::template::time::current)),
         ..Inputs::default()
     };
     for (name, file) in &args.related {

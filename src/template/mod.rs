@@ -18,14 +18,17 @@
 //! have no loader and no functions that reach files, the environment or the
 //! network. The one function that is not pure, `random_secret(n)`, works
 //! only in a child's template rendered for a child that does not exist yet
-//! ([`generate`]).
+//! ([`generate`]). `now()` reads the instant the render was given, not the
+//! clock ([`time`]).
 
 mod collections;
+pub mod cron;
 mod filters;
 pub mod generate;
 mod inline_if;
 pub mod known;
 pub mod limits;
+pub mod time;
 pub mod tree;
 
 use std::collections::BTreeSet;
@@ -137,6 +140,7 @@ impl TemplateSet {
         env.set_unknown_method_callback(collections::method);
         env.add_function("random_secret", generate::random_secret);
         env.add_function("seeded_string", generate::seeded_string);
+        time::register(&mut env);
         Self { env, filters }
     }
 
