@@ -113,6 +113,17 @@ pub struct Rendered {
     pub status: Map<String, Value>,
     /// The rule's own conditions.
     pub conditions: Vec<RuleCondition>,
+    /// When `spec.requeue.at` asks to reconcile again.
+    pub wake: Option<Wake>,
+}
+
+/// A reconcile asked for at an instant (`spec.requeue.at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wake {
+    /// The instant.
+    pub at: jiff::Timestamp,
+    /// How long after the render's `now()` that is (at least a second).
+    pub after: std::time::Duration,
 }
 
 /// One of the rule's own conditions, rendered (its transition time is the
@@ -472,13 +483,28 @@ fn render_on_stack(
     for c in &rule.conditions {
         conditions.push(render_condition(c, set, &status_ctx, &mut budget)?);
     }
+    let wake = match &rule.requeue_at {
+        Some(tree) => wake_at(&tree.render(set, &status_ctx, &mut budget)?, now)?,
+        None => None,
+    };
     Ok(Rendered {
         children,
         readiness,
         waiting,
         status,
         conditions,
+        wake,
     })
+}
+
+/// The [`Wake`] a rendered `spec.requeue.at` asks for.
+fn wake_at(value: &Value, now: jiff::Timestamp) -> Result<Option<Wake>, RenderFailure> {
+    use crate::template::time;
+    let at = time::earliest(value).map_err(|why| RenderError::new("spec.requeue.at", why))?;
+    Ok(at.map(|at| Wake {
+        at,
+        after: time::wait_until(now, at),
+    }))
 }
 
 /// Renders one of the rule's conditions: its status from a boolean or the

@@ -210,6 +210,13 @@ fn print_rendered(
             serde_norway::to_string(&render::status_patch(rule, &inputs.primary, rendered))?
         );
     }
+    if !children_only && let Some(wake) = rendered.wake {
+        println!(
+            "# requeue.at: reconciles again at {} ({}s after now())",
+            wake.at,
+            wake.after.as_secs()
+        );
+    }
     Ok(())
 }
 

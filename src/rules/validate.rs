@@ -185,6 +185,7 @@ impl<'a> Checker<'a> {
         let conditions = self.conditions(&watch_names, &child_ids);
         let decorators = self.decorators(&watch_names, &child_ids);
         let requeue = self.requeue();
+        let requeue_at = self.requeue_at(&watch_names, &child_ids);
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
             return Err(self.errors);
@@ -208,6 +209,7 @@ impl<'a> Checker<'a> {
             status_fields,
             conditions,
             requeue,
+            requeue_at,
             force_conflicts: raw.spec.apply.force_conflicts,
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
@@ -1081,6 +1083,23 @@ impl<'a> Checker<'a> {
             waiting,
             on_error,
         }
+    }
+
+    /// `spec.requeue.at`: a template seeing what status sees.
+    fn requeue_at(&mut self, watches: &[String], ids: &[String]) -> Option<Tree> {
+        let value = self.raw.spec.requeue.at.as_ref()?;
+        let at = [key("spec"), key("requeue"), key("at")];
+        if !matches!(value, Value::String(_) | Value::Array(_)) {
+            self.error(
+                &at,
+                "requeue.at is a template giving an RFC 3339 time, or a list of them",
+            );
+            return None;
+        }
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule", "vars", "ready"],
+        };
+        self.tree(&at, value, &scope, watches, ids)
     }
 
     fn duration(&mut self, at: &[Step], text: &DurationText) -> Option<std::time::Duration> {

@@ -196,6 +196,39 @@ fn cron_prev(text: &str, at: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     Ok(schedule.previous(at, &tz).map(show).into())
 }
 
+/// The earliest time a rendered `requeue.at` names: an RFC 3339 string, a
+/// list of them (nulls and empty strings skipped), or null/empty for none.
+pub fn earliest(value: &serde_json::Value) -> Result<Option<Timestamp>, String> {
+    use serde_json::Value as Json;
+    let one = |v: &Json| -> Result<Option<Timestamp>, String> {
+        match v {
+            Json::Null => Ok(None),
+            Json::String(s) if s.trim().is_empty() => Ok(None),
+            Json::String(s) => parse(s).map(Some),
+            other => Err(format!(
+                "expected an RFC 3339 time, got {}",
+                serde_json::to_string(other).unwrap_or_default()
+            )),
+        }
+    };
+    match value {
+        Json::Array(items) => {
+            let times: Vec<Option<Timestamp>> = items.iter().map(one).collect::<Result<_, _>>()?;
+            Ok(times.into_iter().flatten().min())
+        }
+        other => one(other),
+    }
+}
+
+/// How long from `now` to wake at `at`: at least a second, so a time
+/// already past wakes soon, never in a loop.
+pub fn wait_until(now: Timestamp, at: Timestamp) -> std::time::Duration {
+    let wait = at.duration_since(now);
+    std::time::Duration::try_from(wait)
+        .unwrap_or_default()
+        .max(std::time::Duration::from_secs(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +243,41 @@ mod tests {
 
     fn ok(expr: &str) -> serde_json::Value {
         eval(expr).unwrap_or_else(|e| panic!("{expr}: {e}"))
+    }
+
+    #[test]
+    fn earliest_of_a_time_a_list_or_nothing() {
+        let t = |s: &str| s.parse::<Timestamp>().unwrap();
+        use serde_json::json;
+        assert_eq!(
+            earliest(&json!("2026-05-17T10:20:30Z")),
+            Ok(Some(t("2026-05-17T10:20:30Z")))
+        );
+        assert_eq!(
+            earliest(&json!([
+                "2026-05-17T11:00:00Z",
+                null,
+                "",
+                "2026-05-17T10:00:00+02:00"
+            ])),
+            Ok(Some(t("2026-05-17T08:00:00Z")))
+        );
+        assert_eq!(earliest(&json!(null)), Ok(None));
+        assert_eq!(earliest(&json!("")), Ok(None));
+        assert_eq!(earliest(&json!([])), Ok(None));
+        assert!(
+            earliest(&json!(5))
+                .unwrap_err()
+                .contains("expected an RFC 3339 time, got 5")
+        );
+        assert!(
+            earliest(&json!("soon"))
+                .unwrap_err()
+                .contains("`soon` is not an RFC 3339")
+        );
+        let now = t("2026-05-17T10:00:00Z");
+        assert_eq!(wait_until(now, t("2026-05-17T10:01:30Z")).as_secs(), 90);
+        assert_eq!(wait_until(now, t("2026-05-17T09:00:00Z")).as_secs(), 1);
     }
 
     #[test]
