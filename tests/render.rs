@@ -241,3 +241,43 @@ fn outside_children_carry_the_owner_label_not_a_reference() {
         &["--object", "tests/fixtures/objects/space-widget.yaml"],
     ));
 }
+
+/// The template functions and the manners fixed with them: see the rule's
+/// header for what each key shows.
+#[test]
+fn template_functions_and_manners() {
+    let out = render_fixture(
+        "tests/fixtures/rules/manners.yaml",
+        &[
+            "--object",
+            "tests/fixtures/objects/manners-widget.yaml",
+            "--now",
+            "2026-05-17T10:20:30Z",
+        ],
+    );
+    // A templated block scalar ends with its newline, as a literal one does.
+    assert!(
+        out.contains("block: |\n    team: blue\n    regions: eu,us,ap\n  branches"),
+        "{out}"
+    );
+    assert!(out.contains("branches: port=443"), "{out}");
+    // A selector watch not given with --related selects nothing, as in the engine.
+    assert!(out.contains("peers: peers=0"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+/// `now()` is what `--now` says, so a render reading the time is the same
+/// every time; without `--now` it is the clock.
+#[test]
+fn now_is_settable_and_one_instant_per_render() {
+    let args = [
+        "--object",
+        "tests/fixtures/objects/manners-widget.yaml",
+        "--now",
+        "2026-05-17T12:20:30+02:00",
+    ];
+    let a = render_fixture("tests/fixtures/rules/manners.yaml", &args);
+    let b = render_fixture("tests/fixtures/rules/manners.yaml", &args);
+    assert_eq!(a, b);
+    assert!(a.contains("rendered: 2026-05-17T10:20:30Z"), "{a}");
+}

@@ -111,6 +111,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             failed = true;
             continue;
         }
+        let inputs = with_empty_selections(rule, &inputs);
         match render::render(rule, &inputs, &render::well_known_scope) {
             Ok(rendered) => {
                 print_rendered(rule, &inputs, &rendered, args.children_only)?;
@@ -278,6 +279,21 @@ fn read_one(file: &Path) -> anyhow::Result<Value> {
 }
 
 /// One object, or a list when the file holds several documents.
+/// `inputs` with an empty list for each selector watch not given with
+/// `--related`, as the engine gives one that selects nothing.
+fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
+    let mut inputs = inputs.clone();
+    for watch in &rule.watches {
+        if matches!(watch.target, kiln::rules::WatchTarget::Selector { .. }) {
+            inputs
+                .related
+                .entry(watch.name.clone())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        }
+    }
+    inputs
+}
+
 fn read_value(file: &Path) -> anyhow::Result<Value> {
     let mut docs = documents(file)?;
     Ok(if docs.len() == 1 {
