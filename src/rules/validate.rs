@@ -1099,7 +1099,14 @@ impl<'a> Checker<'a> {
         let scope = Scope {
             roots: &["self", "related", "children", "rule", "vars", "ready"],
         };
-        self.tree(&at, value, &scope, watches, ids)
+        let tree = self.tree(&at, value, &scope, watches, ids)?;
+        // Without templates it is known now: a time, or refused.
+        if let Tree::Value(literal) = &tree
+            && let Err(why) = crate::template::time::earliest(literal)
+        {
+            self.error(&at, format!("requeue.at: {why}"));
+        }
+        Some(tree)
     }
 
     fn duration(&mut self, at: &[Step], text: &DurationText) -> Option<std::time::Duration> {
