@@ -360,3 +360,14 @@ fn cronjob_skips_a_run_missed_past_its_starting_deadline() {
         "{late}"
     );
 }
+
+#[test]
+fn cronjob_runs_when_its_status_holds_no_schedule_time_yet() {
+    let never = "tests/fixtures/objects/cronjob-never-run.yaml";
+    let out = cronjob(never, None, "2026-05-17T10:16:00Z");
+    assert!(out.contains("name: report-1779012900"), "{out}");
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+}
