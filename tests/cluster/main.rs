@@ -15,6 +15,7 @@ mod support;
 
 mod admission;
 mod collections;
+mod cronjob;
 mod declarative;
 mod decorators;
 mod dependencies;
