@@ -371,3 +371,18 @@ fn cronjob_runs_when_its_status_holds_no_schedule_time_yet() {
         "{out}"
     );
 }
+
+/// A reconcile that sees the new Job before its own status write: the
+/// Job counts as run (no second render of it), and the status says so.
+#[test]
+fn cronjob_counts_a_live_job_as_run_when_its_status_is_behind() {
+    let never = "tests/fixtures/objects/cronjob-never-run.yaml";
+    let created = "tests/fixtures/observed/cronjob-just-created.yaml";
+    let out = cronjob(never, Some(created), "2026-05-17T10:16:00Z");
+    let rendered = out.matches("\n  name: report-1779012900\n").count();
+    assert_eq!(rendered, 1, "{out}");
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+}
