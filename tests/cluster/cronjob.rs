@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-use crate::support::scene::Scene;
+use crate::support::scene::{CONVERGE, Scene};
 use crate::support::{self, eventually, rule_from_yaml};
 
 fn cronjob(name: &str) -> Value {
@@ -25,81 +26,84 @@ fn cronjob(name: &str) -> Value {
     })
 }
 
-/// Seconds since 1970, now.
-fn now() -> i64 {
-    jiff::Timestamp::now().as_second()
+/// The Jobs in the scene's namespace, by scheduled time (seconds since 1970).
+async fn jobs(scene: &Scene) -> Vec<(i64, DynamicObject)> {
+    let api = scene.api("batch/v1", "Job").await;
+    let mut out: Vec<(i64, DynamicObject)> = api
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|job| {
+            let at = job.metadata.annotations.as_ref().unwrap()
+                ["batch.tutorial.kubebuilder.io/scheduled-at"]
+                .clone();
+            (kiln::template::time::parse(&at).unwrap().as_second(), job)
+        })
+        .collect();
+    out.sort_by_key(|(at, _)| *at);
+    out
+}
+
+/// Waits for the Job scheduled for `at` (or, with `None`, the first one).
+async fn job_for(scene: &Scene, at: Option<i64>) -> (i64, DynamicObject) {
+    eventually("the minute's Job", Duration::from_secs(100), || async {
+        jobs(scene)
+            .await
+            .into_iter()
+            .find(|(t, _)| at.is_none_or(|a| a == *t))
+    })
+    .await
+}
+
+/// Waits until the CronJob's status says it last ran at `at`.
+async fn last_scheduled(scene: &Scene, at: i64) {
+    let at = jiff::Timestamp::from_second(at).unwrap().to_string();
+    support::until("lastScheduleTime to be that minute", CONVERGE, || async {
+        let cronjob = scene
+            .get("batch.tutorial.kubebuilder.io/v1", "CronJob", "tick")
+            .await
+            .unwrap_or_default();
+        if cronjob["status"]["lastScheduleTime"] == at.as_str() {
+            Ok(())
+        } else {
+            Err(format!("want {at}; status: {}", cronjob["status"]))
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cronjob_wakes_at_its_next_scheduled_minute_and_creates_that_job_once() {
+async fn a_cronjob_wakes_at_each_scheduled_minute_and_creates_its_job_once() {
     let scene = Scene::new("cronjob")
         .await
         .with_crds("examples/ported/cronjob")
         .await;
-    // Start early in a minute, so the engine settles well before the next.
-    let into = now().rem_euclid(60);
-    if into > 20 {
-        tokio::time::sleep(Duration::from_secs((61 - into).unsigned_abs())).await;
-    }
     scene.apply(cronjob("tick")).await;
     let rule = support::repo_root().join("examples/ported/cronjob/rule.yaml");
     let rule = rule_from_yaml(&std::fs::read_to_string(rule).unwrap());
     let scene = scene.running(&[rule]).await;
-    let cronjob_at = ("batch.tutorial.kubebuilder.io/v1", "CronJob", "tick");
-    scene
-        .until("the CronJob reconciled", cronjob_at, |c| {
-            c["status"]["observedGeneration"] == 1
-        })
-        .await;
-    let boundary = (now() / 60 + 1) * 60;
-    let jobs = scene.api("batch/v1", "Job").await;
-    // Settled, with nothing left to change before the next minute: no Job
-    // for the minute the CronJob was created in.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(now() < boundary, "the scene took a minute to start");
-    let listed = jobs.list(&Default::default()).await.unwrap().items;
-    assert!(listed.is_empty(), "a Job before its time: {listed:?}");
-    // The next minute's Job comes from the wake alone.
-    let job = eventually("the next minute's Job", Duration::from_secs(90), || async {
-        jobs.list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .next()
-    })
-    .await;
-    let name = job.metadata.name.clone().unwrap();
-    let at =
-        job.metadata.annotations.as_ref().unwrap()["batch.tutorial.kubebuilder.io/scheduled-at"]
-            .clone();
+
+    let (first, job) = job_for(&scene, None).await;
+    assert_eq!(first % 60, 0, "a scheduled minute");
     assert_eq!(
-        kiln::template::time::parse(&at).unwrap().as_second(),
-        boundary
+        job.metadata.name.as_deref(),
+        Some(format!("tick-{first}").as_str())
     );
-    assert_eq!(name, format!("tick-{boundary}"));
     let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str()),
         ("CronJob", "tick")
     );
-    scene
-        .until("lastScheduleTime to be that minute", cronjob_at, |c| {
-            c["status"]["lastScheduleTime"] == at.as_str()
-        })
-        .await;
-    // Within the same minute nothing more is created.
-    if boundary + 60 - now() > 5 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let names: Vec<String> = jobs
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|j| j.metadata.name)
-            .collect();
-        assert_eq!(names, [name], "one Job per scheduled time");
-    }
+    last_scheduled(&scene, first).await;
+
+    // Nothing changes after that; only the wake at the next minute (the
+    // rule's requeue.at) reconciles the CronJob again, and it runs that
+    // minute's Job beside the first (concurrencyPolicy: Allow).
+    job_for(&scene, Some(first + 60)).await;
+    last_scheduled(&scene, first + 60).await;
+    let times: Vec<i64> = jobs(&scene).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(times, [first, first + 60], "one Job per scheduled time");
     scene.end().await;
 }
