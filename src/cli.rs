@@ -382,6 +382,14 @@ pub struct RenderArgs {
     /// rule that defines its API uses its own).
     #[arg(long = "crd")]
     pub crds: Vec<PathBuf>,
+    /// The instant `now()` gives, RFC 3339 (default: the clock, read once).
+    /// Set it to make a render that reads the time reproducible.
+    #[arg(long, value_parser = parse_now)]
+    pub now: Option<jiff::Timestamp>,
+}
+
+fn parse_now(s: &str) -> Result<jiff::Timestamp, String> {
+    kiln::template::time::parse(s)
 }
 
 fn parse_configmap(s: &str) -> Result<(String, String), String> {

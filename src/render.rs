@@ -49,6 +49,9 @@ pub struct Inputs {
     pub observed: Map<String, Value>,
     /// What `random_secret(n)` gives for a child that does not exist yet.
     pub draw: Draw,
+    /// The instant `now()` gives: set once per reconcile (or by
+    /// `kiln render --now`); unset, each render reads the clock once.
+    pub now: Option<jiff::Timestamp>,
 }
 
 /// Whether a kind is namespaced. The engine answers from discovery; without a
@@ -110,6 +113,17 @@ pub struct Rendered {
     pub status: Map<String, Value>,
     /// The rule's own conditions.
     pub conditions: Vec<RuleCondition>,
+    /// When `spec.requeue.at` asks to reconcile again.
+    pub wake: Option<Wake>,
+}
+
+/// A reconcile asked for at an instant (`spec.requeue.at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wake {
+    /// The instant.
+    pub at: jiff::Timestamp,
+    /// How long after the render's `now()` that is (at least a second).
+    pub after: std::time::Duration,
 }
 
 /// One of the rule's own conditions, rendered (its transition time is the
@@ -181,21 +195,28 @@ pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
 /// converted for templates ([`to_jinja`]), so a reconcile converts it once for
 /// both its watch references and its render.
 pub fn context(rule: &Rule, this: &JinjaValue, inputs: &Inputs) -> JinjaValue {
-    context_with(rule, this, inputs, &inputs.observed)
+    context_with(rule, this, inputs, &inputs.observed, now_of(inputs))
 }
 
-/// [`context`], with `children` as given.
+/// The instant `now()` gives for `inputs`.
+fn now_of(inputs: &Inputs) -> jiff::Timestamp {
+    inputs.now.unwrap_or_else(crate::template::time::current)
+}
+
+/// [`context`], with `children` and the instant as given.
 fn context_with(
     rule: &Rule,
     this: &JinjaValue,
     inputs: &Inputs,
     children: &Map<String, Value>,
+    now: jiff::Timestamp,
 ) -> JinjaValue {
     minijinja::context! {
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
         children => JinjaValue::from(minijinja::value::Serde(children)),
         rule => minijinja::context! { name => rule.name.clone() },
+        __kiln_now => now.to_string(),
     }
 }
 
@@ -272,7 +293,8 @@ fn render_on_stack(
     inputs: &Inputs,
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
-    let live_ctx = context(rule, this, inputs);
+    let now = now_of(inputs);
+    let live_ctx = context_with(rule, this, inputs, &inputs.observed, now);
     let set = &rule.templates;
     let mut budget = Budget::default();
     let vars = eval_vars(rule, &live_ctx, &mut budget)?;
@@ -383,7 +405,7 @@ fn render_on_stack(
                 let listed = child.for_each.is_some();
                 let before = seen.as_ref().unwrap_or(&inputs.observed);
                 let as_live = with_child(before, &child.id, listed, &object);
-                let again_base = context_with(rule, this, inputs, &as_live);
+                let again_base = context_with(rule, this, inputs, &as_live, now);
                 let again_base = with_vars(&again_base, &vars, &ready);
                 let again_ctx = match &item {
                     None => again_base,
@@ -435,7 +457,7 @@ fn render_on_stack(
             });
         }
         if drew && let Some(seen) = &seen {
-            base = context_with(rule, this, inputs, seen);
+            base = context_with(rule, this, inputs, seen, now);
         }
         ready.insert(child.id.clone(), Value::Bool(all_ready));
         if all_there {
@@ -461,13 +483,28 @@ fn render_on_stack(
     for c in &rule.conditions {
         conditions.push(render_condition(c, set, &status_ctx, &mut budget)?);
     }
+    let wake = match &rule.requeue_at {
+        Some(tree) => wake_at(&tree.render(set, &status_ctx, &mut budget)?, now)?,
+        None => None,
+    };
     Ok(Rendered {
         children,
         readiness,
         waiting,
         status,
         conditions,
+        wake,
     })
+}
+
+/// The [`Wake`] a rendered `spec.requeue.at` asks for.
+fn wake_at(value: &Value, now: jiff::Timestamp) -> Result<Option<Wake>, RenderFailure> {
+    use crate::template::time;
+    let at = time::earliest(value).map_err(|why| RenderError::new("spec.requeue.at", why))?;
+    Ok(at.map(|at| Wake {
+        at,
+        after: time::wait_until(now, at),
+    }))
 }
 
 /// Renders one of the rule's conditions: its status from a boolean or the

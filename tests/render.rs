@@ -245,3 +245,148 @@ fn outside_children_carry_the_owner_label_not_a_reference() {
         &["--object", "tests/fixtures/objects/space-widget.yaml"],
     ));
 }
+
+/// The template functions and the manners fixed with them: see the rule's
+/// header for what each key shows.
+#[test]
+fn template_functions_and_manners() {
+    let out = render_fixture(
+        "tests/fixtures/rules/manners.yaml",
+        &[
+            "--object",
+            "tests/fixtures/objects/manners-widget.yaml",
+            "--now",
+            "2026-05-17T10:20:30Z",
+        ],
+    );
+    // A templated block scalar ends with its newline, as a literal one does.
+    assert!(
+        out.contains("block: |\n    team: blue\n    regions: eu,us,ap\n  branches"),
+        "{out}"
+    );
+    assert!(out.contains("branches: port=443"), "{out}");
+    // A selector watch not given with --related selects nothing, as in the engine.
+    assert!(out.contains("peers: peers=0"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+/// `now()` is what `--now` says, so a render reading the time is the same
+/// every time; without `--now` it is the clock.
+#[test]
+fn now_is_settable_and_one_instant_per_render() {
+    let args = [
+        "--object",
+        "tests/fixtures/objects/manners-widget.yaml",
+        "--now",
+        "2026-05-17T12:20:30+02:00",
+    ];
+    let a = render_fixture("tests/fixtures/rules/manners.yaml", &args);
+    let b = render_fixture("tests/fixtures/rules/manners.yaml", &args);
+    assert_eq!(a, b);
+    assert!(a.contains("rendered: 2026-05-17T10:20:30Z"), "{a}");
+}
+
+/// `kiln render` of the kubebuilder book's CronJob, ported
+/// (examples/ported/cronjob): `object` with the live Jobs in `jobs` (if
+/// any), at `now`.
+fn cronjob(object: &str, jobs: Option<&str>, now: &str) -> String {
+    let jobs = jobs.map(|file| format!("jobs={file}"));
+    let mut args = vec!["--object", object, "--now", now];
+    if let Some(jobs) = &jobs {
+        args.extend(["--observed", jobs]);
+    }
+    render_fixture("examples/ported/cronjob/rule.yaml", &args)
+}
+
+const CRONJOB: &str = "examples/ported/cronjob/cronjob.yaml";
+const RUNNING: &str = "tests/fixtures/observed/cronjob-running.yaml";
+
+/// At 10:16 the 10:15 run is due; the oldest completed Job is past the
+/// history limit; the next run is at 10:30.
+#[test]
+fn cronjob_runs_the_latest_scheduled_time_and_trims_history() {
+    let jobs = "examples/ported/cronjob/jobs.yaml";
+    let out = cronjob(CRONJOB, Some(jobs), "2026-05-17T10:16:00Z");
+    let names: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("  name: report-"))
+        .collect();
+    // 09:30 and 09:45 completed (limit 2), 10:00 failed (limit 1), 10:15 new.
+    assert_eq!(
+        names,
+        ["1779010200", "1779011100", "1779012000", "1779012900"]
+    );
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# requeue.at: reconciles again at 2026-05-17T10:30:00Z (840s after now())"),
+        "{out}"
+    );
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn cronjob_forbid_skips_the_run_while_a_job_is_active() {
+    let out = cronjob(CRONJOB, Some(RUNNING), "2026-05-17T10:16:00Z");
+    assert!(out.contains("name: report-1779012000"), "{out}");
+    assert!(!out.contains("name: report-1779012900"), "{out}");
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:00:00Z"),
+        "{out}"
+    );
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn cronjob_replace_runs_the_new_job_in_place_of_the_active_one() {
+    let replace = "tests/fixtures/objects/cronjob-replace.yaml";
+    let out = cronjob(replace, Some(RUNNING), "2026-05-17T10:16:00Z");
+    assert!(!out.contains("name: report-1779012000"), "{out}");
+    assert!(out.contains("name: report-1779012900"), "{out}");
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+}
+
+#[test]
+fn cronjob_skips_a_run_missed_past_its_starting_deadline() {
+    // 10:15 + 300 s: still on time.
+    let on_time = cronjob(CRONJOB, None, "2026-05-17T10:20:00Z");
+    assert!(on_time.contains("name: report-1779012900"), "{on_time}");
+    // A second later the 10:15 run is skipped; lastScheduleTime stays.
+    let late = cronjob(CRONJOB, None, "2026-05-17T10:20:01Z");
+    assert!(!late.contains("name: report-"), "{late}");
+    assert!(
+        late.contains("lastScheduleTime: 2026-05-17T10:00:00Z"),
+        "{late}"
+    );
+}
+
+#[test]
+fn cronjob_runs_when_its_status_holds_no_schedule_time_yet() {
+    let never = "tests/fixtures/objects/cronjob-never-run.yaml";
+    let out = cronjob(never, None, "2026-05-17T10:16:00Z");
+    assert!(out.contains("name: report-1779012900"), "{out}");
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+}
+
+/// A reconcile that sees the new Job before its own status write: the
+/// Job counts as run (no second render of it), and the status says so.
+#[test]
+fn cronjob_counts_a_live_job_as_run_when_its_status_is_behind() {
+    let never = "tests/fixtures/objects/cronjob-never-run.yaml";
+    let created = "tests/fixtures/observed/cronjob-just-created.yaml";
+    let out = cronjob(never, Some(created), "2026-05-17T10:16:00Z");
+    let rendered = out.matches("\n  name: report-1779012900\n").count();
+    assert_eq!(rendered, 1, "{out}");
+    assert!(
+        out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+}

@@ -89,6 +89,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         // No cluster keeps a drawn value here, and the output must not
         // change from run to run: `random_secret(n)` prints a placeholder.
         draw: Draw::Placeholder,
+        now: Some(args.now.unwrap_or_else(kiln::template::time::current)),
         ..Inputs::default()
     };
     for (name, file) in &args.related {
@@ -124,6 +125,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!("# rule: {}", rule.name);
+        let inputs = with_empty_selections(rule, &inputs);
         let mut observed = observed_from_files(rule, &inputs);
         observed.missing = render::missing_required(rule, &inputs)
             .iter()
@@ -241,6 +243,13 @@ fn print_rendered(
             serde_norway::to_string(&status_patch(rule, &inputs.primary, plan))?
         );
     }
+    if !children_only && let Some(wake) = rendered.wake {
+        println!(
+            "# requeue.at: reconciles again at {} ({}s after now())",
+            wake.at,
+            wake.after.as_secs()
+        );
+    }
     Ok(())
 }
 
@@ -329,6 +338,21 @@ fn read_one(file: &Path) -> anyhow::Result<Value> {
 }
 
 /// One object, or a list when the file holds several documents.
+/// `inputs` with an empty list for each selector watch not given with
+/// `--related`, as the engine gives one that selects nothing.
+fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
+    let mut inputs = inputs.clone();
+    for watch in &rule.watches {
+        if matches!(watch.target, kiln::rules::WatchTarget::Selector { .. }) {
+            inputs
+                .related
+                .entry(watch.name.clone())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        }
+    }
+    inputs
+}
+
 fn read_value(file: &Path) -> anyhow::Result<Value> {
     let mut docs = documents(file)?;
     Ok(if docs.len() == 1 {

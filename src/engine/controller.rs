@@ -651,6 +651,8 @@ impl RuleController {
     ) -> Result<Observed, Refusal> {
         let mut observed = Observed::default();
         observed.inputs.primary = primary;
+        // One instant for all of this reconcile's templates (`now()`).
+        observed.inputs.now = Some(crate::template::time::current());
         observed.blind = self.blind();
         if !observed.blind.is_empty() {
             return Ok(observed);

@@ -28,6 +28,17 @@ pub enum Next {
     After(Duration),
 }
 
+impl Next {
+    /// The sooner of this and a wake `after` this long (`spec.requeue.at`).
+    fn no_later_than(self, after: Option<Duration>) -> Self {
+        match (self, after) {
+            (Self::After(d), Some(a)) => Self::After(d.min(a)),
+            (Self::Done, Some(a)) => Self::After(a),
+            (next, None) => next,
+        }
+    }
+}
+
 /// A child of this rule for this primary, as the cache holds it. Its object
 /// is in [`Inputs::observed`], under its id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,7 +389,8 @@ fn progress(rule: &Rule, rendered: &render::Rendered) -> (Vec<String>, Vec<Strin
         rule.requeue.resync.map_or(Next::Done, Next::After)
     } else {
         Next::After(rule.requeue.waiting)
-    };
+    }
+    .no_later_than(rendered.wake.map(|w| w.after));
     (not_ready, waiting, next)
 }
 
@@ -944,6 +956,24 @@ spec:
             Next::After(Duration::from_secs(5)),
             "children not seen yet are not ready: look again after `waiting`"
         );
+    }
+
+    #[test]
+    fn a_requested_wake_is_the_next_reconcile_when_it_is_sooner() {
+        let secs = Duration::from_secs;
+        assert_eq!(
+            Next::Done.no_later_than(Some(secs(90))),
+            Next::After(secs(90))
+        );
+        assert_eq!(
+            Next::After(secs(5)).no_later_than(Some(secs(90))),
+            Next::After(secs(5))
+        );
+        assert_eq!(
+            Next::After(secs(600)).no_later_than(Some(secs(90))),
+            Next::After(secs(90))
+        );
+        assert_eq!(Next::Done.no_later_than(None), Next::Done);
     }
 
     #[test]

@@ -384,6 +384,8 @@ pub struct Rule {
     pub conditions: Vec<Condition>,
     /// Requeue policy.
     pub requeue: Requeue,
+    /// `spec.requeue.at`: the instant (per primary) to reconcile again at.
+    pub requeue_at: Option<Tree>,
     /// Whether applies take over fields other managers own.
     pub force_conflicts: bool,
     /// Patches to objects kiln does not own.

@@ -394,6 +394,11 @@ pub struct RawRequeue {
     /// Exponential backoff for transient errors, per object.
     #[serde(default)]
     pub on_error: Option<RawBackoff>,
+    /// A template giving the instant to reconcile again at (RFC 3339), a
+    /// list of them (the earliest counts), or null/empty for none; e.g.
+    /// `"{{ cron_next(self.spec.schedule, now()) }}"`.
+    #[serde(default)]
+    pub at: Option<Value>,
 }
 
 /// A duration as written (`30s`, `5m`, `1h30m`). A bare number is taken in

@@ -19,8 +19,9 @@ use super::{
     Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector, Need,
     Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
 };
+use crate::template::known::{Callable, Unknown};
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
-use crate::yaml::{Step, path_string};
+use crate::yaml::{Pos, Step, path_string};
 
 /// Functions minijinja provides; they show up as variables when analysing templates.
 /// The one template function that is not pure (`crate::template::generate`).
@@ -211,6 +212,7 @@ impl<'a> Checker<'a> {
         let decorators = self.decorators(&watch_names, &child_ids);
         let requeue = self.requeue();
         self.schema_references(api.as_ref(), primary.as_ref());
+        let requeue_at = self.requeue_at(&watch_names, &child_ids);
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
             return Err(self.errors);
@@ -234,6 +236,7 @@ impl<'a> Checker<'a> {
             status_fields,
             conditions,
             requeue,
+            requeue_at,
             force_conflicts: raw.spec.apply.force_conflicts,
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
@@ -1247,6 +1250,30 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// `spec.requeue.at`: a template seeing what status sees.
+    fn requeue_at(&mut self, watches: &[String], ids: &[String]) -> Option<Tree> {
+        let value = self.raw.spec.requeue.at.as_ref()?;
+        let at = [key("spec"), key("requeue"), key("at")];
+        if !matches!(value, Value::String(_) | Value::Array(_)) {
+            self.error(
+                &at,
+                "requeue.at is a template giving an RFC 3339 time, or a list of them",
+            );
+            return None;
+        }
+        let scope = Scope {
+            roots: &["self", "related", "children", "rule", "vars", "ready"],
+        };
+        let tree = self.tree(&at, value, &scope, watches, ids)?;
+        // Without templates it is known now: a time, or refused.
+        if let Tree::Value(literal) = &tree
+            && let Err(why) = crate::template::time::earliest(literal)
+        {
+            self.error(&at, format!("requeue.at: {why}"));
+        }
+        Some(tree)
+    }
+
     fn duration(&mut self, at: &[Step], text: &DurationText) -> Option<std::time::Duration> {
         duration::parse(&text.0)
             .map_err(|why| self.error(at, why))
@@ -1331,6 +1358,29 @@ impl<'a> Checker<'a> {
         find_path(&self.doc.node, name).unwrap_or_else(|| fallback.to_vec())
     }
 
+    /// Refuses calls of filters, tests and functions kiln does not have,
+    /// each at its line and column; returns the unknown functions' names.
+    fn unknown_names(&mut self, at: &[Step], id: &TemplateId) -> Vec<String> {
+        let mut functions = Vec::new();
+        for unknown in self.set.unknown_names(id) {
+            let start = self.doc.node.locate(at);
+            let pos = pos_in_scalar(&self.doc.text, start, &unknown);
+            let diagnostic = Diagnostic::new(
+                &self.doc.file,
+                &self.doc.text,
+                Some(pos),
+                path_string(at),
+                unknown.to_string(),
+            );
+            self.errors
+                .push(diagnostic.in_rule(&self.raw.metadata.name));
+            if unknown.kind == Callable::Function {
+                functions.push(unknown.name);
+            }
+        }
+        functions
+    }
+
     fn references(
         &mut self,
         at: &[Step],
@@ -1340,10 +1390,11 @@ impl<'a> Checker<'a> {
         ids: &[String],
     ) {
         self.compiled.push((at.to_vec(), id.clone()));
+        let unknown_functions = self.unknown_names(at, id);
         for var in self.set.references(id) {
             let mut parts = var.split('.');
             let root = parts.next().unwrap_or_default();
-            if GLOBALS.contains(&root) {
+            if GLOBALS.contains(&root) || unknown_functions.iter().any(|f| f == root) {
                 continue;
             }
             if root == DRAW {
@@ -1357,6 +1408,9 @@ impl<'a> Checker<'a> {
                     continue;
                 };
                 self.error(at, message);
+                continue;
+            }
+            if self.set.is_function(root) {
                 continue;
             }
             if !scope.roots.contains(&root) {
@@ -1416,6 +1470,38 @@ impl<'a> Checker<'a> {
             }
         }
     }
+}
+
+/// Where in the file a position inside a template is: the template's line
+/// is looked for from the scalar's start on (a block scalar's lines follow
+/// its indicator; a plain one starts where the scalar does).
+fn pos_in_scalar(text: &str, start: Pos, unknown: &Unknown) -> Pos {
+    let needle = unknown.line_text.trim();
+    if needle.is_empty() {
+        return start;
+    }
+    let lead = unknown.line_text.chars().count() - unknown.line_text.trim_start().chars().count();
+    let first = start.line + unknown.line.saturating_sub(1);
+    for (n, file_line) in text
+        .lines()
+        .enumerate()
+        .skip(first.saturating_sub(1))
+        .take(64)
+    {
+        let from = if n + 1 == start.line {
+            file_line
+                .char_indices()
+                .nth(start.col.saturating_sub(1))
+                .map_or(0, |(i, _)| i)
+        } else {
+            0
+        };
+        if let Some(byte) = file_line.get(from..).and_then(|l| l.find(needle)) {
+            let col = file_line[..from + byte].chars().count() + unknown.col.saturating_sub(lead);
+            return Pos { line: n + 1, col };
+        }
+    }
+    start
 }
 
 /// Resolves a rendered path (`spec.children[0].template.metadata.name`) back to steps.

@@ -13,16 +13,18 @@ use minijinja::filters as builtin;
 use minijinja::{Environment, Error, ErrorKind, Value};
 
 /// Adds kiln's filters to `env` and replaces minijinja's built-in filters
-/// with guarded ones.
-pub fn register(env: &mut Environment<'static>) {
+/// with guarded ones; returns the names of all of them.
+pub fn register(env: &mut Environment<'static>) -> Vec<&'static str> {
     let filters = [
         ("b64encode", Value::from_function(b64encode)),
         ("b64decode", Value::from_function(b64decode)),
         ("sha256", Value::from_function(sha256)),
+        ("sha1", Value::from_function(sha1)),
         ("hmac_sha256", Value::from_function(hmac_sha256)),
         ("to_json", Value::from_function(to_json)),
         ("from_json", Value::from_function(from_json)),
         ("to_yaml", Value::from_function(to_yaml)),
+        ("from_yaml", Value::from_function(from_yaml)),
         ("jsonpath", Value::from_function(jsonpath)),
         ("dns1123", Value::from_function(dns1123)),
         ("each", Value::from_function(collections::each)),
@@ -79,9 +81,12 @@ pub fn register(env: &mut Environment<'static>) {
         ("format", Value::from_function(builtin::format)),
         ("tojson", Value::from_function(builtin::tojson)),
     ];
-    for (name, filter) in filters {
+    let mut names = Vec::with_capacity(filters.len());
+    for (name, filter) in filters.into_iter().chain(super::time::filters()) {
         env.add_filter(name, guarded(name, filter));
+        names.push(name);
     }
+    names
 }
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -126,9 +131,18 @@ fn sha256(value: &Value, encoding: Option<&str>) -> Result<String, Error> {
     collections::digest(&bytes_of(value)?, encoding)
 }
 
-/// 64-bit FNV-1a of a string (or the compact JSON of any other value), hex.
-fn fnv1a64(value: &Value) -> Result<String, Error> {
-    Ok(collections::fnv1a64(&bytes_of(value)?))
+/// SHA-1 of a string, or of the compact JSON of any other value: hex, or
+/// `sha1("base64")`. For hashes other tools compare with (Reloader's), not
+/// for security.
+fn sha1(value: &Value, encoding: Option<&str>) -> Result<String, Error> {
+    let raw = sha1::Sha1::digest(bytes_of(value)?);
+    collections::encode("sha1", &raw, encoding)
+}
+
+/// 64-bit FNV-1a of a string (or the compact JSON of any other value): hex,
+/// or `fnv1a64("base64")` for base64 of its 8 bytes, big-endian.
+fn fnv1a64(value: &Value, encoding: Option<&str>) -> Result<String, Error> {
+    collections::fnv1a64(&bytes_of(value)?, encoding)
 }
 
 /// Fewest bytes an `hmac_sha256` key may have: a shorter key can be guessed.
@@ -185,6 +199,14 @@ fn from_json(value: &str) -> Result<Value, Error> {
 /// YAML text of a value (for ConfigMap data, say).
 fn to_yaml(value: &Value) -> Result<String, Error> {
     serde_norway::to_string(&json(value)?).map_err(|e| invalid(format!("to_yaml: {e}")))
+}
+
+/// Parses YAML text (one document) into a value; a YAML value JSON cannot
+/// hold (a non-string key, NaN) is an error.
+fn from_yaml(value: &str) -> Result<Value, Error> {
+    let parsed: serde_json::Value =
+        serde_norway::from_str(value).map_err(|e| invalid(format!("from_yaml: {e}")))?;
+    Ok(Value::from(minijinja::value::Serde(parsed)))
 }
 
 /// Every match of a JSONPath expression, as a list: `obj | jsonpath("$.items[*].name")`.
@@ -318,6 +340,49 @@ mod tests {
             .unwrap(),
             "a: 1\nb: x\n"
         );
+    }
+
+    #[test]
+    fn from_yaml_parses_what_to_yaml_writes() {
+        let ctx = serde_json::json!({"doc": "a: 1\nb:\n  - x\n  - y\n"});
+        assert_eq!(
+            render("{{ (doc | from_yaml).b | join(',') }}", ctx.clone()).unwrap(),
+            "x,y"
+        );
+        assert_eq!(
+            render("{{ doc | from_yaml | to_yaml }}", ctx).unwrap(),
+            "a: 1\nb:\n- x\n- y\n"
+        );
+        let err = render(r#"{{ "a: [" | from_yaml }}"#, serde_json::json!({})).unwrap_err();
+        assert!(err.to_string().contains("from_yaml"), "{err}");
+    }
+
+    #[test]
+    fn sha1_and_fnv1a64_hash_raw_bytes_in_hex_or_base64() {
+        // FIPS 180-1's "abc".
+        assert_eq!(
+            render(r#"{{ "abc" | sha1 }}"#, serde_json::json!({})).unwrap(),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        assert_eq!(
+            render(r#"{{ "abc" | sha1("base64") }}"#, serde_json::json!({})).unwrap(),
+            "qZk+NkcGgWq6PiVxeFDCbJzQ2J0="
+        );
+        assert_eq!(
+            render(r#"{{ "foobar" | fnv1a64 }}"#, serde_json::json!({})).unwrap(),
+            "85944171f73967e8"
+        );
+        // The same 8 bytes, big-endian, in base64.
+        assert_eq!(
+            render(
+                r#"{{ "foobar" | fnv1a64("base64") }}"#,
+                serde_json::json!({})
+            )
+            .unwrap(),
+            "hZRBcfc5Z+g="
+        );
+        let err = render(r#"{{ "x" | sha1("hex2") }}"#, serde_json::json!({})).unwrap_err();
+        assert!(err.to_string().contains("sha1: unknown encoding"), "{err}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 
 use minijinja::{Error, ErrorKind};
+use sha2::{Digest, Sha256};
 
 /// Fewest characters `random_secret` draws: a shorter value is not a secret.
 pub const MIN_LENGTH: u32 = 16;
@@ -94,23 +95,74 @@ pub fn random_secret(n: u32) -> Result<String, Error> {
     Ok(value)
 }
 
-/// `n` characters of [`ALPHABET`], uniformly: bytes of 248 and above
-/// (62 × 4) are dropped, so `byte % 62` has no bias.
+/// `n` characters of [`ALPHABET`] from the OS CSPRNG.
 fn draw(n: usize) -> Result<String, Error> {
-    let mut out = String::with_capacity(n);
-    let mut buf = [0u8; 64];
-    while out.len() < n {
+    alphanumeric(n, || {
+        let mut buf = [0u8; 64];
         getrandom::fill(&mut buf).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidOperation,
                 format!("random_secret: the OS random source failed: {e}"),
             )
         })?;
-        for b in buf.iter().filter(|b| **b < 248) {
+        Ok(buf.to_vec())
+    })
+}
+
+/// Most characters `seeded_string` makes.
+pub const MAX_SEEDED: u32 = 1024;
+
+/// The `seeded_string(seed, n)` function: `n` letters and digits that
+/// depend only on `seed` (any value; a string as is, anything else as its
+/// compact JSON), so every render gives the same string. Blocks of
+/// SHA-256(seed, block number) feed [`alphanumeric`]. Not a secret: anyone
+/// who knows the seed knows the string (use `random_secret` for that).
+pub fn seeded_string(seed: &minijinja::Value, n: u32) -> Result<String, Error> {
+    if !(1..=MAX_SEEDED).contains(&n) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("seeded_string(seed, {n}): the length must be 1 to {MAX_SEEDED}"),
+        ));
+    }
+    let seed = match seed.as_str() {
+        Some(s) => s.as_bytes().to_vec(),
+        None if seed.is_undefined() => {
+            return Err(Error::new(
+                ErrorKind::UndefinedError,
+                "seeded_string: the seed is undefined",
+            ));
+        }
+        None => serde_json::to_vec(seed).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidOperation,
+                format!("seeded_string: the seed is not representable as JSON: {e}"),
+            )
+        })?,
+    };
+    let mut block = 0u64;
+    alphanumeric(n as usize, || {
+        block += 1;
+        Ok(Sha256::new()
+            .chain_update(&seed)
+            .chain_update(block.to_be_bytes())
+            .finalize()
+            .to_vec())
+    })
+}
+
+/// `n` characters of [`ALPHABET`], uniformly, from the bytes `next` gives:
+/// bytes of 248 and above (62 × 4) are dropped, so `byte % 62` has no bias.
+fn alphanumeric(
+    n: usize,
+    mut next: impl FnMut() -> Result<Vec<u8>, Error>,
+) -> Result<String, Error> {
+    let mut out = String::with_capacity(n);
+    while out.len() < n {
+        for b in next()?.into_iter().filter(|b| *b < 248) {
             if out.len() == n {
                 break;
             }
-            out.push(char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]));
+            out.push(char::from(ALPHABET[usize::from(b) % ALPHABET.len()]));
         }
     }
     Ok(out)
@@ -144,6 +196,35 @@ mod tests {
         // The state does not leak out of `drawing`.
         assert!(random_secret(32).is_err());
     }
+
+    #[test]
+    fn seeded_strings_depend_on_the_seed_only() {
+        let seed = minijinja::Value::from("web-a");
+        let a = seeded_string(&seed, 100).unwrap();
+        assert_eq!(
+            a,
+            seeded_string(&seed, 100).unwrap(),
+            "same seed, same string"
+        );
+        assert_eq!(a.len(), 100);
+        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()), "{a}");
+        // A shorter one is a prefix of a longer one from the same seed.
+        assert_eq!(seeded_string(&seed, 7).unwrap(), a[..7]);
+        // Pinned, so a change of the algorithm is a visible change.
+        assert_eq!(seeded_string(&seed, 12).unwrap(), PINNED);
+        let other = seeded_string(&minijinja::Value::from("web-b"), 100).unwrap();
+        assert_ne!(a, other);
+        let map = minijinja::Value::from(minijinja::value::Serde(serde_json::json!({"a": 1})));
+        assert_eq!(seeded_string(&map, 8).unwrap().len(), 8);
+        for bad in [0, MAX_SEEDED + 1] {
+            let err = seeded_string(&seed, bad).unwrap_err();
+            assert!(err.to_string().contains("1 to 1024"), "{err}");
+        }
+        let err = seeded_string(&minijinja::Value::UNDEFINED, 8).unwrap_err();
+        assert!(err.to_string().contains("undefined"), "{err}");
+    }
+
+    const PINNED: &str = "I7cG8WbxH4Ws";
 
     #[test]
     fn placeholder_is_fixed() {

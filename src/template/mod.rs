@@ -18,17 +18,23 @@
 //! have no loader and no functions that reach files, the environment or the
 //! network. The one function that is not pure, `random_secret(n)`, works
 //! only in a child's template rendered for a child that does not exist yet
-//! ([`generate`]).
+//! ([`generate`]). `now()` reads the instant the render was given, not the
+//! clock ([`time`]).
 
 mod collections;
+pub mod cron;
 mod filters;
 pub mod generate;
+mod inline_if;
+pub mod known;
 pub mod limits;
+pub mod time;
 pub mod tree;
 
 use std::collections::BTreeSet;
 use std::io::Write;
 
+use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value as JinjaValue};
 use serde_json::Value;
 
@@ -90,6 +96,8 @@ impl TemplateId {
 /// The compiled templates of one rule.
 pub struct TemplateSet {
     env: Environment<'static>,
+    /// The names of the filters registered, for "did you mean" hints.
+    filters: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -122,12 +130,18 @@ impl TemplateSet {
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_debug(true);
+        // A block scalar's final newline is part of its value, templated or not.
+        if let Ok(syntax) = SyntaxConfig::builder().keep_trailing_newline(true).build() {
+            env.set_syntax(syntax);
+        }
         // Templates render YAML values, not HTML.
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-        filters::register(&mut env);
+        let filters = filters::register(&mut env);
         env.set_unknown_method_callback(collections::method);
         env.add_function("random_secret", generate::random_secret);
-        Self { env }
+        env.add_function("seeded_string", generate::seeded_string);
+        time::register(&mut env);
+        Self { env, filters }
     }
 
     /// Compiles a string template (rendered to a string).
@@ -151,19 +165,25 @@ impl TemplateSet {
         offset: usize,
         len: usize,
     ) -> Result<TemplateId, CompileError> {
-        self.env
-            .add_template_owned(path.to_string(), source.clone())
-            .map_err(|e| {
-                let kind = e.kind();
-                let detail = e.detail().unwrap_or_default();
-                let message = match e.range().map(|r| r.start.saturating_sub(offset)) {
-                    // The parser tripped over the wrapper: the user's text ended early.
-                    Some(at) if at >= len => format!("{kind}: the expression is incomplete"),
-                    Some(at) => format!("{kind}: {detail} (at character {})", at + 1),
-                    None => format!("{kind}: {detail}"),
-                };
-                CompileError { message }
+        let add = |env: &mut Environment<'static>, text: String| {
+            env.add_template_owned(path.to_string(), text)
+        };
+        add(&mut self.env, source.clone()).map_err(|e| {
+            let kind = e.kind();
+            let detail = e.detail().unwrap_or_default();
+            let message = match e.range().map(|r| r.start.saturating_sub(offset)) {
+                // The parser tripped over the wrapper: the user's text ended early.
+                Some(at) if at >= len => format!("{kind}: the expression is incomplete"),
+                Some(at) => format!("{kind}: {detail} (at character {})", at + 1),
+                None => format!("{kind}: {detail}"),
+            };
+            CompileError { message }
+        })?;
+        if let Some(completed) = inline_if::complete(&source) {
+            add(&mut self.env, completed).map_err(|e| CompileError {
+                message: e.to_string(),
             })?;
+        }
         let user = source.get(offset..offset + len).unwrap_or_default();
         for expr in collections::each_literals(user) {
             if let Err(e) = self.env.compile_expression(&expr) {
@@ -178,10 +198,17 @@ impl TemplateSet {
     /// The variables a template reads, as dotted paths (`self.spec.image`,
     /// `related.credentials`), for checking references at validation.
     pub fn references(&self, id: &TemplateId) -> BTreeSet<String> {
-        self.env
-            .get_template(&id.0)
-            .map(|t| t.undeclared_variables(true).into_iter().collect())
-            .unwrap_or_default()
+        let Ok(template) = self.env.get_template(&id.0) else {
+            return BTreeSet::new();
+        };
+        // minijinja scopes each branch of an `if` on its own: a variable set
+        // in both branches and read after the `if` counts as undeclared.
+        let stored = known::stored_locals(&template);
+        template
+            .undeclared_variables(true)
+            .into_iter()
+            .filter(|v| !stored.contains(v.split('.').next().unwrap_or(v)))
+            .collect()
     }
 
     /// The paths a template reads of `self` (`self.metadata.name`; a path
@@ -375,13 +402,13 @@ mod tests {
     use super::*;
 
     fn text(src: &str) -> Result<String, RenderError> {
+        text_with(src, serde_json::json!({}))
+    }
+
+    fn text_with(src: &str, ctx: serde_json::Value) -> Result<String, RenderError> {
         let mut set = TemplateSet::new();
         let id = set.add_text("t", src).expect("compiles");
-        set.render_text(
-            &id,
-            &to_jinja(&serde_json::json!({})),
-            &mut Budget::default(),
-        )
+        set.render_text(&id, &to_jinja(&ctx), &mut Budget::default())
     }
 
     fn expr(src: &str) -> Result<Value, RenderError> {
@@ -403,6 +430,41 @@ mod tests {
         let mut set = TemplateSet::new();
         let id = set.add_expr("t", src).expect("compiles");
         set.eval(&id, &to_jinja(&ctx), &mut Budget::default())
+    }
+
+    #[test]
+    fn a_variable_set_in_both_branches_of_an_if_is_declared() {
+        let mut set = TemplateSet::new();
+        let id = set
+            .add_text(
+                "t",
+                "{% if self.a %}{% set port = 1 %}{% else %}{% set port = 2 %}{% endif %}{{ port }}-{{ related.x }}",
+            )
+            .unwrap();
+        let refs: Vec<String> = set.references(&id).into_iter().collect();
+        assert_eq!(refs, ["related.x"]);
+    }
+
+    #[test]
+    fn an_inline_if_without_else_writes_nothing_when_false() {
+        let ctx = serde_json::json!({"xs": ["a", "b", "c"], "f": false});
+        let src = "{% for x in xs %}{{ x }}{{ ',' if not loop.last }}{% endfor %}";
+        assert_eq!(text_with(src, ctx.clone()).unwrap(), "a,b,c");
+        assert_eq!(
+            eval_with("'x' if f", ctx.clone()).unwrap(),
+            serde_json::json!("")
+        );
+        assert_eq!(
+            eval_with("'x' if not f", ctx).unwrap(),
+            serde_json::json!("x")
+        );
+    }
+
+    #[test]
+    fn a_template_keeps_its_final_newline() {
+        assert_eq!(text("a: {{ 1 }}\nb: 2\n").unwrap(), "a: 1\nb: 2\n");
+        assert_eq!(text("{{ 1 }}\n\n").unwrap(), "1\n\n");
+        assert_eq!(text("{{ 1 }}").unwrap(), "1");
     }
 
     #[test]

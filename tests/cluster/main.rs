@@ -17,6 +17,7 @@ mod admission;
 mod api;
 mod chart;
 mod collections;
+mod cronjob;
 mod declarative;
 mod decorators;
 mod dependencies;
