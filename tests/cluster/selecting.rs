@@ -241,12 +241,15 @@ async fn a_cache_kiln_may_not_list_becomes_not_selected() {
         .await;
     scene.engine().shutdown().await;
 
-    // kiln restarts with a token that may do everything but list Namespaces.
+    // kiln restarts with a token that may do everything but list Namespaces
+    // (it may read the Widget CRD, as `kiln rbac` grants: a CRD kiln may not
+    // read makes the rule wait, not run on an unchecked schema).
     let rules = json!([
         {"apiGroups": ["test.kiln.dev"], "resources": ["widgets"], "verbs": ["get", "list", "watch", "patch", "update"]},
         {"apiGroups": ["test.kiln.dev"], "resources": ["widgets/status"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": ["widgets.test.kiln.dev"], "verbs": ["get", "list", "watch"]},
     ]);
     let token =
         support::service_account_token(&scene.client, scene.ns(), "no-ns-kiln", rules).await;
