@@ -700,7 +700,11 @@ fn finish_child(
             "metadata.labels must render to a map",
         ));
     };
-    labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
+    // A template's own `managed-by` (Helm, another controller) is its
+    // author's value; kiln tracks its objects by its `kiln.dev/*` marks.
+    labels
+        .entry(MANAGED_BY_LABEL)
+        .or_insert_with(|| Value::String(MANAGED_BY.into()));
     labels.insert(RULE_LABEL.into(), Value::String(rule.name.clone()));
     labels.insert(CHILD_LABEL.into(), Value::String(id.to_string()));
     if child.deletion_policy == crate::rules::DeletionPolicy::Orphan {
@@ -992,6 +996,18 @@ mod tests {
             meta["ownerReferences"],
             json!([{"apiVersion": "demo.kiln.dev/v1", "kind": "App", "name": "a", "uid": "u-1", "controller": true, "blockOwnerDeletion": true}])
         );
+    }
+
+    #[test]
+    fn a_managed_by_the_template_renders_is_kept() {
+        let r = rule(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, labels: {app.kubernetes.io/managed-by: Helm}}}\n",
+        );
+        let out = render(&r, &primary(Some("team"), json!({})), &well_known_scope).unwrap();
+        let labels = &out.children[0].object["metadata"]["labels"];
+        assert_eq!(labels[MANAGED_BY_LABEL], "Helm");
+        assert_eq!(labels[RULE_LABEL], "r", "kiln's own marks are still set");
+        assert_eq!(labels[CHILD_LABEL], "cm");
     }
 
     #[test]
