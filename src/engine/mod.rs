@@ -20,6 +20,7 @@ pub mod failure;
 pub mod informer;
 pub mod kinds;
 pub mod owned_status;
+pub mod placing;
 pub mod plan;
 pub mod projection;
 pub mod queue;

@@ -42,3 +42,4 @@ mod reload;
 mod selecting;
 mod sharding;
 mod status_schema;
+mod what_kiln_writes;
