@@ -658,6 +658,9 @@ async fn status_schema(
     primary: &kinds::Kind,
 ) -> Result<Schema, SchemaRead> {
     if !controller::writes_status(primary) {
+        if primary.gvk.is_custom() {
+            tracing::warn!(rule = %rule.name, kind = %primary.gvk, "the primary's kind has no status subresource: kiln writes no status (no conditions, no fields) on its objects");
+        }
         return Ok(Schema::open());
     }
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);

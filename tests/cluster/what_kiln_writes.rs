@@ -1,6 +1,7 @@
 //! What kiln writes on objects it shares with others: the conditions
 //! other controllers set keep their places and their types, and a status
-//! field that renders `none` is left out rather than sent as `null`.
+//! field that renders `none` is left out rather than sent as `null`; a
+//! kind without a status subresource is said to get no status.
 
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -10,37 +11,22 @@ use crate::support::scene::Scene;
 
 const STRICT: &str = "tests/fixtures/crds-strict";
 
-const WIDGETS: &str = r#"
-apiVersion: kiln.dev/v1alpha1
-kind: Rule
-metadata: {name: placed}
-spec:
-  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
-  children:
-    - id: main
-      template:
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: "{{ self.metadata.name }}"}
-"#;
+/// A rule `name` on `kind` (`apiVersion group/v1`) with one ConfigMap child,
+/// and `status` (YAML under `spec`, may be empty).
+fn rule_on(name: &str, api_version: &str, kind: &str, status: &str) -> String {
+    format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  for: {{apiVersion: {api_version}, kind: {kind}}}\n  children:\n    - id: main\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {{name: \"{{{{ self.metadata.name }}}}\"}}\n{status}"
+    )
+}
 
-const GADGETS: &str = r#"
-apiVersion: kiln.dev/v1alpha1
-kind: Rule
-metadata: {name: gadgets}
-spec:
-  for: {apiVersion: strict.kiln.dev/v1, kind: Gadget}
-  children:
-    - id: main
-      template:
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: "{{ self.metadata.name }}"}
-  status:
-    fields:
-      phase: "{{ self.spec.phase }}"
-      lastScheduleTime: "{{ self.spec.last if self.spec.last is defined else none }}"
-"#;
+const PHASE: &str = "  status:\n    fields:\n      phase: \"{{ self.spec.phase }}\"\n";
+
+fn gadgets() -> std::sync::Arc<kiln::rules::Rule> {
+    let status = format!(
+        "{PHASE}      lastScheduleTime: \"{{{{ self.spec.last if self.spec.last is defined else none }}}}\"\n"
+    );
+    rule_from_yaml(&rule_on("gadgets", "strict.kiln.dev/v1", "Gadget", &status))
+}
 
 /// Another controller applies `status` on the object, as its own manager.
 async fn their_status(scene: &Scene, (api_version, kind, name): (&str, &str, &str), status: Value) {
@@ -75,7 +61,14 @@ async fn another_controllers_conditions_keep_their_place_in_a_whole_list() {
         .await;
     let synced = json!({"type": "Synced", "status": "True", "reason": "Hook"});
     their_status(&scene, at, json!({"conditions": [synced]})).await;
-    let scene = scene.running(&[rule_from_yaml(WIDGETS)]).await;
+    let scene = scene
+        .running(&[rule_from_yaml(&rule_on(
+            "placed",
+            "test.kiln.dev/v1",
+            "Widget",
+            "",
+        ))])
+        .await;
     let w = scene
         .until("kiln's conditions", at, |w| types(w).contains(&"Ready"))
         .await;
@@ -102,7 +95,7 @@ async fn a_ready_condition_another_controller_owns_is_left_alone() {
     let ready = json!({"type": "Ready", "status": "False", "reason": "Theirs", "message": "m",
         "lastTransitionTime": "2026-01-01T00:00:00Z"});
     their_status(&scene, at, json!({"conditions": [ready]})).await;
-    let scene = scene.running(&[rule_from_yaml(GADGETS)]).await;
+    let scene = scene.running(&[gadgets()]).await;
     let g = scene
         .until("kiln's conditions", at, |g| {
             types(g).contains(&"Reconciled")
@@ -120,7 +113,7 @@ async fn a_status_field_that_renders_none_is_left_out() {
     let at = ("strict.kiln.dev/v1", "Gadget", "g");
     let gadget = |spec: Value| json!({"apiVersion": at.0, "kind": at.1, "metadata": {"name": "g"}, "spec": spec});
     scene.apply(gadget(json!({"phase": "a"}))).await;
-    let scene = scene.running(&[rule_from_yaml(GADGETS)]).await;
+    let scene = scene.running(&[gadgets()]).await;
     let g = scene
         .until("the status without the none", at, |g| {
             g["status"]["phase"] == "a"
@@ -143,5 +136,26 @@ async fn a_status_field_that_renders_none_is_left_out() {
         "a field kiln wrote and now renders none leaves: {g}"
     );
     assert_eq!(scene.writes_during_resync("gadgets", 1).await, 0);
+    scene.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_a_kind_without_a_status_subresource_gets_no_status() {
+    let scene = Scene::new("gizmo").await.with_crds(STRICT).await;
+    scene
+        .apply(json!({"apiVersion": "strict.kiln.dev/v1", "kind": "Gizmo",
+            "metadata": {"name": "g"}, "spec": {"phase": "a"}}))
+        .await;
+    let stdout = crate::support::kiln_explain(
+        "strict.kiln.dev/v1",
+        "Gizmo",
+        &format!("{}/g", scene.ns()),
+        &[(
+            "gizmos.yaml",
+            &rule_on("gizmos", "strict.kiln.dev/v1", "Gizmo", PHASE),
+        )],
+    );
+    let line = "kiln writes no status: Gizmo has no status subresource";
+    assert!(stdout.contains(line), "no `{line}` in:\n{stdout}");
     scene.end().await;
 }
