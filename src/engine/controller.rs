@@ -1427,7 +1427,7 @@ impl RuleController {
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
         let owned = owned_status::owned(&obj.metadata, &self.shared.options.field_manager);
-        let list = self.wiring.status.conditions_list();
+        let list = placing::stored(self.wiring.status.conditions_list(), &owned);
         let composed = self.wiring.status.writable(status::compose(
             contributors,
             &live,

@@ -29,6 +29,16 @@ pub enum ConditionList {
     Whole,
 }
 
+/// How `conditions` is stored, from the schema's `list` and what kiln's
+/// field manager `owned` shows: owning `conditions` with no condition of
+/// its own by type means the server keeps it as one atomic field (a schema
+/// kiln could not read says nothing).
+pub fn stored(list: ConditionList, owned: &[String]) -> ConditionList {
+    let whole = owned.iter().any(|o| o == "conditions")
+        && !owned.iter().any(|o| o.starts_with("conditions/"));
+    if whole { ConditionList::Whole } else { list }
+}
+
 /// The engine condition types on `live` that another field manager set:
 /// shown by the object, and not among `owned` (kiln's, as
 /// [`owned`](super::owned_status::owned) lists them). On a whole list
@@ -129,6 +139,15 @@ mod tests {
             ["Synced", "Reconciled", "Ready", "Waiting"],
             "a whole list is sent back with the others' conditions in their places"
         );
+    }
+
+    #[test]
+    fn owning_conditions_with_no_type_of_its_own_is_a_whole_list() {
+        let whole = ["conditions".to_string(), "observedGeneration".to_string()];
+        assert_eq!(stored(ConditionList::Keyed, &whole), ConditionList::Whole);
+        let keyed = ["conditions".to_string(), "conditions/Ready".to_string()];
+        assert_eq!(stored(ConditionList::Keyed, &keyed), ConditionList::Keyed);
+        assert_eq!(stored(ConditionList::Keyed, &[]), ConditionList::Keyed);
     }
 
     #[test]
