@@ -119,7 +119,11 @@ impl Mark {
 /// reference, annotations or owner label its placement needs.
 pub fn stamp(meta: &mut Map<String, Value>, mark: &Mark) -> Result<(), NotAMap> {
     let labels = map_at(meta, "labels")?;
-    labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
+    // A template's own `managed-by` (Helm, another controller) is its
+    // author's value; kiln tracks its objects by its `kiln.dev/*` marks.
+    labels
+        .entry(MANAGED_BY_LABEL)
+        .or_insert_with(|| Value::String(MANAGED_BY.into()));
     labels.insert(RULE_LABEL.into(), Value::String(mark.rule.clone()));
     labels.insert(CHILD_LABEL.into(), Value::String(mark.child.clone()));
     let uid = (!mark.uid.is_empty()).then(|| Value::String(mark.uid.clone()));

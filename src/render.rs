@@ -477,7 +477,13 @@ fn render_on_stack(
     let status_ctx = with_vars(&ordered, &vars, &ready);
     let mut status = Map::new();
     for (name, tree) in &rule.status_fields {
-        status.insert(name.clone(), tree.render(set, &status_ctx, &mut budget)?);
+        // A field that renders `none` is left out: a schema refuses `null`
+        // (and with it the whole status), and a field kiln wrote before
+        // leaves the object when kiln no longer sends it.
+        let value = tree.render(set, &status_ctx, &mut budget)?;
+        if !value.is_null() {
+            status.insert(name.clone(), value);
+        }
     }
     let mut conditions = Vec::new();
     for c in &rule.conditions {
@@ -959,6 +965,32 @@ mod tests {
             meta["ownerReferences"],
             json!([{"apiVersion": "demo.kiln.dev/v1", "kind": "App", "name": "a", "uid": "u-1", "controller": true, "blockOwnerDeletion": true}])
         );
+    }
+
+    #[test]
+    fn a_managed_by_the_template_renders_is_kept() {
+        let r = rule(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, labels: {app.kubernetes.io/managed-by: Helm}}}\n",
+        );
+        let out = render(&r, &primary(Some("team"), json!({})), &well_known_scope).unwrap();
+        let labels = &out.children[0].object["metadata"]["labels"];
+        assert_eq!(labels[MANAGED_BY_LABEL], "Helm");
+        assert_eq!(labels[RULE_LABEL], "r", "kiln's own marks are still set");
+        assert_eq!(labels[CHILD_LABEL], "cm");
+    }
+
+    #[test]
+    fn a_status_field_that_renders_none_is_left_out() {
+        let r = rule(
+            "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n  status:\n    fields:\n      last: \"{{ self.spec.last if self.spec.last is defined else none }}\"\n      phase: \"{{ self.spec.phase }}\"\n",
+        );
+        let out = render(
+            &r,
+            &primary(Some("t"), json!({"phase": "a"})),
+            &well_known_scope,
+        )
+        .unwrap();
+        assert_eq!(Value::Object(out.status), json!({"phase": "a"}));
     }
 
     #[test]

@@ -58,7 +58,12 @@ async fn explain(
         Some((ns, name)) => (Some(ns.to_string()), name.to_string()),
         None => (None, args.object.clone()),
     };
-    let (ar, scope) = resolve(client, &gvk).await?;
+    let (ar, caps) = capabilities(client, &gvk).await?;
+    let scope = caps.scope.clone();
+    let status_subresource = caps
+        .subresources
+        .iter()
+        .any(|(sr, _)| sr.plural == "status");
     let key = ObjKey {
         namespace: namespace.filter(|_| scope == Scope::Namespaced),
         name,
@@ -78,6 +83,7 @@ async fn explain(
         .map(AsRef::as_ref)
         .filter(|r| r.primary.gvk == gvk)
         .collect();
+    let no_status = gvk.is_custom() && !status_subresource && !taking.is_empty();
     out.push_str("\nRules:\n");
     if taking.is_empty() {
         out.push_str(&format!("  no rule takes {}\n", gvk));
@@ -115,6 +121,12 @@ async fn explain(
     }
 
     out.push_str("\nConditions:\n");
+    if no_status {
+        out.push_str(&format!(
+            "  kiln writes no status: {} has no status subresource (add `subresources: {{status: {{}}}}` to its CustomResourceDefinition)\n",
+            gvk.kind
+        ));
+    }
     let conditions = primary["status"]["conditions"].as_array();
     for c in conditions.into_iter().flatten() {
         let message = c["message"].as_str().unwrap_or_default();
@@ -364,11 +376,18 @@ fn parse_gvk(api_version: &str, kind: &str) -> anyhow::Result<Gvk> {
 }
 
 async fn resolve(client: &Client, gvk: &Gvk) -> anyhow::Result<(ApiResource, Scope)> {
-    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
-    let (ar, caps) = discovery::pinned_kind(client, &wanted)
-        .await
-        .with_context(|| format!("the cluster does not serve {gvk}"))?;
+    let (ar, caps) = capabilities(client, gvk).await?;
     Ok((ar, caps.scope))
+}
+
+async fn capabilities(
+    client: &Client,
+    gvk: &Gvk,
+) -> anyhow::Result<(ApiResource, discovery::ApiCapabilities)> {
+    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+    discovery::pinned_kind(client, &wanted)
+        .await
+        .with_context(|| format!("the cluster does not serve {gvk}"))
 }
 
 fn api(

@@ -27,6 +27,7 @@ use super::failure::{Category, Failure, Stage};
 use super::informer::{Change, Handler, Informer, ObjKey};
 use super::kinds::Kind;
 use super::owned_status;
+use super::placing;
 pub use super::plan::Next;
 use super::plan::{self, Blind, Known, LiveChild, Observed, Occupants, Plan, Prune};
 use super::queue::Queue;
@@ -1404,13 +1405,16 @@ impl RuleController {
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let desired = self.wiring.status.writable(status::compose(
+        let owned = owned_status::owned(&obj.metadata, &self.shared.options.field_manager);
+        let list = placing::stored(self.wiring.status.conditions_list(), &owned);
+        let composed = self.wiring.status.writable(status::compose(
             contributors,
             &live,
             &now,
             obj.metadata.generation,
         ));
-        let owned = owned_status::owned(&obj.metadata, &self.shared.options.field_manager);
+        let theirs = placing::theirs(&live, &owned, list);
+        let desired = placing::place(composed, &live, list, &theirs);
         if status::converged(&live, &desired, &owned) {
             return Ok(());
         }

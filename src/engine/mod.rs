@@ -20,6 +20,7 @@ pub mod failure;
 pub mod informer;
 pub mod kinds;
 pub mod owned_status;
+pub mod placing;
 pub mod plan;
 pub mod projection;
 pub mod queue;
@@ -629,6 +630,9 @@ pub(crate) async fn status_schema(
     primary: &kinds::Kind,
 ) -> Result<Schema, SchemaRead> {
     if !controller::writes_status(primary) {
+        if primary.gvk.is_custom() {
+            tracing::warn!(rule = %rule.name, kind = %primary.gvk, "the primary's kind has no status subresource: kiln writes no status (no conditions, no fields) on its objects");
+        }
         return Ok(Schema::open());
     }
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);

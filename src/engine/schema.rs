@@ -10,6 +10,7 @@
 
 use serde_json::{Map, Value};
 
+use super::placing::ConditionList;
 use crate::template::{Piece, Tree};
 
 /// The status keys the engine writes.
@@ -23,6 +24,8 @@ pub struct StatusSchema {
     /// The structural schema of `status` (`{}` with preserve-unknown-fields
     /// when anything goes).
     node: Value,
+    /// How `conditions` is stored for server-side apply.
+    list: ConditionList,
 }
 
 /// Why a rule cannot write its status to a kind.
@@ -104,6 +107,7 @@ impl StatusSchema {
     pub fn open() -> Self {
         Self {
             node: serde_json::json!({ PRESERVE: true }),
+            list: ConditionList::Keyed,
         }
     }
 
@@ -123,13 +127,24 @@ impl StatusSchema {
         else {
             return Ok(Self::open());
         };
-        Ok(Self {
-            node: match lookup(root, "status") {
-                Declared::Yes(s) => s.clone(),
-                Declared::Open => Self::open().node,
-                Declared::No => serde_json::json!({"type": "object"}),
-            },
-        })
+        let node = match lookup(root, "status") {
+            Declared::Yes(s) => s.clone(),
+            Declared::Open => Self::open().node,
+            Declared::No => serde_json::json!({"type": "object"}),
+        };
+        let list = match lookup(&node, "conditions") {
+            Declared::Yes(c) if c["x-kubernetes-list-type"] != "map" => ConditionList::Whole,
+            Declared::Open => ConditionList::Whole,
+            _ => ConditionList::Keyed,
+        };
+        Ok(Self { node, list })
+    }
+
+    /// How the CRD stores `status.conditions`: a map list keyed by type, or
+    /// one atomic field (undeclared lists and kept unknown fields are atomic).
+    /// Kinds that are not CRDs key their conditions by type.
+    pub fn conditions_list(&self) -> ConditionList {
+        self.list
     }
 
     /// Whether the status declares (or keeps) the top-level key `key`.

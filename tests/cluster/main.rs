@@ -49,3 +49,4 @@ mod selecting;
 mod sharding;
 mod status_schema;
 mod verdicts;
+mod what_kiln_writes;
