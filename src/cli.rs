@@ -346,8 +346,12 @@ pub struct ExplainArgs {
     /// `NAMESPACE/NAME`, or `NAME` for a cluster-scoped object.
     pub object: String,
     /// Rule files or directories (repeatable): the rules kiln runs.
-    #[arg(long = "rules", required = true)]
+    #[arg(long = "rules", required_unless_present = "rules_configmap")]
     pub rules: Vec<PathBuf>,
+    /// Read the rules kiln runs from this ConfigMap, `NAMESPACE/NAME`, in the
+    /// cluster (as `kiln run --rules-configmap` does) instead of files.
+    #[arg(long, value_parser = parse_configmap, conflicts_with = "rules")]
+    pub rules_configmap: Option<(String, String)>,
     /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,

@@ -14,7 +14,7 @@ use kiln::engine::plan::{self, LiveChild, Observed};
 use kiln::engine::related::{self, Found, Refusal, Target};
 use kiln::ownership;
 use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
-use kiln::rules::{Gvk, Rule};
+use kiln::rules::{Gvk, Rule, RuleSet};
 use kiln::template::generate::Draw;
 use kiln::template::{Budget, Piece, to_jinja};
 use kube::api::{DynamicObject, ListParams};
@@ -30,7 +30,10 @@ const EVENTS: usize = 10;
 
 /// Explains the object; exit code 1 when it does not exist.
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
-    let set = super::render::load_rules(&args.rules)?;
+    let from_files = match &args.rules_configmap {
+        None => Some(super::render::load_rules(&args.rules)?),
+        Some(_) => None,
+    };
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
@@ -41,10 +44,30 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
                 Some(super::run::REQUEST_TIMEOUT),
             )
             .await?;
+            let set = match (from_files, &args.rules_configmap) {
+                (Some(set), _) => set,
+                (None, Some((ns, name))) => rules_in_cluster(&client, ns, name).await?,
+                (None, None) => unreachable!("clap requires --rules or --rules-configmap"),
+            };
             let out = explain(&client, args, &set.rules).await?;
             print!("{out}");
             Ok(ExitCode::SUCCESS)
         })
+}
+
+/// The rules in the ConfigMap `ns/name`, read through the same rule source
+/// as `kiln run --rules-configmap`.
+async fn rules_in_cluster(client: &Client, ns: &str, name: &str) -> anyhow::Result<RuleSet> {
+    use kiln::reload::RuleSource;
+    let version = kiln::reload::RulesConfigMap::new(client.clone(), ns, name)
+        .first()
+        .await?;
+    kiln::reload::load(version, true).map_err(|refusal| {
+        for d in refusal.diagnostics() {
+            eprintln!("{d}");
+        }
+        anyhow::anyhow!("the rules in ConfigMap {ns}/{name} are invalid: kiln runs the last good version of them, which it does not keep in the cluster")
+    })
 }
 
 /// The explanation, as text.

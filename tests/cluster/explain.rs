@@ -137,3 +137,32 @@ async fn kiln_explain_reads_a_selector_that_finds_nothing_as_the_engine_does() {
     );
     scene.end().await;
 }
+
+/// `kiln explain --rules-configmap` reads the rules kiln runs from the
+/// cluster, as `kiln run --rules-configmap` does: no local copy needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_explain_reads_the_rules_from_their_configmap() {
+    let scene = Scene::new("explain-cm").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kiln-rules"},
+            "data": {"counting.yaml": COUNTING, "picky.yaml": PICKY}}))
+        .await;
+    let stdout = support::kiln_explain_with(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{}/w", scene.ns()),
+        &["--rules-configmap", &format!("{}/kiln-rules", scene.ns())],
+    );
+    for line in [
+        "  counting: selects it",
+        "    count ConfigMap w-count: missing",
+    ] {
+        assert!(stdout.contains(line), "no `{line}` in:\n{stdout}");
+    }
+    scene.end().await;
+}

@@ -373,7 +373,10 @@ async fn change(scene: &Scene, s: &Scenario) {
 async fn render_from_cluster(scene: &Scene, s: &Scenario, dir: &Path) -> String {
     let write = |file: String, value: &Value| {
         let path = dir.join(file);
-        std::fs::write(&path, serde_norway::to_string(value).unwrap()).unwrap();
+        // JSON (which is YAML): serde_norway leaves a string such as the
+        // hash `12360550813e8171` unquoted, and YAML reads it back as a
+        // number too large to be finite.
+        std::fs::write(&path, serde_json::to_string_pretty(value).unwrap()).unwrap();
         path
     };
     let widget = scene

@@ -688,17 +688,28 @@ pub async fn token_of(client: &Client, ns: &str, name: &str) -> String {
 /// having checked it succeeded.
 pub fn kiln_explain(api_version: &str, kind: &str, object: &str, rules: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, kubeconfig_yaml()).unwrap();
     let rules_dir = dir.path().join("rules");
     std::fs::create_dir(&rules_dir).unwrap();
     for (file, text) in rules {
         std::fs::write(rules_dir.join(file), text).unwrap();
     }
+    kiln_explain_with(
+        api_version,
+        kind,
+        object,
+        &["--rules", rules_dir.to_str().unwrap()],
+    )
+}
+
+/// `kiln explain` of the object, with `rules` saying where its rules are
+/// (`--rules DIR`, `--rules-configmap NS/NAME`).
+pub fn kiln_explain_with(api_version: &str, kind: &str, object: &str, rules: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, kubeconfig_yaml()).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["explain", api_version, kind, object])
-        .arg("--rules")
-        .arg(&rules_dir)
+        .args(rules)
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .output()
