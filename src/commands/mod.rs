@@ -5,6 +5,7 @@ pub mod controlplane;
 pub mod crd;
 pub mod demo;
 pub mod explain;
+pub mod offline;
 pub mod package;
 pub mod render;
 pub mod run;

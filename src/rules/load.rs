@@ -85,12 +85,23 @@ pub fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Whether a path names a rule file: `*.yaml` or `*.yml`, not hidden.
+/// Whether a path names a rule file: `*.yaml` or `*.yml`, not hidden, and
+/// not a test file (`*.test.yaml`, read by `kiln test`).
 pub fn is_rule_file(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+    !name.starts_with('.')
+        && (name.ends_with(".yaml") || name.ends_with(".yml"))
+        && !is_test_file(path)
+}
+
+/// Whether a path names a `kiln test` file: `*.test.yaml` or `*.test.yml`.
+pub fn is_test_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && (name.ends_with(".test.yaml") || name.ends_with(".test.yml"))
 }
 
 fn read_file(file: &Path) -> Result<String, String> {
