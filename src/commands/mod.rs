@@ -10,6 +10,8 @@ pub mod package;
 pub mod render;
 pub mod run;
 pub mod schema;
+pub mod test;
+pub mod test_match;
 pub mod validate;
 pub mod verdict;
 
