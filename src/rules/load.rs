@@ -233,3 +233,24 @@ fn plain_types(message: &str) -> String {
     out.push_str(rest);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_lists_rule_files_and_skips_test_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a.yaml", "a.test.yaml", "b.yml", "b.test.yml", ".c.yaml"] {
+            std::fs::write(dir.path().join(name), "x").unwrap();
+        }
+        let names: Vec<String> = list_dir(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.yaml", "b.yml"]);
+        assert!(is_test_file(Path::new("x/a.test.yaml")));
+        assert!(!is_test_file(Path::new("x/a.yaml")));
+    }
+}
