@@ -45,6 +45,9 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Show what rules render for an object, exactly as the engine would apply it; no cluster needed.
     Render(RenderArgs),
+    /// Run the test cases (`*.test.yaml`) beside the rules, offline: exit 0
+    /// when all pass, 1 when one fails, 2 on bad input.
+    Test(TestArgs),
     /// Explain one object from the cluster: the rules that select it (and why
     /// others do not), each child applied / would change / missing, its
     /// conditions and kiln's recent Events. Reads only.
@@ -358,6 +361,17 @@ pub struct ExplainArgs {
     /// Kubeconfig context (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
+}
+
+/// `kiln test`
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Test files, or directories whose `*.test.yaml` files are run.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Write the results as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
 }
 
 /// `kiln render`

@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => commands::demo::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
         Command::Render(args) => commands::render::run(&args),
+        Command::Test(args) => commands::test::run(&args),
         Command::Explain(args) => commands::explain::run(&args),
         Command::Schema => commands::schema::run(),
         Command::Rbac(args) => commands::package::rbac(&args),

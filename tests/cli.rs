@@ -420,11 +420,9 @@ fn package_as_helm_values_holds_the_rule_files_and_what_kiln_rbac_grants() {
     let shipped = std::fs::read_dir(rules)
         .unwrap()
         .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "yaml")
+            let path = e.as_ref().unwrap().path();
+            path.extension().is_some_and(|x| x == "yaml")
+                && !path.to_string_lossy().ends_with(".test.yaml")
         })
         .count();
     assert_eq!(files.len(), shipped, "{:?}", files.keys());
@@ -544,4 +542,110 @@ fn as_kubectl_kiln_it_is_a_kubectl_plugin() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8(out.stdout).unwrap().starts_with("kiln "));
+}
+
+/// `kiln test` with its exit code, stdout and stderr.
+fn kiln_test(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("test")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A test file beside a copy of the webapp rule, with `expect` as given.
+fn webapp_test(dir: &std::path::Path, expect: &str) -> std::path::PathBuf {
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp.yaml");
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/webapp");
+    let file = dir.join("webapp.test.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "rules: [{rules}]\ncrds: [{examples}/crd.yaml]\ncases:\n  - name: replicas\n    primaryFile: {examples}/webapp.yaml\n    related:\n      credentials: {{apiVersion: v1, kind: Secret, metadata: {{name: shop-credentials}}, data: {{p: eA==}}}}\n    expect:\n{expect}"
+        ),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn test_runs_the_cases_of_every_shipped_rule() {
+    let (code, out, err) = kiln_test(&[concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    for rule in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))
+        .unwrap()
+        .flatten()
+    {
+        let name = rule.file_name().into_string().unwrap();
+        if let Some(stem) = name.strip_suffix(".yaml").filter(|s| !s.ends_with(".test")) {
+            assert!(
+                out.contains(&format!(
+                    "PASS {}",
+                    rule.path()
+                        .with_file_name(format!("{stem}.test.yaml"))
+                        .display()
+                )),
+                "every shipped rule has a passing case: {stem}\n{out}"
+            );
+        }
+    }
+}
+
+/// Runs a webapp case expecting the Deployment's `spec` given: exit code,
+/// stdout, stderr and the JUnit XML written.
+fn webapp_deployment_case(spec: &str) -> (Option<i32>, String, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = webapp_test(
+        dir.path(),
+        &format!(
+            "      children:\n        - {{kind: Deployment, metadata: {{name: shop}}, spec: {spec}}}\n"
+        ),
+    );
+    let junit = dir.path().join("junit.xml");
+    let (code, out, err) = kiln_test(&[file.to_str().unwrap(), "--junit", junit.to_str().unwrap()]);
+    (code, out, err, std::fs::read_to_string(&junit).unwrap())
+}
+
+#[test]
+fn test_a_wrong_expectation_fails_naming_the_field() {
+    let (code, out, err, xml) = webapp_deployment_case("{replicas: 5}");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("FAIL "), "{out}");
+    assert!(
+        out.contains("children[Deployment shop].spec.replicas: expected 5, got 2"),
+        "{out}"
+    );
+    assert!(xml.contains("tests=\"1\" failures=\"1\""), "{xml}");
+    assert!(
+        xml.contains(
+            "<failure message=\"children[Deployment shop].spec.replicas: expected 5, got 2\""
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn test_passes_a_right_expectation_and_writes_junit() {
+    let (code, out, err, xml) = webapp_deployment_case("{replicas: 2, paused: null}");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        xml.contains("tests=\"1\" failures=\"0\"") && xml.contains("name=\"replicas\"/>"),
+        "{xml}"
+    );
+}
+
+#[test]
+fn test_bad_input_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = webapp_test(dir.path(), "      childrn: []\n");
+    let (code, out, err) = kiln_test(&[file.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "an unknown field is bad input: {out}{err}");
+    assert!(err.contains("childrn"), "{err}");
+    let (code, _, _) = kiln_test(&[dir.path().join("nothing.test.yaml").to_str().unwrap()]);
+    assert_eq!(code, Some(2));
 }

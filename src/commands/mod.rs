@@ -5,10 +5,13 @@ pub mod controlplane;
 pub mod crd;
 pub mod demo;
 pub mod explain;
+pub mod offline;
 pub mod package;
 pub mod render;
 pub mod run;
 pub mod schema;
+pub mod test;
+pub mod test_match;
 pub mod validate;
 pub mod verdict;
 

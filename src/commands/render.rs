@@ -4,16 +4,14 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use kiln::engine::informer::ObjKey;
-use kiln::engine::plan::{self, LiveChild, Observed, Plan};
-use kiln::engine::status;
-use kiln::ownership;
+use kiln::engine::plan::Plan;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
 use kiln::template::generate::Draw;
 use kiln::yaml::{self, Limits};
 use serde_json::Value;
 
+use super::offline;
 use crate::cli::RenderArgs;
 
 /// Loads the rules, or prints every diagnostic and fails.
@@ -38,13 +36,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default()
         .to_string();
     let kind = primary["kind"].as_str().unwrap_or_default().to_string();
-    let matching: Vec<&Rule> = set
-        .rules
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|r| args.rule.as_ref().is_none_or(|n| &r.name == n))
-        .filter(|r| r.primary.gvk.api_version() == api_version && r.primary.gvk.kind == kind)
-        .collect();
+    let matching = offline::matching(&set, &primary, args.rule.as_deref());
     if matching.is_empty() {
         let known: Vec<String> = set
             .rules
@@ -66,17 +58,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     for file in &args.crds {
         crds.extend(documents(file)?);
     }
-    let schema = matching.iter().find_map(|r| {
-        let gvk = &r.primary.gvk;
-        match &r.api {
-            Some(api) => api.schema(&gvk.version).cloned(),
-            None => kiln::api::rule::schema_among(&crds, &gvk.group, &gvk.version, &gvk.kind)
-                .map(|(_, schema)| schema.clone()),
-        }
-    });
-    if let Some(schema) = schema {
-        kiln::api::defaults::apply(&schema, &mut primary);
-    }
+    offline::apply_defaults(&matching, &crds, &mut primary);
     if primary["metadata"]["uid"].is_null() {
         eprintln!(
             "note: {} has no metadata.uid, so ownerReferences are left out (the engine sets them)",
@@ -125,19 +107,9 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!("# rule: {}", rule.name);
-        let inputs = with_empty_selections(rule, &inputs);
-        let mut observed = observed_from_files(rule, &inputs);
-        observed.missing = render::missing_required(rule, &inputs)
-            .iter()
-            .map(|w| format!("related.{w} (pass --related {w}=FILE)"))
-            .collect();
-        let this = kiln::template::to_jinja(&inputs.primary);
-        let scope_of = &render::well_known_scope;
-        // Offline no object holds a name: the decision sees none.
-        match plan::draft(rule, &this, &observed, scope_of) {
-            Ok(draft) => {
-                let rendered = draft.rendered().clone();
-                let plan = draft.decide(rule, &observed, &plan::Known::new());
+        let inputs = offline::with_empty_selections(rule, &inputs);
+        match offline::decide(rule, &inputs) {
+            Ok((rendered, plan)) => {
                 print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
                 if !args.children_only && !print_decorations(rule, &inputs)? {
                     failed = true;
@@ -154,48 +126,6 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// The snapshot a decision reads, from the files given: the primary,
-/// `--related` objects and `--observed` children (each taken as this
-/// primary's child of its id, in the primary's namespace unless it names
-/// one).
-fn observed_from_files(rule: &Rule, inputs: &Inputs) -> Observed {
-    let namespace = inputs.primary["metadata"]["namespace"].as_str();
-    let mut children = Vec::new();
-    for (id, value) in &inputs.observed {
-        let Some(spec) = rule.children.iter().find(|c| &c.id == id) else {
-            continue;
-        };
-        let items = match value {
-            Value::Array(items) => items.iter().collect(),
-            one => vec![one],
-        };
-        for o in items {
-            let meta = &o["metadata"];
-            let namespaced = render::well_known_scope(&spec.gvk).unwrap_or(true);
-            let at = meta["namespace"]
-                .as_str()
-                .or(namespace)
-                .filter(|_| namespaced);
-            children.push(LiveChild {
-                id: id.clone(),
-                gvk: spec.gvk.clone(),
-                key: ObjKey {
-                    namespace: at.map(str::to_string),
-                    name: meta["name"].as_str().unwrap_or_default().to_string(),
-                },
-                uid: meta["uid"].as_str().map(str::to_string),
-                deleting: !meta["deletionTimestamp"].is_null(),
-                orphan: ownership::read(meta).is_some_and(|m| m.orphaned()),
-            });
-        }
-    }
-    Observed {
-        inputs: inputs.clone(),
-        children,
-        ..Observed::default()
-    }
 }
 
 fn print_rendered(
@@ -240,7 +170,7 @@ fn print_rendered(
         );
         print!(
             "{}",
-            serde_norway::to_string(&status_patch(rule, &inputs.primary, plan))?
+            serde_norway::to_string(&offline::status_patch(rule, &inputs.primary, plan))?
         );
     }
     if !children_only && let Some(wake) = rendered.wake {
@@ -251,32 +181,6 @@ fn print_rendered(
         );
     }
     Ok(())
-}
-
-/// The status patch the engine applies for the plan: the engine's own
-/// composition of this rule's part (fields, conditions, `observedGeneration`).
-fn status_patch(rule: &Rule, primary: &Value, plan: &Plan) -> Value {
-    let fields: Vec<&str> = rule.status_fields.iter().map(|(n, _)| n.as_str()).collect();
-    let conditions: Vec<&str> = rule.conditions.iter().map(|c| c.type_.as_str()).collect();
-    let me = status::Contributor {
-        rule: &rule.name,
-        fields: &fields,
-        conditions: &conditions,
-        part: Some(&plan.status),
-    };
-    let generation = primary["metadata"]["generation"].as_i64();
-    let status = status::compose(&[me], &primary["status"], "<now>", generation);
-    let mut meta = serde_json::Map::new();
-    meta.insert("name".into(), primary["metadata"]["name"].clone());
-    if let Some(ns) = primary["metadata"]["namespace"].as_str() {
-        meta.insert("namespace".into(), Value::String(ns.to_string()));
-    }
-    serde_json::json!({
-        "apiVersion": rule.primary.gvk.api_version(),
-        "kind": rule.primary.gvk.kind,
-        "metadata": meta,
-        "status": status,
-    })
 }
 
 /// Prints what each decorator would apply to the objects given (the
@@ -335,22 +239,6 @@ fn read_one(file: &Path) -> anyhow::Result<Value> {
             file.display()
         ),
     }
-}
-
-/// One object, or a list when the file holds several documents.
-/// `inputs` with an empty list for each selector watch not given with
-/// `--related`, as the engine gives one that selects nothing.
-fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
-    let mut inputs = inputs.clone();
-    for watch in &rule.watches {
-        if matches!(watch.target, kiln::rules::WatchTarget::Selector { .. }) {
-            inputs
-                .related
-                .entry(watch.name.clone())
-                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-        }
-    }
-    inputs
 }
 
 fn read_value(file: &Path) -> anyhow::Result<Value> {

@@ -85,12 +85,23 @@ pub fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Whether a path names a rule file: `*.yaml` or `*.yml`, not hidden.
+/// Whether a path names a rule file: `*.yaml` or `*.yml`, not hidden, and
+/// not a test file (`*.test.yaml`, read by `kiln test`).
 pub fn is_rule_file(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+    !name.starts_with('.')
+        && (name.ends_with(".yaml") || name.ends_with(".yml"))
+        && !is_test_file(path)
+}
+
+/// Whether a path names a `kiln test` file: `*.test.yaml` or `*.test.yml`.
+pub fn is_test_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && (name.ends_with(".test.yaml") || name.ends_with(".test.yml"))
 }
 
 fn read_file(file: &Path) -> Result<String, String> {
@@ -221,4 +232,25 @@ fn plain_types(message: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_lists_rule_files_and_skips_test_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a.yaml", "a.test.yaml", "b.yml", "b.test.yml", ".c.yaml"] {
+            std::fs::write(dir.path().join(name), "x").unwrap();
+        }
+        let names: Vec<String> = list_dir(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.yaml", "b.yml"]);
+        assert!(is_test_file(Path::new("x/a.test.yaml")));
+        assert!(!is_test_file(Path::new("x/a.yaml")));
+    }
 }

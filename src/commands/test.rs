@@ -1,0 +1,371 @@
+//! `kiln test`: cases beside the rules (`*.test.yaml`), each an object and
+//! what the engine should make of it, run offline through the same plan as
+//! `kiln render` (`super::offline`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use kiln::engine::status::Outcome;
+use kiln::render::Inputs;
+use kiln::template::generate::Draw;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::offline;
+use super::render::{documents, load_rules};
+use super::test_match::{Failure, compare, find_condition};
+use crate::cli::TestArgs;
+
+/// One test file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    /// Rule files or directories, relative to the test file (default: the
+    /// file of the same name without `.test`).
+    #[serde(default)]
+    rules: Vec<PathBuf>,
+    /// CRD files whose schema defaults fill the primary.
+    #[serde(default)]
+    crds: Vec<PathBuf>,
+    cases: Vec<Case>,
+}
+
+/// One case: the objects, and what is expected.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Case {
+    name: String,
+    /// Only this rule (default: every rule on the primary's kind).
+    rule: Option<String>,
+    /// The instant `now()` gives (default: the clock).
+    now: Option<String>,
+    primary: Option<Value>,
+    primary_file: Option<PathBuf>,
+    #[serde(default)]
+    related: Map<String, Value>,
+    #[serde(default)]
+    observed: Map<String, Value>,
+    #[serde(default)]
+    expect: Expect,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    /// Children rendered, each a partial object naming `kind` and `metadata.name`.
+    #[serde(default)]
+    children: Vec<Value>,
+    /// Children that must not be rendered: `{kind, name}`.
+    #[serde(default)]
+    absent: Vec<Named>,
+    /// Children deleted: `{kind, name}`.
+    #[serde(default)]
+    pruned: Vec<Named>,
+    /// Status fields (partial).
+    status: Option<Value>,
+    /// Conditions (partial, found by `type`).
+    #[serde(default)]
+    conditions: Vec<Value>,
+    /// A substring of the error the case must end in.
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Named {
+    kind: String,
+    name: String,
+}
+
+/// What the plans of every rule made of one case.
+#[derive(Default)]
+struct Got {
+    children: Vec<Value>,
+    pruned: Vec<(String, String)>,
+    status: Map<String, Value>,
+    errors: Vec<String>,
+}
+
+/// A case's result: its failures (empty: it passed).
+struct Outcomes {
+    file: PathBuf,
+    name: String,
+    failures: Result<Vec<Failure>, String>,
+}
+
+/// Runs every case of the test files under the paths given.
+pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    let mut results = Vec::new();
+    let mut bad = false;
+    for file in test_files(&args.paths)? {
+        match run_file(&file) {
+            Ok(mut r) => results.append(&mut r),
+            Err(e) => {
+                eprintln!("ERROR {}: {e:#}", file.display());
+                bad = true;
+            }
+        }
+    }
+    let (mut passed, mut failed) = (0, 0);
+    for r in &results {
+        match &r.failures {
+            Ok(f) if f.is_empty() => {
+                passed += 1;
+                println!("PASS {}: {}", r.file.display(), r.name);
+            }
+            Ok(f) => {
+                failed += 1;
+                println!("FAIL {}: {}", r.file.display(), r.name);
+                for failure in f {
+                    println!("    {failure}");
+                }
+            }
+            Err(e) => {
+                bad = true;
+                println!("ERROR {}: {}: {e}", r.file.display(), r.name);
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if let Some(junit) = &args.junit {
+        std::fs::write(junit, super::test_match::junit(&junit_cases(&results)))
+            .with_context(|| format!("writing {}", junit.display()))?;
+    }
+    Ok(if bad || results.is_empty() {
+        ExitCode::from(2)
+    } else if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn junit_cases(results: &[Outcomes]) -> Vec<(String, String, Option<String>)> {
+    results
+        .iter()
+        .map(|r| {
+            let failure = match &r.failures {
+                Ok(f) if f.is_empty() => None,
+                Ok(f) => Some(
+                    f.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
+                Err(e) => Some(format!("bad input: {e}")),
+            };
+            (r.file.display().to_string(), r.name.clone(), failure)
+        })
+        .collect()
+}
+
+/// The test files: each file given, and the `*.test.yaml` of each directory.
+fn test_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| kiln::rules::load::is_test_file(p) && p.is_file())
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else if path.is_file() {
+            files.push(path.clone());
+        } else {
+            bail!("{}: no such file or directory", path.display());
+        }
+    }
+    Ok(files)
+}
+
+fn run_file(file: &Path) -> anyhow::Result<Vec<Outcomes>> {
+    let mut docs = documents(file)?;
+    if docs.len() != 1 {
+        bail!("expected one YAML document, found {}", docs.len());
+    }
+    let spec: File = serde_json::from_value(docs.remove(0)).context("not a test file")?;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let rules: Vec<PathBuf> = if spec.rules.is_empty() {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let stem = name
+            .trim_end_matches(".yaml")
+            .trim_end_matches(".yml")
+            .trim_end_matches(".test");
+        vec![dir.join(format!("{stem}.yaml"))]
+    } else {
+        spec.rules.iter().map(|p| dir.join(p)).collect()
+    };
+    let set = load_rules(&rules)?;
+    let mut crds = Vec::new();
+    for crd in &spec.crds {
+        crds.extend(documents(&dir.join(crd))?);
+    }
+    Ok(spec
+        .cases
+        .iter()
+        .map(|case| Outcomes {
+            file: file.to_path_buf(),
+            name: case.name.clone(),
+            failures: run_case(&set, &crds, dir, case)
+                .map(|got| check(&case.expect, &got))
+                .map_err(|e| format!("{e:#}")),
+        })
+        .collect())
+}
+
+/// Runs one case through the plan of every rule that takes its primary.
+fn run_case(
+    set: &kiln::rules::RuleSet,
+    crds: &[Value],
+    dir: &Path,
+    case: &Case,
+) -> anyhow::Result<Got> {
+    let mut primary = match (&case.primary, &case.primary_file) {
+        (Some(p), None) => p.clone(),
+        (None, Some(f)) => {
+            let mut docs = documents(&dir.join(f))?;
+            if docs.len() != 1 {
+                bail!("{}: expected one object", f.display());
+            }
+            docs.remove(0)
+        }
+        _ => bail!("give exactly one of `primary` and `primaryFile`"),
+    };
+    let matching = offline::matching(set, &primary, case.rule.as_deref());
+    if matching.is_empty() {
+        bail!(
+            "no rule{} takes {}/{}",
+            case.rule
+                .as_ref()
+                .map(|r| format!(" named `{r}`"))
+                .unwrap_or_default(),
+            primary["apiVersion"].as_str().unwrap_or_default(),
+            primary["kind"].as_str().unwrap_or_default()
+        );
+    }
+    offline::apply_defaults(&matching, crds, &mut primary);
+    let now = match &case.now {
+        Some(s) => kiln::template::time::parse(s).map_err(|e| anyhow::anyhow!("now: {e}"))?,
+        None => kiln::template::time::current(),
+    };
+    let inputs = Inputs {
+        primary,
+        related: case.related.clone(),
+        observed: case.observed.clone(),
+        draw: Draw::Placeholder,
+        now: Some(now),
+    };
+    let namespace = inputs.primary["metadata"]["namespace"].as_str();
+    let labels: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(inputs.primary["metadata"]["labels"].clone()).unwrap_or_default();
+    let mut got = Got::default();
+    for rule in matching {
+        if let Some(why) = rule.primary.refusal(namespace, &labels) {
+            got.errors.push(format!(
+                "rule `{}` does not select the primary: {why}",
+                rule.name
+            ));
+            continue;
+        }
+        let inputs = offline::with_empty_selections(rule, &inputs);
+        let plan = match offline::decide(rule, &inputs) {
+            Ok((rendered, plan)) => {
+                got.children
+                    .extend(rendered.children.into_iter().map(|c| c.object));
+                plan
+            }
+            Err(plan) => *plan,
+        };
+        if !matches!(plan.status.outcome, Outcome::Applied { .. }) {
+            got.errors.push(format!(
+                "rule `{}`: {}",
+                rule.name,
+                super::verdict::lines(&plan, "").trim_end()
+            ));
+        }
+        got.pruned.extend(
+            plan.prune
+                .iter()
+                .map(|p| (p.gvk.kind.clone(), p.key.name.clone())),
+        );
+        let patch = offline::status_patch(rule, &inputs.primary, &plan);
+        if let Value::Object(status) = &patch["status"] {
+            got.status.extend(status.clone());
+        }
+    }
+    Ok(got)
+}
+
+/// Every way `got` falls short of `expect`.
+fn check(expect: &Expect, got: &Got) -> Vec<Failure> {
+    let mut out = Vec::new();
+    let errors = got.errors.join("\n");
+    match &expect.error {
+        Some(want) if !errors.contains(want.as_str()) => out.push(Failure::new(
+            "error",
+            format!("expected an error containing {want:?}, got {errors:?}"),
+        )),
+        None if !errors.is_empty() => {
+            out.push(Failure::new("error", format!("unexpected: {errors}")));
+        }
+        _ => {}
+    }
+    let named = |o: &Value| {
+        (
+            o["kind"].as_str().unwrap_or_default().to_string(),
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    for want in &expect.children {
+        let (kind, name) = named(want);
+        let at = format!("children[{kind} {name}]");
+        match got
+            .children
+            .iter()
+            .find(|c| named(c) == (kind.clone(), name.clone()))
+        {
+            Some(child) => compare(&at, "", want, child, &mut out),
+            None => out.push(Failure::new(&at, "expected it rendered, got no such child")),
+        }
+    }
+    for want in &expect.absent {
+        let key = (want.kind.clone(), want.name.clone());
+        if got.children.iter().any(|c| named(c) == key) {
+            let at = format!("children[{} {}]", want.kind, want.name);
+            out.push(Failure::new(&at, "expected absent, got it rendered"));
+        }
+    }
+    for want in &expect.pruned {
+        let key = (want.kind.clone(), want.name.clone());
+        if !got.pruned.contains(&key) {
+            let at = format!("pruned[{} {}]", want.kind, want.name);
+            out.push(Failure::new(
+                &at,
+                format!("expected pruned, got pruned {:?}", got.pruned),
+            ));
+        }
+    }
+    let status = Value::Object(got.status.clone());
+    if let Some(want) = &expect.status {
+        compare("status", "", want, &status, &mut out);
+    }
+    for want in &expect.conditions {
+        let kind = want["type"].as_str().unwrap_or_default();
+        let at = format!("status.conditions[{kind}]");
+        match find_condition(&status, kind) {
+            Some(c) => compare(&at, "", want, c, &mut out),
+            None => out.push(Failure::new(&at, "expected it, got no such condition")),
+        }
+    }
+    out
+}
