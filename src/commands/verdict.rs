@@ -8,7 +8,14 @@ use kiln::engine::status::Outcome;
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
     let mut out = String::new();
+    if plan.suspended {
+        out.push_str(&format!(
+            "{indent}suspended: {}\n",
+            kiln::engine::suspend::message()
+        ));
+    }
     match &plan.status.outcome {
+        Outcome::Waiting { .. } if plan.suspended => {}
         Outcome::Waiting { missing } => {
             out.push_str(&format!(
                 "{indent}waiting: nothing is rendered until these exist: {}\n",
@@ -62,6 +69,7 @@ pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
         Verdict::Left => {
             "no longer rendered: left as it is (orphaned, or being deleted)".to_string()
         }
+        Verdict::Suspended => "suspended: left as it is".to_string(),
     };
     format!("{} {} {}: {what}", c.id, c.gvk.kind, c.name)
 }

@@ -527,6 +527,14 @@ impl RuleController {
         if self.wiring.refused && obj.metadata.deletion_timestamp.is_none() {
             return Ok(Next::Done);
         }
+        // Suspended: nothing is written for the object (children, status,
+        // finalizer) until the annotation goes, which queues it again.
+        if super::suspend::suspended_meta(&obj.metadata) {
+            let message = super::suspend::message();
+            let reason = super::suspend::REASON;
+            self.report(&obj, EventType::Normal, reason, &message).await;
+            return Ok(Next::Done);
+        }
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels());
         let wanted = self.needs_finalizer() && selected;

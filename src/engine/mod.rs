@@ -30,6 +30,7 @@ pub mod reverse;
 pub mod schema;
 pub mod status;
 pub mod store;
+pub mod suspend;
 pub mod undecodable;
 pub mod watch_health;
 

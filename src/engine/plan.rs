@@ -146,6 +146,10 @@ pub struct Plan {
     /// What the plan makes of each child, rendered or live (empty when
     /// nothing was rendered): what `kiln explain` and `kiln render` print.
     pub children: Vec<ChildVerdict>,
+    /// The primary is suspended (`kiln.dev/reconcile: suspended`): the
+    /// engine writes nothing for it, not even status; `status` is never
+    /// written.
+    pub suspended: bool,
 }
 
 /// What a plan does with one child.
@@ -167,6 +171,9 @@ pub enum Verdict {
     Prune,
     /// No longer rendered, but orphaned (or being deleted): left alone.
     Left,
+    /// The primary is suspended (`kiln.dev/reconcile: suspended`): left
+    /// as it is, whatever the rule renders.
+    Suspended,
 }
 
 /// One child's [`Verdict`].
@@ -194,6 +201,31 @@ impl Plan {
             status,
             next,
             children: Vec::new(),
+            suspended: false,
+        }
+    }
+
+    /// The plan of a suspended primary: nothing written, every live child
+    /// left as it is.
+    fn suspended(observed: &Observed, generation: Option<i64>) -> Self {
+        let children = observed
+            .children
+            .iter()
+            .map(|live| ChildVerdict {
+                id: live.id.clone(),
+                gvk: live.gvk.clone(),
+                name: live.key.name.clone(),
+                verdict: Verdict::Suspended,
+                ready: None,
+            })
+            .collect();
+        let outcome = Outcome::Waiting {
+            missing: Vec::new(),
+        };
+        Self {
+            children,
+            suspended: true,
+            ..Self::only(unrendered(outcome, generation), Next::Done)
         }
     }
 
@@ -245,6 +277,9 @@ pub fn draft(
     scope_of: ScopeOf<'_>,
 ) -> Result<Draft, Box<Plan>> {
     let generation = observed.inputs.primary["metadata"]["generation"].as_i64();
+    if super::suspend::suspended(&observed.inputs.primary) {
+        return Err(Box::new(Plan::suspended(observed, generation)));
+    }
     if let Some(plan) = unready(rule, observed, generation) {
         return Err(Box::new(plan));
     }
@@ -368,6 +403,7 @@ impl Draft {
             },
             next,
             children,
+            suspended: false,
         }
     }
 }
@@ -605,6 +641,13 @@ impl Plan {
     /// The Event the plan's outcome raises once its writes went through:
     /// waiting is Normal, a failure a Warning, success none.
     pub fn event(&self) -> Option<Raise> {
+        if self.suspended {
+            return Some(Raise {
+                warning: false,
+                reason: super::suspend::REASON,
+                message: super::suspend::message(),
+            });
+        }
         match &self.status.outcome {
             Outcome::Waiting { missing } => Some(Raise {
                 warning: false,
@@ -876,6 +919,26 @@ spec:
             verdicts(&world.plan()),
             [("config", Verdict::CreatedOnce(false))]
         );
+    }
+
+    #[test]
+    fn a_suspended_primary_plans_no_write_and_says_so_of_every_live_child() {
+        let mut spec = base();
+        spec["extra"] = json!(true);
+        let mut world = an_app(spec).converged().spec(base());
+        world.observed.inputs.primary["metadata"]["annotations"] =
+            json!({super::super::suspend::RECONCILE: "suspended"});
+        let plan = world.plan();
+        assert!(plan.suspended);
+        assert!(!plan.writes_children());
+        assert_eq!(
+            verdicts(&plan),
+            [
+                ("config", Verdict::Suspended),
+                ("extra", Verdict::Suspended)
+            ]
+        );
+        assert_eq!(plan.event().unwrap().reason, "Suspended");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 mod support;
 
 mod admission;
+mod annotations;
 mod api;
 mod chart;
 mod collections;
