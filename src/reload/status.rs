@@ -188,3 +188,57 @@ fn condition(kind: &str, status: bool, reason: &str, message: &str) -> Value {
         "message": message,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(generation: i64) -> Seen {
+        Seen {
+            generation,
+            status: Value::Null,
+            text: String::new(),
+        }
+    }
+
+    fn refusal(rule: &str) -> Diagnostic {
+        let mut d = Diagnostic::new(
+            &file_of(rule),
+            "",
+            None,
+            "spec.children[0]".into(),
+            "unknown field".into(),
+        );
+        d.rule = Some(rule.into());
+        d
+    }
+
+    #[test]
+    fn a_refused_edit_names_the_generation_that_keeps_running() {
+        let diags = [refusal("a")];
+        let s = status_of("a", &seen(2), Some(1), Outcome::Refused(&diags));
+        assert_eq!(s["observedGeneration"], 1);
+        assert_eq!(s["conditions"][0]["reason"], "Refused");
+        assert_eq!(s["conditions"][1]["status"], "True");
+        let why = s["conditions"][1]["message"].as_str().unwrap();
+        assert!(
+            why.contains("rule/a") && why.contains("spec.children[0]"),
+            "{why}"
+        );
+        // Another rule whose running generation is current stays Ready.
+        let b = status_of("b", &seen(4), Some(4), Outcome::Refused(&diags));
+        assert_eq!(b["conditions"][0]["status"], "True");
+        // A new rule held back by another's refusal is not Ready, not refused.
+        let c = status_of("c", &seen(1), None, Outcome::Refused(&diags));
+        assert_eq!(c["conditions"][0]["reason"], "SetRefused");
+        assert_eq!(c["conditions"][1]["status"], "False");
+        assert!(c.get("observedGeneration").is_none());
+    }
+
+    #[test]
+    fn a_running_rule_is_ready_at_its_generation() {
+        let s = status_of("a", &seen(3), Some(3), Outcome::Running);
+        assert_eq!(s["observedGeneration"], 3);
+        assert_eq!(s["conditions"][0]["status"], "True");
+    }
+}
