@@ -101,6 +101,12 @@ pub struct RuleSourceArgs {
     /// with `--rules`, invalid reloads are reported as Events on it.
     #[arg(long, value_parser = parse_configmap)]
     pub rules_configmap: Option<(String, String)>,
+    /// Read the rules from cluster-scoped `Rule` resources (`rules.kiln.dev`,
+    /// the CRD in deploy/rule-crd.yaml) instead, listed and watched; each
+    /// Rule's status says whether it runs and why not. An empty set is
+    /// allowed with this source (deleting every Rule stops every rule).
+    #[arg(long, conflicts_with_all = ["rules", "rules_configmap"])]
+    pub rules_from_cluster: bool,
 }
 
 /// How a new version of the rules replaces the running one.

@@ -148,6 +148,16 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("", "configmaps"))
         .or_default()
         .extend(READ);
+    // The Rule resources (`kiln run --rules-from-cluster`): always granted,
+    // so switching the source needs no new role.
+    grants
+        .entry(core("kiln.dev", "rules"))
+        .or_default()
+        .extend(READ);
+    grants
+        .entry(core("kiln.dev", "rules/status"))
+        .or_default()
+        .extend(["patch"]);
 
     let mut rules: Vec<Value> = grants
         .into_iter()
@@ -320,6 +330,8 @@ mod tests {
             "tenant primary"
         );
         assert_eq!(verbs("events.k8s.io", "events"), ["create", "patch"]);
+        assert_eq!(verbs("kiln.dev", "rules"), ["get", "list", "watch"]);
+        assert_eq!(verbs("kiln.dev", "rules/status"), ["patch"]);
         assert!(rules.iter().any(|r| r["resources"][0] == "clusterroles"
             && r["resourceNames"][0] == "admin"
             && r["verbs"][0] == "bind"));

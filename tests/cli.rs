@@ -119,6 +119,17 @@ fn deploy_generated_files_are_fresh() {
 }
 
 #[test]
+fn deploy_and_the_chart_ship_the_same_rule_crd() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    assert_eq!(
+        read("deploy/rule-crd.yaml"),
+        read("charts/kiln/crds/rules.kiln.dev.yaml"),
+        "deploy/rule-crd.yaml and charts/kiln/crds/rules.kiln.dev.yaml differ"
+    );
+}
+
+#[test]
 fn the_committed_staticsite_crd_is_kiln_crd_output() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let committed = std::fs::read_to_string(root.join("examples/staticsite/crd.yaml")).unwrap();

@@ -10,8 +10,8 @@ use kiln::engine::{Engine, Options};
 use kiln::lease;
 use kiln::metrics::Metrics;
 use kiln::reload::{
-    self, Checker, CurrentRules, Files, Follower, Loader, Refusal, ReloadOptions, RuleSource,
-    RulesConfigMap, Teller,
+    self, Checker, CurrentRules, Files, Follower, Loader, Refusal, ReloadOptions, RuleResources,
+    RuleSource, RulesConfigMap, StatusWriter, Teller,
 };
 use kiln::request_timeout;
 use kiln::serve::{self, Probe};
@@ -43,15 +43,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             args.client.request_timeout.0,
         )
         .await?;
-        let mut source = rule_source(args, &client);
+        let (mut source, status) = rule_source(args, &client);
         let first = source.first().await?;
         let metrics = Arc::new(Metrics::new());
         let probe = Arc::new(RunProbe::new(metrics.clone()));
         let teller = Teller::new(&client, args.source.rules_configmap.clone(), probe.speaks());
-        let options = reload_options(&args.reload);
+        let mut options = reload_options(&args.reload);
+        // Deleting every Rule resource is a choice, not a vanished file.
+        options.allow_empty |= args.source.rules_from_cluster;
         let loader = match Loader::first(first, options, metrics.clone(), teller) {
             Ok(loader) => {
-                loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()))
+                let loader =
+                    loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
+                match status {
+                    Some(status) => loader.reporting(status),
+                    None => loader,
+                }
             }
             Err(refusal) => return Ok(first_load_refused(&refusal)),
         };
@@ -106,12 +113,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Where the rules are read from: the files, else the ConfigMap through the API.
-fn rule_source(args: &RunArgs, client: &Client) -> Box<dyn RuleSource> {
-    match (&args.source.rules[..], &args.source.rules_configmap) {
+/// Where the rules are read from: the Rule resources, else the files, else
+/// the ConfigMap through the API; with the Rule resources, their status writer.
+fn rule_source(args: &RunArgs, client: &Client) -> (Box<dyn RuleSource>, Option<StatusWriter>) {
+    if args.source.rules_from_cluster {
+        let source = RuleResources::new(client.clone());
+        let status = StatusWriter::new(client.clone(), source.offered());
+        return (Box::new(source), Some(status));
+    }
+    let source: Box<dyn RuleSource> = match (&args.source.rules[..], &args.source.rules_configmap) {
         ([], Some((ns, name))) => Box::new(RulesConfigMap::new(client.clone(), ns, name)),
         (paths, _) => Box::new(Files::new(paths.to_vec(), RELOAD_DEBOUNCE, RELOAD_POLL)),
-    }
+    };
+    (source, None)
 }
 
 /// A burst of file events is one reload once quiet this long.

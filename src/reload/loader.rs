@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::current::CurrentRules;
 use super::precheck::{Checker, Finding};
 use super::source::{RuleSource, Version};
+use super::status::{Outcome, StatusWriter};
 use super::tell::Teller;
 use super::{ReloadOptions, empty_set};
 use crate::metrics::Metrics;
@@ -55,6 +56,8 @@ pub struct Loader {
     last_seen: u64,
     /// A valid set the cluster does not let run yet, and what it said.
     pending: Option<(RuleSet, Vec<Finding>)>,
+    /// Writes the status of Rule resources after each load, when they are the source.
+    status: Option<StatusWriter>,
 }
 
 impl Loader {
@@ -77,6 +80,7 @@ impl Loader {
             checker: None,
             last_seen,
             pending: None,
+            status: None,
         })
     }
 
@@ -86,6 +90,19 @@ impl Loader {
     pub fn checking(mut self, checker: Checker) -> Self {
         self.checker = Some(checker);
         self
+    }
+
+    /// Writes the status of the Rule resources after each load.
+    #[must_use]
+    pub fn reporting(mut self, status: StatusWriter) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    async fn report(&mut self, outcome: Outcome<'_>) {
+        if let Some(status) = &mut self.status {
+            status.after(outcome).await;
+        }
     }
 
     /// The current rule set this loader keeps.
@@ -100,6 +117,8 @@ impl Loader {
         shutdown: impl Future<Output = ()>,
     ) {
         futures::pin_mut!(shutdown);
+        // The first load ran.
+        self.report(Outcome::Running).await;
         loop {
             let waiting = self.pending.is_some();
             tokio::select! {
@@ -125,7 +144,11 @@ impl Loader {
         self.metrics.rules_pending.set(0);
         match load(version, self.options.allow_empty) {
             Ok(set) => self.offer(set).await,
-            Err(refusal) => self.refuse(&refusal.diagnostics()).await,
+            Err(refusal) => {
+                let diagnostics = refusal.diagnostics();
+                self.refuse(&diagnostics).await;
+                self.report(Outcome::Refused(&diagnostics)).await;
+            }
         }
     }
 
@@ -151,6 +174,7 @@ impl Loader {
                         // A CRD change that would break stored objects: as
                         // invalid as a broken rule.
                         self.refuse(&refusal.diagnostics).await;
+                        self.report(Outcome::Refused(&refusal.diagnostics)).await;
                         return;
                     }
                     // The API server could not answer: checked again.
@@ -165,6 +189,7 @@ impl Loader {
             self.pending = None;
             self.metrics.rules_pending.set(0);
             self.accept(set);
+            self.report(Outcome::Running).await;
             for waits in &findings {
                 tracing::warn!("{waits}");
                 self.teller
@@ -182,6 +207,7 @@ impl Loader {
         self.metrics.rules_pending.set(1);
         if !told {
             self.hold_back(&findings).await;
+            self.report(Outcome::Waiting(&findings)).await;
         }
         self.pending = Some((set, findings));
     }

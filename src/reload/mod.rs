@@ -15,7 +15,9 @@ pub mod follow;
 pub mod loader;
 pub mod plan;
 pub mod precheck;
+pub mod resources;
 pub mod source;
+pub mod status;
 pub mod tell;
 pub mod watch;
 
@@ -24,7 +26,9 @@ pub use follow::Follower;
 pub use loader::{Loader, Refusal, load};
 pub use plan::{Plan, plan};
 pub use precheck::{Checker, Finding};
+pub use resources::RuleResources;
 pub use source::{Files, RuleSource, RulesConfigMap, Version, configmap_sources};
+pub use status::StatusWriter;
 pub use tell::Teller;
 
 use crate::rules::Diagnostic;

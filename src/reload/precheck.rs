@@ -42,7 +42,14 @@ pub enum Finding {
 }
 
 impl Finding {
-    /// Whether the rule set must wait for it.
+    /// The rule it is about.
+    pub fn rule(&self) -> &str {
+        match self {
+            Self::Blocks { rule, .. } | Self::Waits { rule, .. } => rule,
+        }
+    }
+
+    /// Whether the set waits for it.
     pub fn blocks(&self) -> bool {
         matches!(self, Self::Blocks { .. })
     }

@@ -46,6 +46,13 @@ pub enum SourceError {
         #[source]
         source: kube::Error,
     },
+    /// The Rule resources could not be listed.
+    #[error("listing the Rule resources (rules.kiln.dev): {source}")]
+    Rules {
+        /// What the API server answered.
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// A place rules are read from.

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kiln::engine::{Engine, Options, RuleState};
 use kiln::metrics::Metrics;
 use kiln::reload::{
-    Checker, Files, Follower, Loader, ReloadOptions, RuleSource, RulesConfigMap, Teller, Version,
+    Checker, Files, Follower, Loader, ReloadOptions, RuleResources, RuleSource, RulesConfigMap,
+    StatusWriter, Teller, Version,
 };
 use kiln::rules::{self, Gvk};
 use kube::Client;
@@ -19,13 +20,13 @@ use crate::support::{self, TestNamespace, eventually};
 
 const CONVERGE: Duration = Duration::from_secs(30);
 
-fn rule(name: &str, kind: &str, children: &str) -> String {
+pub(crate) fn rule(name: &str, kind: &str, children: &str) -> String {
     format!(
         "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: {kind}}}\n  children:\n{children}"
     )
 }
 
-fn configmap_child(id: &str, suffix: &str) -> String {
+pub(crate) fn configmap_child(id: &str, suffix: &str) -> String {
     format!(
         "    - id: {id}\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {{name: \"{{{{ self.metadata.name }}}}-{suffix}\"}}\n        data: {{from: \"{{{{ rule.name }}}}\"}}\n"
     )
@@ -36,6 +37,8 @@ fn configmap_child(id: &str, suffix: &str) -> String {
 pub(crate) enum From {
     Dir(std::path::PathBuf),
     ConfigMap(String, String),
+    /// The `Rule` resources, their status written.
+    Resources,
 }
 
 impl From {
@@ -43,20 +46,31 @@ impl From {
         Self::Dir(path.to_path_buf())
     }
 
-    fn source(&self, client: &Client) -> Box<dyn RuleSource> {
+    fn source(&self, client: &Client) -> (Box<dyn RuleSource>, Option<StatusWriter>) {
         match self {
-            Self::Dir(dir) => Box::new(Files::new(
-                vec![dir.clone()],
-                Duration::from_millis(200),
-                Duration::from_millis(500),
-            )),
-            Self::ConfigMap(ns, name) => Box::new(RulesConfigMap::new(client.clone(), ns, name)),
+            Self::Dir(dir) => (
+                Box::new(Files::new(
+                    vec![dir.clone()],
+                    Duration::from_millis(200),
+                    Duration::from_millis(500),
+                )),
+                None,
+            ),
+            Self::ConfigMap(ns, name) => (
+                Box::new(RulesConfigMap::new(client.clone(), ns, name)),
+                None,
+            ),
+            Self::Resources => {
+                let source = RuleResources::new(client.clone());
+                let status = StatusWriter::new(client.clone(), source.offered());
+                (Box::new(source), Some(status))
+            }
         }
     }
 
     fn configmap(&self) -> Option<(String, String)> {
         match self {
-            Self::Dir(_) => None,
+            Self::Dir(_) | Self::Resources => None,
             Self::ConfigMap(ns, name) => Some((ns.clone(), name.clone())),
         }
     }
@@ -82,7 +96,7 @@ impl Harness {
         from: From,
         options: ReloadOptions,
     ) -> Self {
-        let mut source = from.source(&client);
+        let (mut source, status) = from.source(&client);
         let first = source.first().await.unwrap();
         let metrics = Arc::new(Metrics::new());
         let teller = Teller::new(&client, from.configmap(), Arc::new(|| true));
@@ -90,6 +104,10 @@ impl Harness {
         let loader = Loader::first(first, options, metrics.clone(), teller)
             .unwrap_or_else(|r| panic!("{:?}", r.diagnostics()))
             .checking(Checker::new(client.clone(), vec![ns.to_string()]));
+        let loader = match status {
+            Some(status) => loader.reporting(status),
+            None => loader,
+        };
         let engine = Arc::new(Engine::sharded(
             client.clone(),
             Options {
@@ -147,18 +165,18 @@ pub(crate) fn write(dir: &Path, file: &str, text: &str) {
     std::fs::rename(tmp, dir.join(file)).unwrap();
 }
 
-async fn configmap(client: &Client, ns: &str, name: &str) -> Option<Value> {
+pub(crate) async fn configmap(client: &Client, ns: &str, name: &str) -> Option<Value> {
     support::get(client, "v1", "ConfigMap", ns, name).await
 }
 
-async fn wait_cm(client: &Client, ns: &str, name: &str) -> Value {
+pub(crate) async fn wait_cm(client: &Client, ns: &str, name: &str) -> Value {
     eventually(&format!("ConfigMap {name}"), CONVERGE, || {
         configmap(client, ns, name)
     })
     .await
 }
 
-fn widget(name: &str) -> Value {
+pub(crate) fn widget(name: &str) -> Value {
     json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"value": "x"}})
 }
 
