@@ -9,9 +9,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Event;
-use kiln::engine::informer::ObjKey;
-use kiln::engine::plan::{self, LiveChild, Observed};
-use kiln::engine::related::{self, Found, Refusal, Target};
+use kiln::engine::decision::plan::{self, LiveChild, Observed};
+use kiln::engine::decision::related::{self, Found, Refusal, Target};
+use kiln::engine::key::ObjKey;
 use kiln::ownership;
 use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
 use kiln::rules::{Gvk, Rule, RuleSet};

@@ -2,9 +2,9 @@
 //! the rules that take an object, its defaults, the snapshot filled from
 //! files, and the engine's own plan over it.
 
-use kiln::engine::informer::ObjKey;
-use kiln::engine::plan::{self, LiveChild, Observed, Plan};
-use kiln::engine::status;
+use kiln::engine::decision::plan::{self, LiveChild, Observed, Plan};
+use kiln::engine::decision::status;
+use kiln::engine::key::ObjKey;
 use kiln::ownership;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{Rule, RuleSet};

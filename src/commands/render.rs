@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use kiln::engine::plan::Plan;
+use kiln::engine::decision::plan::Plan;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
 use kiln::template::generate::Draw;
@@ -191,7 +191,7 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
     }
     let this = kiln::template::to_jinja(&inputs.primary);
     let plan = kiln::template::limits::render_stack(|| {
-        kiln::engine::decorate::plan(
+        kiln::engine::decision::decorate::plan(
             rule,
             "kiln",
             || render::context(rule, &this, inputs),

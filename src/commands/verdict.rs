@@ -2,8 +2,8 @@
 //! it. `kiln explain` and `kiln render` print the engine's own plan
 //! through this, so neither restates a verdict of its own.
 
-use kiln::engine::plan::{ChildVerdict, Plan, Verdict};
-use kiln::engine::status::Outcome;
+use kiln::engine::decision::plan::{ChildVerdict, Plan, Verdict};
+use kiln::engine::decision::status::Outcome;
 
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
@@ -11,7 +11,7 @@ pub fn lines(plan: &Plan, indent: &str) -> String {
     if plan.suspended {
         out.push_str(&format!(
             "{indent}suspended: {}\n",
-            kiln::engine::suspend::message()
+            kiln::engine::decision::suspend::message()
         ));
     }
     match &plan.status.outcome {

@@ -1,38 +1,20 @@
 //! The engine: controller-runtime's Manager with the Reconcile function
-//! replaced by rules. Each rule runs as a [`controller::RuleController`] over
+//! replaced by rules. Each rule runs as a [`runtime::controller::RuleController`] over
 //! shared informers (one watch per GVK, however many rules use it).
 //!
 //! A rule whose kinds are not served yet (a CRD not installed) waits and
 //! starts by itself once discovery finds them.
+//!
+//! Three layers, one folder each: [`cache`] (watches and stores),
+//! [`decision`] (what a reconcile should do, no API calls) and [`runtime`]
+//! (queues, workers, the executor of plans). [`key`] and [`backoff`] are
+//! leaves they share.
 
 pub mod backoff;
-pub mod board;
-pub mod budget;
-pub mod cached;
-pub mod claims;
-pub mod controller;
-pub mod decode;
-pub mod decorate;
-pub mod diff;
-pub mod elsewhere;
-pub mod events;
-pub mod failure;
-pub mod informer;
-pub mod kinds;
-pub mod owned_status;
-pub mod placing;
-pub mod plan;
-pub mod projection;
-pub mod queue;
-pub mod related;
-pub mod reown;
-pub mod reverse;
-pub mod schema;
-pub mod status;
-pub mod store;
-pub mod suspend;
-pub mod undecodable;
-pub mod watch_health;
+pub mod cache;
+pub mod decision;
+pub mod key;
+pub mod runtime;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -44,12 +26,13 @@ use tokio::sync::watch;
 
 use crate::rules::{Gvk, Rule, RuleSet};
 use crate::shard::Whose;
-use controller::{RuleController, Wiring};
-use informer::Registry;
+use cache::informer::{self, Registry};
+use cache::kinds::{self, KindError, Kinds};
+use cache::projection::{self, Projection};
+use decision::schema::{SchemaError, StatusSchema};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kinds::{KindError, Kinds};
-use projection::Projection;
-use schema::{SchemaError, StatusSchema};
+use runtime::board;
+use runtime::controller::{self, RuleController, Wiring};
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
@@ -190,7 +173,7 @@ impl Engine {
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
-        let sink = undecodable::sink(recorder.clone(), metrics.clone());
+        let sink = cache::undecodable::sink(recorder.clone(), metrics.clone());
         let mut informers = Registry::keeping_status_of(&options.field_manager)
             .reporting_to(sink)
             .projecting(options.project_cache);

@@ -16,7 +16,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::engine::kinds::{Kind, KindError, Kinds};
+use crate::engine::cache::kinds::{Kind, KindError, Kinds};
 use crate::engine::{SchemaRead, kinds_of, status_schema};
 use crate::rbac::{Grants, guess_plural, rule_grants};
 use crate::rules::{Gvk, Rule, RuleSet};

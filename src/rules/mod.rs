@@ -145,7 +145,7 @@ impl Primary {
 }
 
 /// Labels an object has, wherever they are kept: a map, or a cached
-/// object's compact form (`engine::cached::Labels`).
+/// object's compact form (`engine::cache::cached::Labels`).
 pub trait LabelSource: std::fmt::Debug {
     /// The value of label `key`.
     fn label(&self, key: &str) -> Option<&str>;

@@ -278,7 +278,7 @@ spec:
 /// decoration sent exactly as the engine sends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decorator_resurrects_what_was_deleted() {
-    use kiln::engine::decorate;
+    use kiln::engine::decision::decorate;
     let scene = Scene::new("resurrect").await.with_widgets().await;
     let cached = scene
         .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}}))

@@ -619,7 +619,7 @@ mod rule_tests {
 
     #[test]
     fn the_bench_rule_keeps_its_primary_whole_and_of_the_rest_what_it_sets_and_reads() {
-        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let rule = rule_from(include_str!("../../../tests/bench/webapp.yaml"));
         let all = of_rule(&rule);
         assert_eq!(all.len(), 5);
         assert!(of(&all, "WebApp").is_everything());
@@ -668,7 +668,7 @@ mod rule_tests {
 
     #[test]
     fn of_a_child_kind_objects_kiln_did_not_make_keep_only_their_identity() {
-        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let rule = rule_from(include_str!("../../../tests/bench/webapp.yaml"));
         let all = of_rule(&rule);
         let big = json!({"data": {"blob": "x".repeat(1000)}});
         // kiln's ConfigMap: its template sets `data`.
@@ -707,7 +707,7 @@ mod rule_tests {
 
     #[test]
     fn a_status_field_reading_a_child_whole_keeps_it_whole() {
-        let text = include_str!("../../tests/bench/webapp.yaml").replace(
+        let text = include_str!("../../../tests/bench/webapp.yaml").replace(
             "children.deployment.status.readyReplicas | default(0)",
             "children.service | tojson | length",
         );
@@ -728,7 +728,7 @@ mod rule_tests {
                 Some(serde_json::from_value(json!("2026-11-23T18:44:55Z")).unwrap());
             o
         };
-        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let rule = rule_from(include_str!("../../../tests/bench/webapp.yaml"));
         let all = of_rule(&rule);
         // Children, kiln's or anyone's: the engine never reads it.
         for labels in [json!({"kiln.dev/rule": "webapp"}), json!({})] {
@@ -754,7 +754,7 @@ mod rule_tests {
             "children.service.metadata",
             "children.service",
         ] {
-            let text = include_str!("../../tests/bench/webapp.yaml").replace(
+            let text = include_str!("../../../tests/bench/webapp.yaml").replace(
                 "children.deployment.status.readyReplicas | default(0)",
                 &format!("{read} | tojson | length"),
             );
@@ -771,10 +771,10 @@ mod rule_tests {
 
     #[test]
     fn of_a_list_of_maps_each_item_keeps_the_keys_any_item_sets_and_satisfied_is_unchanged() {
-        let rule = rule_from(include_str!("../../tests/bench/webapp.yaml"));
+        let rule = rule_from(include_str!("../../../tests/bench/webapp.yaml"));
         let all = of_rule(&rule);
         let live: Value = serde_json::from_str(include_str!(
-            "../../tests/fixtures/projection/deployment_live.json"
+            "../../../tests/fixtures/projection/deployment_live.json"
         ))
         .unwrap();
         let mut kept = live.clone();
@@ -803,12 +803,12 @@ mod rule_tests {
         ];
         for d in &variants {
             assert_eq!(
-                crate::engine::diff::satisfied(&kept, d),
-                crate::engine::diff::satisfied(&live, d),
+                crate::engine::decision::diff::satisfied(&kept, d),
+                crate::engine::decision::diff::satisfied(&live, d),
                 "{d}"
             );
         }
-        assert!(crate::engine::diff::satisfied(&kept, &desired));
+        assert!(crate::engine::decision::diff::satisfied(&kept, &desired));
         // Lists of scalars, of templated items, or empty: kept whole.
         let mut p = Projection::identity();
         p.keep_set_by(&json!({"spec": {"args": ["a"], "empty": [], "mixed": [{"a": 1}, "b"]}}));
@@ -831,7 +831,7 @@ mod rule_tests {
 
     #[test]
     fn a_list_the_server_lengthened_converges_when_what_it_stored_is_cut_as_the_cache_cuts() {
-        use crate::engine::diff::{converged, normalized};
+        use crate::engine::decision::diff::{converged, normalized};
         let mut p = Projection::identity();
         p.keep_set_by(
             &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::informer::ObjKey;
+use crate::engine::key::ObjKey;
 use crate::rules::LabelSelector;
 
 /// One primary's selector watch: objects in `namespace` with these labels.

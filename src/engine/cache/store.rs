@@ -18,7 +18,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 pub use super::cached::{Cached, Labels, Uid};
-use super::informer::ObjKey;
+use crate::engine::key::ObjKey;
 
 /// Objects by namespace and name, the key read from the objects.
 #[derive(Default)]

@@ -27,34 +27,7 @@ use super::kinds::Kind;
 use super::owned_status;
 use super::projection::Projection;
 use super::store::{Cached, Store};
-
-/// A namespace and a name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjKey {
-    /// The namespace; `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// The name.
-    pub name: String,
-}
-
-impl ObjKey {
-    /// The key of an object.
-    pub fn of(obj: &DynamicObject) -> Self {
-        Self {
-            namespace: obj.namespace(),
-            name: obj.name_any(),
-        }
-    }
-}
-
-impl fmt::Display for ObjKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{ns}/{}", self.name),
-            None => f.write_str(&self.name),
-        }
-    }
-}
+use crate::engine::key::ObjKey;
 
 /// A change to a cached object.
 #[derive(Debug)]
@@ -430,7 +403,7 @@ impl Informer {
             h.failed(
                 std::time::Instant::now(),
                 &message,
-                super::backoff::jitter(),
+                crate::engine::backoff::jitter(),
             )
         });
         if let Some(quiet) = verdict.log {

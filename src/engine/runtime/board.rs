@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
-use super::informer::ObjKey;
-use super::status::Part;
+use crate::engine::decision::status::Part;
+use crate::engine::key::ObjKey;
 use crate::rules::{Gvk, Rule};
 
 type Object = (Gvk, ObjKey);

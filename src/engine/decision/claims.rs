@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::informer::ObjKey;
+use crate::engine::key::ObjKey;
 
 /// One object decorated as one field manager: kind, namespace, name, manager.
 pub type Target = (String, Option<String>, String, String);

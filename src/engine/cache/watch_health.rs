@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::backoff;
+use crate::engine::backoff;
 use crate::rules::Backoff;
 
 /// The retry bounds of a failing list or watch (kube's default is 0.8 s to 30 s).

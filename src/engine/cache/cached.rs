@@ -33,7 +33,7 @@ use kube::core::{ObjectMeta, TypeMeta};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::informer::ObjKey;
+use crate::engine::key::ObjKey;
 
 /// One cached object: namespace, name, labels, uid and resource version
 /// apart (read without parsing), the rest as compact JSON.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::informer::ObjKey;
+use crate::engine::key::ObjKey;
 use crate::rules::{LabelSelector, Watch, WatchTarget};
 use crate::template::Piece;
 

@@ -277,7 +277,7 @@ fn identity(object: &Value) -> (Option<String>, String) {
 /// gone meanwhile the API server answers a Conflict ("uid mismatch")
 /// instead of creating it, holding nothing but these fields, owned by
 /// nobody. (The API server does not record `uid` as a field anyone owns.)
-pub(super) fn apply_body(
+pub(crate) fn apply_body(
     gvk: &Gvk,
     namespace: Option<&str>,
     name: &str,

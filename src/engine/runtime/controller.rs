@@ -17,25 +17,28 @@ use minijinja::Value as JinjaValue;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::Shared;
-use super::backoff;
-use super::budget;
-use super::claims::Claims;
-use super::decorate::{self, Decorations};
-use super::diff;
-use super::failure::{Category, Failure, Stage};
-use super::informer::{Change, Handler, Informer, ObjKey};
-use super::kinds::Kind;
-use super::owned_status;
-use super::placing;
-pub use super::plan::Next;
-use super::plan::{self, Blind, Known, LiveChild, Observed, Occupants, Plan, Prune};
 use super::queue::Queue;
-use super::related::{self, Found, Refusal, Target};
-use super::reown::{self, Reown};
-use super::reverse::{Reverse, SelectorRef};
-use super::schema::StatusSchema;
-use super::status::{self, Contributor, Outcome, Part, reasons};
+use crate::engine::Shared;
+use crate::engine::backoff;
+use crate::engine::cache::informer::{Change, Handler, Informer};
+use crate::engine::cache::kinds::Kind;
+use crate::engine::cache::owned_status;
+use crate::engine::cache::reverse::{Reverse, SelectorRef};
+use crate::engine::decision::budget;
+use crate::engine::decision::claims::Claims;
+use crate::engine::decision::decorate::{self, Decorations};
+use crate::engine::decision::diff;
+use crate::engine::decision::failure::{Category, Failure, Stage};
+use crate::engine::decision::placing;
+pub use crate::engine::decision::plan::Next;
+use crate::engine::decision::plan::{
+    self, Blind, Known, LiveChild, Observed, Occupants, Plan, Prune,
+};
+use crate::engine::decision::related::{self, Found, Refusal, Target};
+use crate::engine::decision::reown::{self, Reown};
+use crate::engine::decision::schema::StatusSchema;
+use crate::engine::decision::status::{self, Contributor, Outcome, Part, reasons};
+use crate::engine::key::ObjKey;
 use crate::metrics;
 use crate::render::{self, DesiredChild};
 use crate::rules::{Gvk, LabelSelector, LabelSource, Rule};
@@ -529,9 +532,9 @@ impl RuleController {
         }
         // Suspended: nothing is written for the object (children, status,
         // finalizer) until the annotation goes, which queues it again.
-        if super::suspend::suspended_meta(&obj.metadata) {
-            let message = super::suspend::message();
-            let reason = super::suspend::REASON;
+        if crate::engine::decision::suspend::suspended_meta(&obj.metadata) {
+            let message = crate::engine::decision::suspend::message();
+            let reason = crate::engine::decision::suspend::REASON;
             self.report(&obj, EventType::Normal, reason, &message).await;
             return Ok(Next::Done);
         }
@@ -1620,7 +1623,7 @@ fn event_note(message: &str) -> String {
 
 /// Whether kiln writes conditions to this kind's status: custom resources
 /// with a status subresource. Built-in kinds have typed statuses of their own.
-pub(super) fn writes_status(kind: &Kind) -> bool {
+pub(crate) fn writes_status(kind: &Kind) -> bool {
     kind.has_status && kind.gvk.is_custom()
 }
 

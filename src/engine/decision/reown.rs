@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::informer::ObjKey;
+use crate::engine::key::ObjKey;
 use crate::render::{DesiredChild, PRIMARY_NAME_ANNOTATION, PRIMARY_UID_ANNOTATION};
 use crate::rules::Gvk;
 

@@ -41,7 +41,7 @@ pub fn stored(list: ConditionList, owned: &[String]) -> ConditionList {
 
 /// The engine condition types on `live` that another field manager set:
 /// shown by the object, and not among `owned` (kiln's, as
-/// [`owned`](super::owned_status::owned) lists them). On a whole list
+/// [`owned`](crate::engine::cache::owned_status::owned) lists them). On a whole list
 /// ownership is not per type, so none is known to be another's.
 pub fn theirs(live: &Value, owned: &[String], list: ConditionList) -> Vec<String> {
     if list == ConditionList::Whole {

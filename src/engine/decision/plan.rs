@@ -11,9 +11,9 @@ use std::time::Duration;
 use minijinja::Value as JinjaValue;
 
 use super::diff::{Normalized, converged};
-use super::informer::ObjKey;
 use super::reown::Reown;
 use super::status::{Outcome, Part, reasons};
+use crate::engine::key::ObjKey;
 use crate::render::{self, DesiredChild, Inputs, ScopeOf};
 use crate::rules::DeletionPolicy::Orphan;
 use crate::rules::UpdatePolicy::CreateOnce;
@@ -714,7 +714,7 @@ mod tests {
     use serde_json::{Map, Value, json};
 
     use super::*;
-    use crate::engine::diff::normalized;
+    use crate::engine::decision::diff::normalized;
     use crate::render::{APPLIED_ANNOTATION, well_known_scope};
     use crate::rules;
     use crate::template::to_jinja;

@@ -1,0 +1,17 @@
+//! The decision: what one reconcile should do, as values computed from a
+//! snapshot (`plan`), with the pieces it is made of (diff, status, failure,
+//! related objects, ownership, placing, budget, claims, decorations). No
+//! kube client in here: everything it reads is handed to it.
+
+pub mod budget;
+pub mod claims;
+pub mod decorate;
+pub mod diff;
+pub mod failure;
+pub mod placing;
+pub mod plan;
+pub mod related;
+pub mod reown;
+pub mod schema;
+pub mod status;
+pub mod suspend;

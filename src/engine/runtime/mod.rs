@@ -1,0 +1,7 @@
+//! The runtime: the queue, the workers and the executor of each plan, with
+//! the status board shared by rules and the Events they publish.
+
+pub mod board;
+pub mod controller;
+pub mod events;
+pub mod queue;
