@@ -3,12 +3,14 @@
 //! the reverse index of related objects).
 
 pub mod cached;
+pub mod crd;
 pub mod decode;
 pub mod elsewhere;
 pub mod informer;
 pub mod kinds;
 pub mod owned_status;
 pub mod projection;
+pub mod registry;
 pub mod reverse;
 pub mod store;
 pub mod undecodable;

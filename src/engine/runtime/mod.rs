@@ -3,5 +3,8 @@
 
 pub mod board;
 pub mod controller;
+pub mod engine;
 pub mod events;
 pub mod queue;
+pub mod shared;
+pub mod start;

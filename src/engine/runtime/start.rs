@@ -1,0 +1,299 @@
+//! One rule from start to stop: resolve its kinds (waiting while one is not
+//! served), read its primary's status schema, acquire its informers and
+//! run a [`RuleController`] over them until the rule stops, a kind goes
+//! away or the CRD's schema changes, then start over.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::controller::{RuleController, Wiring};
+use super::engine::RuleState;
+use super::shared::Shared;
+use crate::engine::cache::crd::{Schema, SchemaRead, schema_change, status_schema};
+use crate::engine::cache::informer;
+use crate::engine::cache::kinds::{self, KindError};
+use crate::engine::cache::projection::{self, Projection};
+use crate::rules::{Gvk, Rule};
+
+/// Every GVK a rule touches, primary first.
+pub(crate) fn kinds_of(rule: &Rule) -> Vec<Gvk> {
+    let mut out = vec![rule.primary.gvk.clone()];
+    for gvk in rule
+        .children
+        .iter()
+        .map(|c| &c.gvk)
+        .chain(rule.watches.iter().map(|w| &w.gvk))
+        .chain(
+            rule.primary
+                .namespace_selector
+                .as_ref()
+                .map(|_| crate::rules::namespace_gvk())
+                .as_ref(),
+        )
+    {
+        if !out.contains(gvk) {
+            out.push(gvk.clone());
+        }
+    }
+    out
+}
+
+pub(crate) async fn run_rule(
+    rule: Arc<Rule>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    state: Arc<Mutex<RuleState>>,
+    slot: Arc<Mutex<Option<Arc<RuleController>>>>,
+) {
+    let waiting = shared
+        .metrics
+        .waiting_for_kinds
+        .get_or_create(&crate::metrics::label("rule", &rule.name))
+        .clone();
+    let refused = shared
+        .metrics
+        .rule_refused
+        .get_or_create(&crate::metrics::label("rule", &rule.name))
+        .clone();
+    let set_state = |s: RuleState| {
+        waiting.set(i64::from(matches!(s, RuleState::WaitingForKinds(_))));
+        refused.set(i64::from(matches!(s, RuleState::Refused(_))));
+        *state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = s
+    };
+    loop {
+        // Resolve every kind; wait (and say so) while any is not served.
+        let (kinds, schema) = loop {
+            let mut resolved = Vec::new();
+            let mut missing = Vec::new();
+            for gvk in kinds_of(&rule) {
+                match shared.kinds.resolve(&gvk).await {
+                    Ok(kind) => resolved.push(kind),
+                    Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
+                    Err(error) => {
+                        tracing::warn!(rule = %rule.name, %error, "discovery failed");
+                        missing.push(gvk.to_string());
+                    }
+                }
+            }
+            if missing.is_empty() {
+                match status_schema(&rule, &shared.client, &resolved[0]).await {
+                    Ok(schema) => {
+                        set_state(RuleState::Syncing);
+                        break (resolved, schema);
+                    }
+                    Err(SchemaRead::Refused(why)) => {
+                        tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema; it only tears down primaries being deleted");
+                        set_state(RuleState::Refused(why.to_string()));
+                        break (resolved, Schema::refused(why.to_string()));
+                    }
+                    Err(SchemaRead::Failed(error)) => {
+                        tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed; the rule waits for it");
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(shared.options.kind_retry) => {}
+                    _ = stop.changed() => return,
+                }
+                continue;
+            }
+            tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
+            set_state(RuleState::WaitingForKinds(missing));
+            tokio::select! {
+                () = tokio::time::sleep(shared.options.kind_retry) => {}
+                _ = stop.changed() => return,
+            }
+        };
+        match run_resolved(&rule, &shared, &kinds, schema, &mut stop, &set_state, &slot).await {
+            Ended::Stopped => return,
+            Ended::SchemaChanged => {
+                tracing::info!(rule = %rule.name, "the primary's CustomResourceDefinition changed its status schema; the rule checks it again");
+            }
+            Ended::KindGone(gvk) => {
+                tracing::warn!(rule = %rule.name, kind = %gvk, "a kind stopped being served; the rule waits for it again");
+                for kind in &kinds {
+                    shared.kinds.forget(&kind.gvk);
+                }
+                set_state(RuleState::WaitingForKinds(vec![gvk.to_string()]));
+            }
+        }
+    }
+}
+
+/// Whether a rule refused for `why` is now refused for another reason or
+/// not at all (a CRD that cannot be read now changes nothing).
+async fn refusal_changed(rule: &Rule, shared: &Shared, primary: &kinds::Kind, why: &str) -> bool {
+    match status_schema(rule, &shared.client, primary).await {
+        Err(SchemaRead::Refused(now)) => now.to_string() != why,
+        Err(SchemaRead::Failed(_)) => false,
+        Ok(_) => true,
+    }
+}
+
+enum Ended {
+    Stopped,
+    KindGone(Gvk),
+    /// The primary's CRD was edited: its status schema is read and checked again.
+    SchemaChanged,
+}
+
+async fn run_resolved(
+    rule: &Arc<Rule>,
+    shared: &Arc<Shared>,
+    kinds: &[Arc<kinds::Kind>],
+    schema: Schema,
+    stop: &mut watch::Receiver<bool>,
+    set_state: &(dyn Fn(RuleState) + Sync),
+    slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
+) -> Ended {
+    let namespaces = &shared.options.namespaces;
+    let mut acquired: Vec<Arc<informer::Informer>> = Vec::new();
+    let wanted = projection::of_rule(rule);
+    let everything = Projection::everything();
+    let mut informer = |gvk: &Gvk| {
+        let kind = kinds.iter().find(|k| &k.gvk == gvk)?.clone();
+        let keep = wanted
+            .iter()
+            .find(|(g, _)| g == gvk)
+            .map_or(&everything, |(_, p)| p);
+        let i = shared
+            .informers
+            .acquire(&shared.client, &kind, namespaces, keep);
+        acquired.push(i.clone());
+        Some(i)
+    };
+    let primary = informer(&rule.primary.gvk);
+    let mut children = HashMap::new();
+    for child in &rule.children {
+        if !children.contains_key(&child.gvk)
+            && let Some(i) = informer(&child.gvk)
+        {
+            children.insert(child.gvk.clone(), i);
+        }
+    }
+    let mut related = HashMap::new();
+    for watch in &rule.watches {
+        if let Some(i) = informer(&watch.gvk) {
+            related.insert(watch.name.clone(), i);
+        }
+    }
+    let namespaces_of_primaries = rule
+        .primary
+        .namespace_selector
+        .as_ref()
+        .and_then(|_| informer(&crate::rules::namespace_gvk()));
+    let release = |acquired: &[Arc<informer::Informer>]| {
+        for i in acquired {
+            shared.informers.release(&i.kind().gvk);
+        }
+    };
+    let Some(primary) = primary else {
+        release(&acquired);
+        return Ended::Stopped;
+    };
+    let wiring = Wiring {
+        primary: primary.clone(),
+        children,
+        related,
+        status: Arc::new(schema.status.clone()),
+        namespaces: namespaces_of_primaries,
+        refused: schema.refused.is_some(),
+    };
+    let refused = schema.refused;
+    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
+    tokio::pin!(changed);
+    let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
+    let gone = |acquired: &[Arc<informer::Informer>]| {
+        acquired
+            .iter()
+            .find(|i| i.is_gone())
+            .map(|i| i.kind().gvk.clone())
+    };
+
+    for i in &acquired {
+        loop {
+            tokio::select! {
+                () = i.synced() => break,
+                () = tokio::time::sleep(shared.options.kind_retry) => {
+                    if let Some(gvk) = gone(&acquired) {
+                        controller.shutdown();
+                        release(&acquired);
+                        return Ended::KindGone(gvk);
+                    }
+                    if i.is_forbidden() {
+                        // Start anyway: writes of this kind will fail with a
+                        // Forbidden condition on the primaries, which says
+                        // more than a rule stuck starting.
+                        tracing::error!(rule = %rule.name, kind = %i.kind().gvk, "kiln may not list and watch this kind (RBAC); its cache stays empty");
+                        break;
+                    }
+                }
+                _ = stop.changed() => {
+                    controller.shutdown();
+                    release(&acquired);
+                    return Ended::Stopped;
+                }
+            }
+        }
+    }
+    *slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(controller.clone());
+    match &refused {
+        None => {
+            set_state(RuleState::Running);
+            tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
+        }
+        Some(why) => set_state(RuleState::Refused(why.clone())),
+    }
+    controller.enqueue_all();
+
+    let mut workers = AbortOnDrop(Some({
+        let c = controller.clone();
+        let n = shared.options.concurrency;
+        tokio::spawn(async move { c.run_workers(n).await })
+    }));
+    let ended = loop {
+        tokio::select! {
+            _ = stop.changed() => break Ended::Stopped,
+            () = &mut changed => break Ended::SchemaChanged,
+            () = tokio::time::sleep(shared.options.kind_retry) => {
+                if let Some(gvk) = gone(&acquired) {
+                    break Ended::KindGone(gvk);
+                }
+                if let Some(why) = &refused
+                    && refusal_changed(rule, shared, &kinds[0], why).await
+                {
+                    break Ended::SchemaChanged;
+                }
+            }
+        }
+    };
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    controller.shutdown();
+    // Awaited through the guard: if this task is aborted meanwhile, the
+    // guard still aborts the workers.
+    if let Some(handle) = workers.0.as_mut() {
+        let _ = tokio::time::timeout(shared.options.shutdown_grace, handle).await;
+    }
+    release(&acquired);
+    tracing::info!(rule = %rule.name, "rule stopped");
+    ended
+}
+
+/// Aborts a task when dropped: a rule task aborted (lease lost) takes its
+/// workers with it.
+pub(crate) struct AbortOnDrop(pub(crate) Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
