@@ -18,8 +18,8 @@ pub mod key;
 pub mod options;
 pub mod runtime;
 
-pub(crate) use cache::crd::{SchemaRead, status_schema};
 pub use options::Options;
+pub(crate) use runtime::crd::{SchemaRead, status_schema};
 pub use runtime::engine::{Engine, RuleState};
 pub use runtime::shared::Fence;
 pub(crate) use runtime::start::kinds_of;

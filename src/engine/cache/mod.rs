@@ -3,7 +3,6 @@
 //! the reverse index of related objects).
 
 pub mod cached;
-pub mod crd;
 pub mod decode;
 pub mod elsewhere;
 pub mod informer;

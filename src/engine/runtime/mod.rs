@@ -3,6 +3,8 @@
 
 pub mod board;
 pub mod controller;
+pub mod crd;
+pub mod decorations;
 pub mod engine;
 pub mod events;
 pub mod queue;

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::controller::{RuleController, Wiring};
+use super::crd::{Schema, SchemaRead, schema_change, status_schema};
 use super::engine::RuleState;
 use super::shared::Shared;
-use crate::engine::cache::crd::{Schema, SchemaRead, schema_change, status_schema};
 use crate::engine::cache::informer;
 use crate::engine::cache::kinds::{self, KindError};
 use crate::engine::cache::projection::{self, Projection};

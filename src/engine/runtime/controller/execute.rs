@@ -3,6 +3,7 @@
 //! becomes.
 
 use super::*;
+use crate::engine::runtime::decorations;
 
 impl RuleController {
     /// Performs a plan: applies, then prunes (only once every apply
@@ -89,9 +90,9 @@ impl RuleController {
             let api = self.api(&kind, d.namespace.as_deref());
             let what = format!("decorating {} {} as {}", d.gvk.kind, d.name, d.manager);
             self.shared.metrics.wrote(&self.rule.name, "apply");
-            match fenced(permit.as_ref(), decorate::send(&api, d)).await? {
+            match fenced(permit.as_ref(), decorations::send(&api, d)).await? {
                 // Gone meanwhile: nothing to decorate, nothing created.
-                Ok(decorate::Sent::Applied | decorate::Sent::Gone) => {}
+                Ok(decorations::Sent::Applied | decorations::Sent::Gone) => {}
                 Err(e) => return Err(Failure::of(&e, &what, d.force)),
             }
         }

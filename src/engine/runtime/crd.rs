@@ -5,7 +5,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 
-use super::kinds;
+use crate::engine::cache::kinds;
 use crate::engine::decision::schema::{SchemaError, StatusSchema};
 use crate::rules::Rule;
 

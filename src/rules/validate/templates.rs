@@ -1,0 +1,195 @@
+//! Templates and expressions: compiled once, and every name they read
+//! (`related.<name>`, `children.<id>`, vars) checked against the rule.
+
+use super::*;
+
+impl<'a> Checker<'a> {
+    pub(super) fn piece(
+        &mut self,
+        at: &[Step],
+        s: &str,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<Piece> {
+        match Piece::compile(s, at, &path_string(at), &mut self.set) {
+            Ok(piece) => {
+                if let Some(id) = piece.template() {
+                    self.references(at, id, scope, watches, ids);
+                }
+                Some(piece)
+            }
+            Err((p, e)) => {
+                self.error(&p, format!("template does not compile: {}", e.message));
+                None
+            }
+        }
+    }
+
+    pub(super) fn expr(
+        &mut self,
+        at: &[Step],
+        e: &str,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<TemplateId> {
+        let source = e.trim();
+        let source = source
+            .strip_prefix("{{")
+            .and_then(|s| s.strip_suffix("}}"))
+            .unwrap_or(source);
+        match self.set.add_expr(&path_string(at), source) {
+            Ok(id) => {
+                self.references(at, &id, scope, watches, ids);
+                Some(id)
+            }
+            Err(err) => {
+                self.error(at, format!("expression does not compile: {}", err.message));
+                None
+            }
+        }
+    }
+
+    pub(super) fn tree(
+        &mut self,
+        at: &[Step],
+        value: &Value,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) -> Option<Tree> {
+        let mut errors = Vec::new();
+        let mut path = at.to_vec();
+        let tree = Tree::compile(value, &mut path, &mut self.set, &mut errors);
+        let ok = errors.is_empty();
+        for (p, e) in errors {
+            self.error(&p, format!("template does not compile: {}", e.message));
+        }
+        let ids_in_tree: Vec<TemplateId> = tree.templates().into_iter().cloned().collect();
+        for id in &ids_in_tree {
+            let steps = self.steps_of(id, at);
+            self.references(&steps, id, scope, watches, ids);
+        }
+        ok.then_some(tree)
+    }
+
+    /// Finds the YAML path of a compiled template (its name is that path).
+    pub(super) fn steps_of(&self, id: &TemplateId, fallback: &[Step]) -> Vec<Step> {
+        let name = id.path().trim_end_matches(" (key)");
+        find_path(&self.doc.node, name).unwrap_or_else(|| fallback.to_vec())
+    }
+
+    /// Refuses calls of filters, tests and functions kiln does not have,
+    /// each at its line and column; returns the unknown functions' names.
+    pub(super) fn unknown_names(&mut self, at: &[Step], id: &TemplateId) -> Vec<String> {
+        let mut functions = Vec::new();
+        for unknown in self.set.unknown_names(id) {
+            let start = self.doc.node.locate(at);
+            let pos = pos_in_scalar(&self.doc.text, start, &unknown);
+            let diagnostic = Diagnostic::new(
+                &self.doc.file,
+                &self.doc.text,
+                Some(pos),
+                path_string(at),
+                unknown.to_string(),
+            );
+            self.errors
+                .push(diagnostic.in_rule(&self.raw.metadata.name));
+            if unknown.kind == Callable::Function {
+                functions.push(unknown.name);
+            }
+        }
+        functions
+    }
+
+    pub(super) fn references(
+        &mut self,
+        at: &[Step],
+        id: &TemplateId,
+        scope: &Scope<'_>,
+        watches: &[String],
+        ids: &[String],
+    ) {
+        self.compiled.push((at.to_vec(), id.clone()));
+        let unknown_functions = self.unknown_names(at, id);
+        for var in self.set.references(id) {
+            let mut parts = var.split('.');
+            let root = parts.next().unwrap_or_default();
+            if GLOBALS.contains(&root) || unknown_functions.iter().any(|f| f == root) {
+                continue;
+            }
+            if root == DRAW {
+                let path = id.path();
+                let message = if !scope.roots.contains(&root) {
+                    "random_secret() draws a value only in a child's `template`, where the child keeps it (read it back from `children.<id>`); not here"
+                } else if path.ends_with(".metadata.name") || path.ends_with(".metadata.namespace")
+                {
+                    "random_secret() cannot make a child's name or namespace: a child's name must be the same on every render"
+                } else {
+                    continue;
+                };
+                self.error(at, message);
+                continue;
+            }
+            if self.set.is_function(root) {
+                continue;
+            }
+            if !scope.roots.contains(&root) {
+                let allowed: Vec<String> = scope
+                    .roots
+                    .iter()
+                    .filter(|r| **r != DRAW)
+                    .map(|r| format!("`{r}`"))
+                    .collect();
+                self.error(
+                    at,
+                    format!(
+                        "unknown variable `{root}`: here templates can use {}",
+                        allowed.join(", ")
+                    ),
+                );
+                continue;
+            }
+            if root == "vars"
+                && let Some(message) = self.var_reference(parts.clone().next())
+            {
+                self.error(at, message);
+                continue;
+            }
+            let var_names = self.var_names.clone();
+            let declared = match root {
+                "related" => Some(("spec.watches", watches)),
+                "children" | "ready" => Some(("spec.children", ids)),
+                "vars" => Some(("spec.vars", var_names.as_slice())),
+                _ => None,
+            };
+            if let (Some(refs), Some(name)) = (&mut self.child_refs, parts.clone().next()) {
+                let through_var = self.var_children.get(name).filter(|_| root == "vars");
+                let read: Vec<String> = match root {
+                    "children" | "ready" => vec![name.to_string()],
+                    _ => through_var.cloned().unwrap_or_default(),
+                };
+                let root = if root == "ready" { "ready" } else { "children" };
+                refs.extend(read.into_iter().map(|id| ChildRef {
+                    root: root.to_string(),
+                    id,
+                    at: at.to_vec(),
+                }));
+            }
+            if let (Some((section, names)), Some(name)) = (declared, parts.next())
+                && !names.iter().any(|n| n == name)
+            {
+                let known = if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                };
+                self.error(
+                    at,
+                    format!("`{root}.{name}` is not declared in {section} (declared: {known})"),
+                );
+            }
+        }
+    }
+}
