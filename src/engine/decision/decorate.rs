@@ -125,8 +125,19 @@ pub fn plan(
             });
         }
     }
-    // Every object the rule can see: a manager of this rule on it that
-    // rendered nothing for it this time takes its fields back.
+    out.take_back = take_back(rule, base, inputs, &wanted);
+    Ok(out)
+}
+
+/// Every object the rule can see: a manager of this rule on it that
+/// rendered nothing for it this time (not in `wanted`) takes its fields back.
+fn take_back(
+    rule: &Rule,
+    base: &str,
+    inputs: &Inputs,
+    wanted: &BTreeSet<(String, String, String, String)>,
+) -> Vec<Decoration> {
+    let mut out = Vec::new();
     let prefix = manager(base, &rule.name, "");
     for (gvk, target) in every_target(rule, inputs) {
         let (namespace, name) = identity(target);
@@ -143,7 +154,7 @@ pub fn plan(
             if wanted.contains(&key) {
                 continue;
             }
-            out.take_back.push(Decoration {
+            out.push(Decoration {
                 body: apply_body(
                     &gvk,
                     namespace.as_deref(),
@@ -159,7 +170,7 @@ pub fn plan(
             });
         }
     }
-    Ok(out)
+    out
 }
 
 /// Why `decorator` may not patch `target` for `primary`, if it may not:

@@ -40,6 +40,24 @@ pub(crate) fn kinds_of(rule: &Rule) -> Vec<Gvk> {
     out
 }
 
+/// Every kind the rule touches, resolved through discovery, and those that
+/// could not be (not served, or discovery failed).
+async fn resolve(rule: &Rule, shared: &Shared) -> (Vec<Arc<kinds::Kind>>, Vec<String>) {
+    let mut resolved = Vec::new();
+    let mut missing = Vec::new();
+    for gvk in kinds_of(rule) {
+        match shared.kinds.resolve(&gvk).await {
+            Ok(kind) => resolved.push(kind),
+            Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
+            Err(error) => {
+                tracing::warn!(rule = %rule.name, %error, "discovery failed");
+                missing.push(gvk.to_string());
+            }
+        }
+    }
+    (resolved, missing)
+}
+
 pub(crate) async fn run_rule(
     rule: Arc<Rule>,
     shared: Arc<Shared>,
@@ -67,18 +85,7 @@ pub(crate) async fn run_rule(
     loop {
         // Resolve every kind; wait (and say so) while any is not served.
         let (kinds, schema) = loop {
-            let mut resolved = Vec::new();
-            let mut missing = Vec::new();
-            for gvk in kinds_of(&rule) {
-                match shared.kinds.resolve(&gvk).await {
-                    Ok(kind) => resolved.push(kind),
-                    Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
-                    Err(error) => {
-                        tracing::warn!(rule = %rule.name, %error, "discovery failed");
-                        missing.push(gvk.to_string());
-                    }
-                }
-            }
+            let (resolved, missing) = resolve(&rule, &shared).await;
             if missing.is_empty() {
                 match status_schema(&rule, &shared.client, &resolved[0]).await {
                     Ok(schema) => {
@@ -140,17 +147,21 @@ enum Ended {
     SchemaChanged,
 }
 
-async fn run_resolved(
-    rule: &Arc<Rule>,
-    shared: &Arc<Shared>,
-    kinds: &[Arc<kinds::Kind>],
-    schema: Schema,
-    stop: &mut watch::Receiver<bool>,
-    set_state: &(dyn Fn(RuleState) + Sync),
-    slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
-) -> Ended {
+/// The informers a rule reads, acquired from the shared registry (each
+/// released again by [`release`]).
+struct Acquired {
+    all: Vec<Arc<informer::Informer>>,
+    primary: Option<Arc<informer::Informer>>,
+    children: HashMap<Gvk, Arc<informer::Informer>>,
+    related: HashMap<String, Arc<informer::Informer>>,
+    namespaces: Option<Arc<informer::Informer>>,
+}
+
+/// Acquires the informer of every kind the rule touches, each projected to
+/// what the rule needs of it.
+fn acquire(rule: &Rule, shared: &Shared, kinds: &[Arc<kinds::Kind>]) -> Acquired {
     let namespaces = &shared.options.namespaces;
-    let mut acquired: Vec<Arc<informer::Informer>> = Vec::new();
+    let mut all: Vec<Arc<informer::Informer>> = Vec::new();
     let wanted = projection::of_rule(rule);
     let everything = Projection::everything();
     let mut informer = |gvk: &Gvk| {
@@ -162,7 +173,7 @@ async fn run_resolved(
         let i = shared
             .informers
             .acquire(&shared.client, &kind, namespaces, keep);
-        acquired.push(i.clone());
+        all.push(i.clone());
         Some(i)
     };
     let primary = informer(&rule.primary.gvk);
@@ -185,43 +196,45 @@ async fn run_resolved(
         .namespace_selector
         .as_ref()
         .and_then(|_| informer(&crate::rules::namespace_gvk()));
-    let release = |acquired: &[Arc<informer::Informer>]| {
-        for i in acquired {
-            shared.informers.release(&i.kind().gvk);
-        }
-    };
-    let Some(primary) = primary else {
-        release(&acquired);
-        return Ended::Stopped;
-    };
-    let wiring = Wiring {
-        primary: primary.clone(),
+    Acquired {
+        all,
+        primary,
         children,
         related,
-        status: Arc::new(schema.status.clone()),
         namespaces: namespaces_of_primaries,
-        refused: schema.refused.is_some(),
-    };
-    let refused = schema.refused;
-    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
-    tokio::pin!(changed);
-    let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
-    let gone = |acquired: &[Arc<informer::Informer>]| {
-        acquired
-            .iter()
-            .find(|i| i.is_gone())
-            .map(|i| i.kind().gvk.clone())
-    };
+    }
+}
 
-    for i in &acquired {
+/// Lets go of every informer acquired.
+fn release(shared: &Shared, acquired: &[Arc<informer::Informer>]) {
+    for i in acquired {
+        shared.informers.release(&i.kind().gvk);
+    }
+}
+
+/// A kind among those acquired that is no longer served.
+fn gone(acquired: &[Arc<informer::Informer>]) -> Option<Gvk> {
+    acquired
+        .iter()
+        .find(|i| i.is_gone())
+        .map(|i| i.kind().gvk.clone())
+}
+
+/// Waits until every acquired cache is synced (a kind kiln may not list
+/// counts as synced, empty); `Err` when the rule must stop first.
+async fn synced(
+    rule: &Rule,
+    shared: &Shared,
+    acquired: &[Arc<informer::Informer>],
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), Ended> {
+    for i in acquired {
         loop {
             tokio::select! {
                 () = i.synced() => break,
                 () = tokio::time::sleep(shared.options.kind_retry) => {
-                    if let Some(gvk) = gone(&acquired) {
-                        controller.shutdown();
-                        release(&acquired);
-                        return Ended::KindGone(gvk);
+                    if let Some(gvk) = gone(acquired) {
+                        return Err(Ended::KindGone(gvk));
                     }
                     if i.is_forbidden() {
                         // Start anyway: writes of this kind will fail with a
@@ -231,13 +244,44 @@ async fn run_resolved(
                         break;
                     }
                 }
-                _ = stop.changed() => {
-                    controller.shutdown();
-                    release(&acquired);
-                    return Ended::Stopped;
-                }
+                _ = stop.changed() => return Err(Ended::Stopped),
             }
         }
+    }
+    Ok(())
+}
+
+async fn run_resolved(
+    rule: &Arc<Rule>,
+    shared: &Arc<Shared>,
+    kinds: &[Arc<kinds::Kind>],
+    schema: Schema,
+    stop: &mut watch::Receiver<bool>,
+    set_state: &(dyn Fn(RuleState) + Sync),
+    slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
+) -> Ended {
+    let acquired = acquire(rule, shared, kinds);
+    let Some(primary) = acquired.primary else {
+        release(shared, &acquired.all);
+        return Ended::Stopped;
+    };
+    let acquired_all = acquired.all;
+    let wiring = Wiring {
+        primary: primary.clone(),
+        children: acquired.children,
+        related: acquired.related,
+        status: Arc::new(schema.status.clone()),
+        namespaces: acquired.namespaces,
+        refused: schema.refused.is_some(),
+    };
+    let refused = schema.refused;
+    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
+    tokio::pin!(changed);
+    let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
+    if let Err(ended) = synced(rule, shared, &acquired_all, stop).await {
+        controller.shutdown();
+        release(shared, &acquired_all);
+        return ended;
     }
     *slot
         .lock()
@@ -261,7 +305,7 @@ async fn run_resolved(
             _ = stop.changed() => break Ended::Stopped,
             () = &mut changed => break Ended::SchemaChanged,
             () = tokio::time::sleep(shared.options.kind_retry) => {
-                if let Some(gvk) = gone(&acquired) {
+                if let Some(gvk) = gone(&acquired_all) {
                     break Ended::KindGone(gvk);
                 }
                 if let Some(why) = &refused
@@ -281,7 +325,7 @@ async fn run_resolved(
     if let Some(handle) = workers.0.as_mut() {
         let _ = tokio::time::timeout(shared.options.shutdown_grace, handle).await;
     }
-    release(&acquired);
+    release(shared, &acquired_all);
     tracing::info!(rule = %rule.name, "rule stopped");
     ended
 }

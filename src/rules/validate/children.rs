@@ -80,6 +80,39 @@ impl<'a> Checker<'a> {
         out
     }
 
+    /// A child template's metadata: a name (one per item with `forEach`)
+    /// and no owner references (kiln sets those).
+    fn child_metadata(&mut self, at: &[Step], c: &RawChild, metadata: Option<&Value>) {
+        match metadata.and_then(|m| m.get("name")) {
+            Some(Value::String(name)) => {
+                if c.for_each.is_some() && !name.contains("{{") {
+                    self.error(
+                    &[at, &[key("metadata"), key("name")]].concat(),
+                    "with `forEach`, metadata.name must differ per item (use `item` or `index` in it)",
+                );
+                }
+            }
+            Some(_) => self.error(
+                &[at, &[key("metadata"), key("name")]].concat(),
+                "metadata.name must be a string",
+            ),
+            None => {
+                let here = if metadata.is_some() {
+                    [at, &[key("metadata")]].concat()
+                } else {
+                    at.to_vec()
+                };
+                self.error(&here, "the child template has no metadata.name");
+            }
+        }
+        if metadata.and_then(|m| m.get("ownerReferences")).is_some() {
+            self.error(
+                &[at, &[key("metadata"), key("ownerReferences")]].concat(),
+                "kiln sets ownerReferences on children itself; remove them",
+            );
+        }
+    }
+
     pub(super) fn child_template(
         &mut self,
         at: &[Step],
@@ -119,34 +152,7 @@ impl<'a> Checker<'a> {
             }
         }
         let metadata = obj.get("metadata");
-        match metadata.and_then(|m| m.get("name")) {
-            Some(Value::String(name)) => {
-                if c.for_each.is_some() && !name.contains("{{") {
-                    self.error(
-                        &[at, &[key("metadata"), key("name")]].concat(),
-                        "with `forEach`, metadata.name must differ per item (use `item` or `index` in it)",
-                    );
-                }
-            }
-            Some(_) => self.error(
-                &[at, &[key("metadata"), key("name")]].concat(),
-                "metadata.name must be a string",
-            ),
-            None => {
-                let here = if metadata.is_some() {
-                    [at, &[key("metadata")]].concat()
-                } else {
-                    at.to_vec()
-                };
-                self.error(&here, "the child template has no metadata.name");
-            }
-        }
-        if metadata.and_then(|m| m.get("ownerReferences")).is_some() {
-            self.error(
-                &[at, &[key("metadata"), key("ownerReferences")]].concat(),
-                "kiln sets ownerReferences on children itself; remove them",
-            );
-        }
+        self.child_metadata(at, c, metadata);
         if obj.contains_key("status") {
             self.error(
                 &with("status"),

@@ -3,6 +3,37 @@
 use super::*;
 
 impl<'a> Checker<'a> {
+    /// A decorator's `target`: `self` or `related.<name>` of a declared watch.
+    fn decorator_target(
+        &mut self,
+        at: &[Step],
+        target: &str,
+        watches: &[String],
+    ) -> Option<DecoratorTarget> {
+        match target.trim() {
+            "self" => Some(DecoratorTarget::Primary),
+            t => match t.strip_prefix("related.") {
+                Some(name) if watches.iter().any(|w| w == name) => {
+                    Some(DecoratorTarget::Related(name.to_string()))
+                }
+                _ => {
+                    let declared = if watches.is_empty() {
+                        "none".to_string()
+                    } else {
+                        watches.join(", ")
+                    };
+                    self.error(
+                        at,
+                        format!(
+                            "target `{t}` is neither `self` nor `related.<name>` of a watch in spec.watches (declared: {declared})"
+                        ),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
     pub(super) fn decorators(&mut self, watches: &[String], ids: &[String]) -> Vec<Decorator> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
@@ -22,28 +53,7 @@ impl<'a> Checker<'a> {
             } else if let Some(why) = manager_too_long(&self.raw.metadata.name, &d.id) {
                 self.error(&with("id"), why);
             }
-            let target = match d.target.trim() {
-                "self" => Some(DecoratorTarget::Primary),
-                t => match t.strip_prefix("related.") {
-                    Some(name) if watches.iter().any(|w| w == name) => {
-                        Some(DecoratorTarget::Related(name.to_string()))
-                    }
-                    _ => {
-                        let declared = if watches.is_empty() {
-                            "none".to_string()
-                        } else {
-                            watches.join(", ")
-                        };
-                        self.error(
-                            &with("target"),
-                            format!(
-                                "target `{t}` is neither `self` nor `related.<name>` of a watch in spec.watches (declared: {declared})"
-                            ),
-                        );
-                        None
-                    }
-                },
-            };
+            let target = self.decorator_target(&with("target"), &d.target, watches);
             let when = d
                 .when
                 .as_ref()

@@ -103,6 +103,26 @@ impl<'a> Checker<'a> {
         functions
     }
 
+    /// Notes that a template at `at` reads child `name` (through
+    /// `children.<name>`, `ready.<name>`, or a var that reads children),
+    /// when child references are being collected.
+    fn note_child_ref(&mut self, root: &str, name: &str, at: &[Step]) {
+        let Some(refs) = &mut self.child_refs else {
+            return;
+        };
+        let through_var = self.var_children.get(name).filter(|_| root == "vars");
+        let read: Vec<String> = match root {
+            "children" | "ready" => vec![name.to_string()],
+            _ => through_var.cloned().unwrap_or_default(),
+        };
+        let root = if root == "ready" { "ready" } else { "children" };
+        refs.extend(read.into_iter().map(|id| ChildRef {
+            root: root.to_string(),
+            id,
+            at: at.to_vec(),
+        }));
+    }
+
     pub(super) fn references(
         &mut self,
         at: &[Step],
@@ -120,16 +140,9 @@ impl<'a> Checker<'a> {
                 continue;
             }
             if root == DRAW {
-                let path = id.path();
-                let message = if !scope.roots.contains(&root) {
-                    "random_secret() draws a value only in a child's `template`, where the child keeps it (read it back from `children.<id>`); not here"
-                } else if path.ends_with(".metadata.name") || path.ends_with(".metadata.namespace")
-                {
-                    "random_secret() cannot make a child's name or namespace: a child's name must be the same on every render"
-                } else {
-                    continue;
-                };
-                self.error(at, message);
+                if let Some(message) = draw_misplaced(scope, id.path()) {
+                    self.error(at, message);
+                }
                 continue;
             }
             if self.set.is_function(root) {
@@ -164,18 +177,8 @@ impl<'a> Checker<'a> {
                 "vars" => Some(("spec.vars", var_names.as_slice())),
                 _ => None,
             };
-            if let (Some(refs), Some(name)) = (&mut self.child_refs, parts.clone().next()) {
-                let through_var = self.var_children.get(name).filter(|_| root == "vars");
-                let read: Vec<String> = match root {
-                    "children" | "ready" => vec![name.to_string()],
-                    _ => through_var.cloned().unwrap_or_default(),
-                };
-                let root = if root == "ready" { "ready" } else { "children" };
-                refs.extend(read.into_iter().map(|id| ChildRef {
-                    root: root.to_string(),
-                    id,
-                    at: at.to_vec(),
-                }));
+            if let Some(name) = parts.clone().next() {
+                self.note_child_ref(root, name, at);
             }
             if let (Some((section, names)), Some(name)) = (declared, parts.next())
                 && !names.iter().any(|n| n == name)
@@ -191,5 +194,21 @@ impl<'a> Checker<'a> {
                 );
             }
         }
+    }
+}
+
+/// Why `random_secret()` may not be called at `path` (a template's path in
+/// the rule) where templates see `scope`, if it may not.
+fn draw_misplaced(scope: &Scope<'_>, path: &str) -> Option<&'static str> {
+    if !scope.roots.contains(&DRAW) {
+        Some(
+            "random_secret() draws a value only in a child's `template`, where the child keeps it (read it back from `children.<id>`); not here",
+        )
+    } else if path.ends_with(".metadata.name") || path.ends_with(".metadata.namespace") {
+        Some(
+            "random_secret() cannot make a child's name or namespace: a child's name must be the same on every render",
+        )
+    } else {
+        None
     }
 }
