@@ -411,17 +411,6 @@ mod tests {
     }
 
     #[test]
-    fn the_echo_of_its_own_status_write_reconciles_a_primary_again() {
-        let mut state = PrimaryState::default();
-        assert!(state.changed(7), "first seen");
-        assert!(!state.changed(7), "a status-only change is no news");
-        state.wrote_status();
-        // The cache showed the old status to any reconcile before this echo.
-        assert!(state.changed(7), "the echo of kiln's own status write");
-        assert!(!state.changed(7), "and only it");
-    }
-
-    #[test]
     fn a_primary_state_is_small() {
         assert!(std::mem::size_of::<PrimaryState>() <= 48);
         // What every primary that wrote within the window holds: jemalloc's

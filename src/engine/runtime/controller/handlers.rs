@@ -12,10 +12,10 @@ impl RuleController {
                     return;
                 }
                 let key = ObjKey::of(obj);
-                let print = fingerprint(obj);
+                let print = Some(fingerprint(obj));
                 let mut states = lock(&self.states);
                 let state = states.entry(key.clone()).or_default();
-                if state.changed(print) {
+                if std::mem::replace(&mut state.fingerprint, print) != print {
                     drop(states);
                     self.enqueue(key);
                 }

@@ -82,22 +82,6 @@ impl Rare {
 }
 
 impl PrimaryState {
-    /// The primary changed to `print` (its spec and metadata): whether that
-    /// is news, so the primary is reconciled again.
-    pub(super) fn changed(&mut self, print: u64) -> bool {
-        self.fingerprint.replace(print) != Some(print)
-    }
-
-    /// kiln wrote the primary's status. The cache may not show that write
-    /// yet, and a reconcile before it does compares with the old status: it
-    /// can take a status it needs to write (`Ready` back to True once a
-    /// recreated child shows up) for one already there, and skip it. So the
-    /// write's echo, although it changes only the status, counts as news:
-    /// the primary is reconciled once more against what it now shows.
-    pub(super) fn wrote_status(&mut self) {
-        self.fingerprint = None;
-    }
-
     /// A reconcile succeeded: every retry count starts again, and what
     /// expired by `now` is freed.
     pub(super) fn succeeded(&mut self, now: std::time::Instant) {

@@ -295,12 +295,7 @@ impl RuleController {
         let patch = Patch::Apply(&patch);
         let writing = api.patch_status(&key.name, &pp, &patch);
         match fenced(permit.as_ref(), writing).await? {
-            Ok(_) => {
-                if let Some(state) = lock(&self.states).get_mut(&key) {
-                    state.wrote_status();
-                }
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()), // deleted meanwhile
             Err(e) => Err(Failure::of(&e, "writing status", true).in_status()),
         }
