@@ -45,6 +45,7 @@ mod ownership;
 mod projection;
 mod reload;
 mod reload_check;
+mod read_only;
 mod rule_resources;
 mod rule_set;
 mod selecting;
