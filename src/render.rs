@@ -497,7 +497,14 @@ fn render_on_stack(
         Some(tree) => wake_at(&tree.render(set, &status_ctx, &mut budget)?, now)?,
         None => None,
     };
-    let history = history::file(rule, set, &status_ctx, &inputs.observed, &children, &mut budget)?;
+    let history = history::file(
+        rule,
+        set,
+        &status_ctx,
+        &inputs.observed,
+        &children,
+        &mut budget,
+    )?;
     Ok(Rendered {
         children,
         readiness,

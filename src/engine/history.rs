@@ -26,9 +26,8 @@ pub fn kept(filed: &[Filed]) -> Vec<&Filed> {
 
 /// Whether `live` is one of the children kept.
 pub fn keeps(kept: &[&Filed], live: &LiveChild) -> bool {
-    kept.iter().any(|f| {
-        f.id == live.id && f.name == live.key.name && f.namespace == live.key.namespace
-    })
+    kept.iter()
+        .any(|f| f.id == live.id && f.name == live.key.name && f.namespace == live.key.namespace)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::support::rule_from_yaml;
-use crate::support::scene::{CONVERGE, Scene, configmap};
+use crate::support::scene::{Scene, configmap};
 
 const CLUSTER: (&str, &str, &str) = ("provisioning.cattle.io/v1", "Cluster", "prod");
 
@@ -60,7 +60,11 @@ async fn a_read_only_rule_makes_its_children_and_leaves_the_primary_as_others_wr
     scene
         .api(CLUSTER.0, CLUSTER.1)
         .await
-        .patch_status(CLUSTER.2, &PatchParams::apply("rancher").force(), &Patch::Apply(&status))
+        .patch_status(
+            CLUSTER.2,
+            &PatchParams::apply("rancher").force(),
+            &Patch::Apply(&status),
+        )
         .await
         .unwrap();
     let before = scene.get(CLUSTER.0, CLUSTER.1, CLUSTER.2).await.unwrap();
@@ -96,14 +100,16 @@ async fn a_read_only_rule_makes_its_children_and_leaves_the_primary_as_others_wr
     );
 
     // No finalizer holds it: the primary goes at once, and the garbage
-    // collector deletes the child it owns.
+    // collector deletes the child it owns (it learns a new CRD's kind at
+    // its next discovery, up to 30 s on).
     scene
         .api(CLUSTER.0, CLUSTER.1)
         .await
         .delete(CLUSTER.2, &Default::default())
         .await
         .unwrap();
-    crate::support::until("the primary and its child gone", CONVERGE, || async {
+    let limit = std::time::Duration::from_secs(120);
+    crate::support::until("the primary and its child gone", limit, || async {
         let primary = scene.get(CLUSTER.0, CLUSTER.1, CLUSTER.2).await;
         let child = scene.get("v1", "ConfigMap", "prod-settings").await;
         match (primary, child) {

@@ -8,7 +8,9 @@ use crate::rules::spec::RawChild;
 use crate::yaml::Step;
 
 /// What `when` and `keep` may read: the primary's world, and `child`.
-const ROOTS: &[&str] = &["self", "related", "children", "rule", "vars", "ready", "child"];
+const ROOTS: &[&str] = &[
+    "self", "related", "children", "rule", "vars", "ready", "child",
+];
 
 impl Checker<'_> {
     /// The child's `history` classes, each `keep` a non-negative integer or
