@@ -343,7 +343,7 @@ impl Draft {
         if let Some(plan) = collisions(rule, observed, &rendered.children, generation) {
             return plan;
         }
-        let kept = super::history::kept(&rendered.history);
+        let kept = super::history::kept(&rendered.history, &observed.children);
         let prune: Vec<Prune> = observed
             .children
             .iter()

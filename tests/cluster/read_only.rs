@@ -99,6 +99,15 @@ async fn a_read_only_rule_makes_its_children_and_leaves_the_primary_as_others_wr
         "{now}"
     );
 
+    let explained = crate::support::kiln_explain(
+        CLUSTER.0,
+        CLUSTER.1,
+        &format!("{}/{}", scene.ns(), CLUSTER.2),
+        &[("rancher.yaml", RULE)],
+    );
+    let line = "rancher: spec.for.readOnly: kiln writes nothing on this object";
+    assert!(explained.contains(line), "no `{line}` in:\n{explained}");
+
     // No finalizer holds it: the primary goes at once, and the garbage
     // collector deletes the child it owns (it learns a new CRD's kind at
     // its next discovery, up to 30 s on).
