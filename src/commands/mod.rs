@@ -1,5 +1,6 @@
 //! The body of each subcommand. `anyhow` lives here and in `main`, nowhere else.
 
+pub mod broken_pipe;
 pub mod bundle;
 pub mod controlplane;
 pub mod crd;

@@ -198,7 +198,7 @@ fn from_json(value: &str) -> Result<Value, Error> {
 
 /// YAML text of a value (for ConfigMap data, say).
 fn to_yaml(value: &Value) -> Result<String, Error> {
-    serde_norway::to_string(&json(value)?).map_err(|e| invalid(format!("to_yaml: {e}")))
+    crate::yaml_out::to_string(&json(value)?).map_err(|e| invalid(format!("to_yaml: {e}")))
 }
 
 /// Parses YAML text (one document) into a value; a YAML value JSON cannot
