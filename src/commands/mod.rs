@@ -6,6 +6,7 @@ pub mod controlplane;
 pub mod crd;
 pub mod demo;
 pub mod explain;
+pub mod explain_rules;
 pub mod offline;
 pub mod package;
 pub mod render;
