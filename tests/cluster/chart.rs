@@ -257,22 +257,16 @@ fn with_rules_from_resources_the_chart_runs_the_rule_objects_and_makes_no_config
         "{args:?}"
     );
     assert!(pod.get("volumes").is_none(), "{pod}");
-    // The role reads the Rules and writes their status, as `kiln rbac` grants.
-    let work = tempfile::tempdir().unwrap();
-    let values = work.path().join("values.yaml");
-    packaged_values(&support::repo_root().join("rules"), &values);
-    let with_rules = template(
-        "kiln-system",
-        &[
-            "--set",
-            "rules.source=resources",
-            "-f",
-            values.to_str().unwrap(),
-        ],
-    );
-    let role = rule_set(one(&with_rules, "ClusterRole"));
+    // The role reads the Rules and writes their status with no packaged
+    // rules too, as `kiln rbac` always grants.
+    let role = rule_set(one(&objects, "ClusterRole"));
     assert!(
         role.iter().any(|r| r.contains("\"rules/status\"")),
+        "{role:?}"
+    );
+    assert!(
+        role.iter()
+            .any(|r| r.contains("\"rules\"") && r.contains("\"watch\"")),
         "{role:?}"
     );
 }
