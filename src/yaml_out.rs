@@ -6,8 +6,10 @@
 //! readers': `12360550813e8171` (too big for an f64, yet a float to YAML),
 //! `yes`, `on`, `0x1F`, `1_000` or `1:20` (numbers and booleans to YAML 1.1
 //! readers such as kubectl's) stay plain and come back as something else.
-//! Here every plain string some reader could take for a non-string is
-//! double-quoted; everything else is left as `serde_norway` writes it.
+//! Here every plain string some reader could take for a number, a boolean or
+//! null is double-quoted; everything else is left as `serde_norway` writes
+//! it. (Timestamps such as `2001-12-14` stay plain: Kubernetes' readers keep
+//! them as strings.)
 
 use saphyr_parser::{Event, Parser, ScalarStyle};
 use serde::Serialize;
@@ -72,15 +74,49 @@ pub fn ambiguous(value: &str) -> bool {
     if matches!(special, "inf" | "Inf" | "INF" | "nan" | "NaN" | "NAN") {
         return true;
     }
-    // Numbers of any base, with `_` separators, exponents, sexagesimal
-    // `:` parts or dates: a digit (or `.` and a digit) first, then only
-    // characters numbers are written with.
-    let starts_numeric = body.starts_with(|c: char| c.is_ascii_digit())
-        || (body.starts_with('.') && body[1..].starts_with(|c: char| c.is_ascii_digit()));
-    starts_numeric
-        && body
-            .chars()
-            .all(|c| c.is_ascii_hexdigit() || "xXoO_.:+-".contains(c))
+    number(body)
+}
+
+/// A number to YAML 1.1 or 1.2: an integer in any base (`0x1F`, `0o17`,
+/// `0b101`, `012`), with `_` separators, an exponent (`1e3`, even one too
+/// big for an f64) or sexagesimal parts (`1:20`).
+fn number(body: &str) -> bool {
+    if body.starts_with('_') {
+        return false;
+    }
+    let b = body.replace('_', "");
+    let all = |s: &str, f: fn(&char) -> bool| !s.is_empty() && s.chars().all(|c| f(&c));
+    for (prefix, digit) in [
+        ("0x", char::is_ascii_hexdigit as fn(&char) -> bool),
+        ("0o", |c: &char| ('0'..='7').contains(c)),
+        ("0b", |c: &char| *c == '0' || *c == '1'),
+    ] {
+        if let Some(rest) = b.strip_prefix(prefix) {
+            return all(rest, digit);
+        }
+    }
+    if let Some((head, tail)) = b.split_once(':') {
+        let (parts, last) = match tail.rsplit_once(':') {
+            Some((middle, last)) => (middle.split(':').collect::<Vec<_>>(), last),
+            None => (Vec::new(), tail),
+        };
+        let last = last.split_once('.').map_or(last, |(whole, _)| whole);
+        return all(head, char::is_ascii_digit)
+            && parts
+                .iter()
+                .chain([&last])
+                .all(|p| p.len() <= 2 && all(p, char::is_ascii_digit));
+    }
+    let (mantissa, exponent) = match b.find(['e', 'E']) {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b.as_str(), None),
+    };
+    let exponent_ok =
+        exponent.is_none_or(|e| all(e.trim_start_matches(['-', '+']), char::is_ascii_digit));
+    exponent_ok
+        && mantissa.chars().filter(|c| *c == '.').count() <= 1
+        && mantissa.chars().any(|c| c.is_ascii_digit())
+        && mantissa.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
 #[cfg(test)]
@@ -109,7 +145,6 @@ mod tests {
         "1:20",
         "3.14",
         ".5",
-        "2001-12-14",
         "true",
         "7",
     ];
