@@ -355,12 +355,16 @@ pub struct ExplainArgs {
     /// `NAMESPACE/NAME`, or `NAME` for a cluster-scoped object.
     pub object: String,
     /// Rule files or directories (repeatable): the rules kiln runs.
-    #[arg(long = "rules", required_unless_present = "rules_configmap")]
+    #[arg(long = "rules", required_unless_present_any = ["rules_configmap", "rules_from_cluster"])]
     pub rules: Vec<PathBuf>,
     /// Read the rules kiln runs from this ConfigMap, `NAMESPACE/NAME`, in the
     /// cluster (as `kiln run --rules-configmap` does) instead of files.
     #[arg(long, value_parser = parse_configmap, conflicts_with = "rules")]
     pub rules_configmap: Option<(String, String)>,
+    /// Read the rules kiln runs from the cluster's `Rule` resources (as
+    /// `kiln run --rules-from-cluster` does) instead of files.
+    #[arg(long, conflicts_with_all = ["rules", "rules_configmap"])]
+    pub rules_from_cluster: bool,
     /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,

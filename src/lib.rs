@@ -8,6 +8,7 @@
 //! - [`controlplane`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager built from Go modules) for tests and the demo.
 //! - [`yaml`]: YAML documents with the position of every node.
+//! - [`yaml_out`]: YAML text kiln writes, read back by any reader as written.
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
@@ -39,3 +40,4 @@ pub mod shard;
 pub mod template;
 pub mod version;
 pub mod yaml;
+pub mod yaml_out;

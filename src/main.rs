@@ -18,6 +18,7 @@ use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    commands::broken_pipe::exit_quietly();
     let cli = parse_command_line();
     init_logging(cli.log_level.as_deref(), cli.log_format);
     let result = match cli.command {

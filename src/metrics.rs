@@ -78,6 +78,10 @@ pub struct Metrics {
     pub waiting_for_kinds: Family<Labels, Gauge>,
     /// `kiln_rule_refused{rule}`: 1 while a rule is refused (its status does not fit the primary's schema).
     pub rule_refused: Family<Labels, Gauge>,
+    /// `kiln_rule_edit_refused{rule}`: 1 while a rule's latest version is
+    /// refused on reload (invalid, or the cluster does not let it run) and
+    /// its last good version, if any, keeps running.
+    pub rule_edit_refused: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
     /// `kiln_rules_reload_total{result="success"|"error"|"refused"}`:
@@ -154,6 +158,7 @@ impl Metrics {
             cached_bytes: Family::default(),
             waiting_for_kinds: Family::default(),
             rule_refused: Family::default(),
+            rule_edit_refused: Family::default(),
             reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
@@ -261,6 +266,11 @@ impl Metrics {
             "kiln_rule_refused",
             "1 while a rule is refused because the primary's status schema does not declare what it writes",
             m.rule_refused.clone(),
+        );
+        r.register(
+            "kiln_rule_edit_refused",
+            "1 while a rule's latest version is refused on reload (its last good version keeps running)",
+            m.rule_edit_refused.clone(),
         );
         r.register(
             "kiln_rules_loaded",

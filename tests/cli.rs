@@ -668,3 +668,46 @@ fn test_bad_input_exits_2() {
     let (code, _, _) = kiln_test(&[dir.path().join("nothing.test.yaml").to_str().unwrap()]);
     assert_eq!(code, Some(2));
 }
+
+/// A reader that stops reading (`kiln render … | head -1`) ends every
+/// printing command quietly: exit 0, no panic, no word of the pipe. The
+/// pipe's read end is closed before kiln writes a byte, so every write
+/// fails with EPIPE.
+#[test]
+fn every_command_exits_quietly_when_its_reader_stops_reading() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let commands: &[&[&str]] = &[
+        &[
+            "render",
+            "--rules",
+            "rules/",
+            "--object",
+            "examples/tenant/namespace.yaml",
+        ],
+        &["rbac", "--rules", "rules/"],
+        &["crd", "--rules", "rules/"],
+        &["configmap", "--rules", "rules/", "--name", "kiln-rules"],
+        &["package", "--rules", "rules/", "--format", "helm-values"],
+        &["validate", "rules/"],
+        &["schema"],
+        &["version"],
+        &["--help"],
+    ];
+    for args in commands {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .current_dir(root)
+            .args(*args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked") && !stderr.contains("pipe"),
+            "kiln {args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+}

@@ -31,8 +31,8 @@ const EVENTS: usize = 10;
 /// Explains the object; exit code 1 when it does not exist.
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let from_files = match &args.rules_configmap {
-        None => Some(super::render::load_rules(&args.rules)?),
-        Some(_) => None,
+        None if !args.rules_from_cluster => Some(super::render::load_rules(&args.rules)?),
+        _ => None,
     };
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -47,7 +47,7 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
             let set = match (from_files, &args.rules_configmap) {
                 (Some(set), _) => set,
                 (None, Some((ns, name))) => rules_in_cluster(&client, ns, name).await?,
-                (None, None) => unreachable!("clap requires --rules or --rules-configmap"),
+                (None, None) => super::explain_rules::from_resources(&client).await?,
             };
             let out = explain(&client, args, &set.rules).await?;
             print!("{out}");
@@ -62,12 +62,7 @@ async fn rules_in_cluster(client: &Client, ns: &str, name: &str) -> anyhow::Resu
     let version = kiln::reload::RulesConfigMap::new(client.clone(), ns, name)
         .first()
         .await?;
-    kiln::reload::load(version, true).map_err(|refusal| {
-        for d in refusal.diagnostics() {
-            eprintln!("{d}");
-        }
-        anyhow::anyhow!("the rules in ConfigMap {ns}/{name} are invalid: kiln runs the last good version of them, which it does not keep in the cluster")
-    })
+    Ok(super::explain_rules::valid(version))
 }
 
 /// The explanation, as text.

@@ -1,10 +1,12 @@
 //! The body of each subcommand. `anyhow` lives here and in `main`, nowhere else.
 
+pub mod broken_pipe;
 pub mod bundle;
 pub mod controlplane;
 pub mod crd;
 pub mod demo;
 pub mod explain;
+pub mod explain_rules;
 pub mod offline;
 pub mod package;
 pub mod render;

@@ -157,7 +157,7 @@ fn print_rendered(
                 "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"
             );
         }
-        print!("{}", serde_norway::to_string(&child.object)?);
+        print!("{}", kiln::yaml_out::to_string(&child.object)?);
     }
     for v in plan.children.iter().filter(|v| v.ready.is_none()) {
         println!("# plan: {}", super::verdict::line(plan, v));
@@ -170,7 +170,7 @@ fn print_rendered(
         );
         print!(
             "{}",
-            serde_norway::to_string(&offline::status_patch(rule, &inputs.primary, plan))?
+            kiln::yaml_out::to_string(&offline::status_patch(rule, &inputs.primary, plan))?
         );
     }
     if !children_only && let Some(wake) = rendered.wake {
@@ -214,7 +214,7 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
             d.manager,
             if d.force { ", forced" } else { "" }
         );
-        print!("{}", serde_norway::to_string(&d.body)?);
+        print!("{}", kiln::yaml_out::to_string(&d.body)?);
     }
     Ok(true)
 }

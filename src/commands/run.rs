@@ -56,7 +56,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 let loader =
                     loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
                 match status {
-                    Some(status) => loader.reporting(status),
+                    Some(status) => {
+                        let census = probe.census(loader.rules());
+                        let status = status.counting(census).telling(&client, probe.speaks());
+                        loader.reporting(status)
+                    }
                     None => loader,
                 }
             }
@@ -421,6 +425,21 @@ impl RunProbe {
                 .upgrade()
                 .and_then(|p| p.engine())
                 .is_some_and(|e| e.runs_singletons())
+        })
+    }
+
+    /// Each running rule's primaries and children, while this replica runs
+    /// the engine on every primary (not sharded: a member sees its share).
+    fn census(self: &Arc<Self>, rules: CurrentRules) -> reload::census::Census {
+        let probe = Arc::downgrade(self);
+        Arc::new(move || {
+            let probe = probe.upgrade()?;
+            if probe.shard().is_some() {
+                return None;
+            }
+            let engine = probe.engine()?;
+            let names: Vec<String> = rules.get().rules.iter().map(|r| r.name.clone()).collect();
+            Some(reload::census::count(&engine, &names))
         })
     }
 

@@ -274,6 +274,11 @@ impl RuleController {
         &self.wiring.primary
     }
 
+    /// The informers the rule uses.
+    pub fn wiring(&self) -> &Wiring {
+        &self.wiring
+    }
+
     /// Queues every primary the rule selects (start-up, resync, rule change).
     pub fn enqueue_all(&self) {
         for obj in self.wiring.primary.entries() {
@@ -502,7 +507,8 @@ impl RuleController {
         }
     }
 
-    fn selects<L: LabelSource + ?Sized>(&self, namespace: Option<&str>, labels: &L) -> bool {
+    /// Whether the rule takes the object in `namespace` with `labels` as a primary.
+    pub fn selects<L: LabelSource + ?Sized>(&self, namespace: Option<&str>, labels: &L) -> bool {
         let primary = &self.rule.primary;
         primary.selects(namespace, labels)
             && namespace_takes(primary, namespace, self.wiring.namespaces.as_deref())
