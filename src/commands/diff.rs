@@ -103,8 +103,9 @@ async fn diff_rule(
             Ok(reading) => reading,
             Err(why) => anyhow::bail!("{title}: its watches cannot be read: {why}"),
         };
-        let has_status = caps.subresources.iter().any(|(s, _)| s.plural == "status")
-            || !rule.primary.gvk.is_custom();
+        // As the engine: only a custom kind's status subresource is written.
+        let has_status = rule.primary.gvk.is_custom()
+            && caps.subresources.iter().any(|(s, _)| s.plural == "status");
         let text = primary_diff(rule, &reading, has_status)?;
         if !text.is_empty() {
             out.push_str(&format!("# {title}\n{text}"));
