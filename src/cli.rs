@@ -52,6 +52,11 @@ pub enum Command {
     /// others do not), each child applied / would change / missing, its
     /// conditions and kiln's recent Events. Reads only.
     Explain(ExplainArgs),
+    /// Show what the given rules would change in the cluster, before they
+    /// run: per selected object, children created / changed (a YAML diff of
+    /// the fields kiln sends) / pruned and status. Reads only. Exit 0 when
+    /// nothing would change, 1 when something would, 2 on error.
+    Diff(DiffArgs),
     /// Print the least-privilege ClusterRole the given rules need.
     Rbac(RbacArgs),
     /// Print the CustomResourceDefinitions the rules define (`spec.api`),
@@ -63,8 +68,9 @@ pub enum Command {
     /// ClusterRole they need, as Helm values for the kiln chart or as a
     /// kustomize overlay of `deploy/`.
     Package(PackageArgs),
-    /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
-    Schema,
+    /// Print the JSON Schema of the rule format (for editors; the repo keeps it in
+    /// rules/rule.schema.json), or with --tests of test files (rules/test.schema.json).
+    Schema(SchemaArgs),
     /// Start or stop a local control plane (etcd, kube-apiserver,
     /// kube-controller-manager) built from Go modules, for development and tests.
     #[command(subcommand)]
@@ -371,6 +377,32 @@ pub struct ExplainArgs {
     /// Kubeconfig context (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
+}
+
+/// `kiln diff`
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Rule files or directories (repeatable): the rules to compare with
+    /// the cluster (they need not be the ones running).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// Only objects in this namespace (default: every namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+/// `kiln schema`
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Print the schema of test files (`*.test.yaml`) instead of rules.
+    #[arg(long)]
+    pub tests: bool,
 }
 
 /// `kiln test`

@@ -17,6 +17,7 @@
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`rbac`]: the least-privilege ClusterRole a rule set needs.
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
+//! - [`readiness`]: whether a live child is ready, by its kind (kstatus rules).
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`ownership`]: the mark kiln stamps on its children, and reading it back.
 //! - [`redact`]: Secret values kept out of messages.
@@ -30,6 +31,7 @@ pub mod lease;
 pub mod metrics;
 pub mod ownership;
 pub mod rbac;
+pub mod readiness;
 pub mod redact;
 pub mod reload;
 pub mod render;

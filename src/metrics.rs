@@ -82,6 +82,8 @@ pub struct Metrics {
     /// refused on reload (invalid, or the cluster does not let it run) and
     /// its last good version, if any, keeps running.
     pub rule_edit_refused: Family<Labels, Gauge>,
+    /// `kiln_primaries{rule,ready}`: primaries of a rule by their `Ready` condition's status.
+    pub primaries: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
     /// `kiln_rules_reload_total{result="success"|"error"|"refused"}`:
@@ -159,6 +161,7 @@ impl Metrics {
             waiting_for_kinds: Family::default(),
             rule_refused: Family::default(),
             rule_edit_refused: Family::default(),
+            primaries: Family::default(),
             reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
@@ -271,6 +274,11 @@ impl Metrics {
             "kiln_rule_edit_refused",
             "1 while a rule's latest version is refused on reload (its last good version keeps running)",
             m.rule_edit_refused.clone(),
+        );
+        r.register(
+            "kiln_primaries",
+            "Primaries of each rule by the status of their Ready condition (True, False, Unknown), as kiln last composed it",
+            m.primaries.clone(),
         );
         r.register(
             "kiln_rules_loaded",

@@ -430,7 +430,8 @@ fn render_on_stack(
             }
             let ready_now = match (live, &child.ready_when) {
                 (None, _) => false,
-                (Some(_), None) => true,
+                (Some(_), None) if child.ready_on_exists => true,
+                (Some(live), None) => crate::readiness::judge(&child.gvk, live).is_ok(),
                 (Some(live), Some(expr)) => {
                     let c = minijinja::context! { child => to_jinja(live), ..item_ctx.clone() };
                     set.eval_bool(expr, &c)?

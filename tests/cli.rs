@@ -711,3 +711,141 @@ fn every_command_exits_quietly_when_its_reader_stops_reading() {
         );
     }
 }
+#[test]
+fn the_committed_test_file_schema_is_fresh_and_takes_the_shipped_tests() {
+    let (ok, out, _) = kiln(&["schema", "--tests"]);
+    assert!(ok);
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules/test.schema.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        out.trim(),
+        committed.trim(),
+        "rules/test.schema.json is stale: run `cargo run -- schema --tests > rules/test.schema.json`"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(schema["title"], "Kiln rule tests");
+    assert_eq!(schema["required"], serde_json::json!(["cases"]));
+    // Every top-level key and case key of the shipped test files is one the
+    // schema declares (it forbids any other).
+    let case = &schema["$defs"]["Case"]["properties"];
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/rules")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".test.yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file: serde_json::Value = serde_norway::from_str(&text).unwrap();
+        for key in file.as_object().unwrap().keys() {
+            assert!(schema["properties"][key].is_object(), "{path:?}: {key}");
+        }
+        for c in file["cases"].as_array().unwrap() {
+            for key in c.as_object().unwrap().keys() {
+                assert!(case[key].is_object(), "{path:?}: case key {key}");
+            }
+        }
+    }
+}
+
+/// `kiln diff` with rules that do not load, or a cluster it cannot reach:
+/// exit 2 (as `kubectl diff` exits above 1 on an error), the reason on stderr.
+#[test]
+fn kiln_diff_exits_2_on_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: bad}\nspec: {for: {}}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["diff", "--rules"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.yaml:"), "{stderr}");
+
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "diff",
+            "--rules",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp.yaml"),
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+/// `kiln render` of a Widget `w` with one rule file holding `children`
+/// (YAML under `spec.children`): whether it succeeded, stdout, stderr, and
+/// the rule file's path.
+fn render_widget(children: &str) -> (bool, String, String, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("r.yaml");
+    std::fs::write(
+        &rule,
+        format!("apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}\n  children:\n{children}"),
+    )
+    .unwrap();
+    let object = dir.path().join("w.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: test.kiln.dev/v1\nkind: Widget\nmetadata: {name: w, namespace: d, uid: u}\nspec: {}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = kiln(&[
+        "render",
+        "--rules",
+        rule.to_str().unwrap(),
+        "--object",
+        object.to_str().unwrap(),
+    ]);
+    (ok, out, err, rule)
+}
+
+/// A template that fails in `kiln render` is pointed at in its rule file,
+/// as `kiln validate` points at a problem: `--> FILE:LINE:COL`.
+#[test]
+fn kiln_render_points_a_failing_template_at_its_file_and_line() {
+    let (ok, _, err, rule) = render_widget(
+        "    - id: main\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        data:\n          x: \"{{ self.spec.missing.deeper }}\"\n",
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("spec.children[0].template.data.x: undefined value"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("  --> {}:13:11", rule.display())),
+        "{err}"
+    );
+}
+
+/// Offline, a child that reads another child is rendered with that child's
+/// rendered form when no `--observed` file gives it, and render says so.
+#[test]
+fn kiln_render_reads_a_child_another_waits_for_as_rendered_and_says_so() {
+    let (ok, out, err, _) = render_widget(
+        "    - id: a\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}-a\"}\n        data: {color: blue}\n    - id: b\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}-b\"}\n        data: {copied: \"{{ children.a.data.color }}\"}\n",
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("# note: children.a is read as rendered (no --observed a=FILE given)"),
+        "{out}"
+    );
+    assert!(out.contains("copied: blue"), "{out}");
+}

@@ -108,7 +108,13 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         }
         println!("# rule: {}", rule.name);
         let inputs = offline::with_empty_selections(rule, &inputs);
-        match offline::decide(rule, &inputs) {
+        let (decided, as_rendered) = offline::decide_reading_rendered(rule, &inputs);
+        for id in &as_rendered {
+            println!(
+                "# note: children.{id} is read as rendered (no --observed {id}=FILE given): the children that wait for it render as they will once it exists"
+            );
+        }
+        match decided {
             Ok((rendered, plan)) => {
                 print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
                 if !args.children_only && !print_decorations(rule, &inputs)? {
@@ -117,6 +123,11 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             }
             Err(plan) => {
                 eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
+                if let kiln::engine::status::Outcome::Failed { message, .. } = &plan.status.outcome
+                    && let Some(at) = super::render_at::locate(rule, message)
+                {
+                    eprintln!("{at}");
+                }
                 failed = true;
             }
         }

@@ -7,6 +7,15 @@ use kiln::engine::status::Outcome;
 
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
+    lines_with(plan, indent, |_| None)
+}
+
+/// [`lines`], with what `more` says of a child after its line, in brackets.
+pub fn lines_with(
+    plan: &Plan,
+    indent: &str,
+    more: impl Fn(&ChildVerdict) -> Option<String>,
+) -> String {
     let mut out = String::new();
     if plan.suspended {
         out.push_str(&format!(
@@ -28,7 +37,8 @@ pub fn lines(plan: &Plan, indent: &str) -> String {
         Outcome::Applied { .. } => {}
     }
     for child in &plan.children {
-        out.push_str(&format!("{indent}{}\n", line(plan, child)));
+        let more = more(child).map(|m| format!(" ({m})")).unwrap_or_default();
+        out.push_str(&format!("{indent}{}{more}\n", line(plan, child)));
     }
     out
 }

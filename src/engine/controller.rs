@@ -364,6 +364,7 @@ impl RuleController {
     pub fn shutdown(&self) {
         self.queue.shutdown();
         self.shared.board.unregister(&self.rule);
+        self.shared.ready.stopped(&self.rule.name);
         for (informer, id) in lock(&self.subscriptions).drain(..) {
             informer.unsubscribe(id);
         }
@@ -462,6 +463,10 @@ impl RuleController {
                     self.enqueue(other);
                 }
                 self.shared.board.forget(&self.rule.primary.gvk, &key);
+                self.shared.ready.forget(&self.rule.name, &key);
+                self.shared
+                    .no_status
+                    .forget(obj.metadata.uid.as_deref().unwrap_or_default());
             }
         }
     }
@@ -1358,7 +1363,16 @@ impl RuleController {
     /// when it differs from the live one (and the kind has one kiln writes).
     async fn write_status(&self, obj: &DynamicObject, part: &Part) -> Result<(), Failure> {
         let kind = self.wiring.primary.kind();
-        if !writes_status(kind) || self.rule.read_only {
+        if self.rule.read_only {
+            return Ok(());
+        }
+        if !writes_status(kind) {
+            let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+            if kind.gvk.is_custom() && self.shared.no_status.first(&self.rule.name, uid) {
+                let message = super::no_status::message(&kind.gvk.kind);
+                self.publish(obj, EventType::Warning, super::no_status::REASON, &message)
+                    .await;
+            }
             return Ok(());
         }
         let gvk = &self.rule.primary.gvk;
@@ -1430,6 +1444,9 @@ impl RuleController {
         ));
         let theirs = placing::theirs(&live, &owned, list);
         let desired = placing::place(composed, &live, list, &theirs);
+        self.shared
+            .ready
+            .record(&self.rule.name, &ObjKey::of(obj), &desired);
         if status::converged(&live, &desired, &owned) {
             return Ok(());
         }

@@ -20,11 +20,13 @@ pub mod failure;
 pub mod history;
 pub mod informer;
 pub mod kinds;
+pub mod no_status;
 pub mod owned_status;
 pub mod placing;
 pub mod plan;
 pub mod projection;
 pub mod queue;
+pub mod ready_tally;
 pub mod related;
 pub mod reown;
 pub mod reverse;
@@ -100,6 +102,10 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Which rules select each primary, and their parts of its status.
     pub board: board::Board,
+    /// Each rule's primaries by their `Ready` status (`kiln_primaries`).
+    pub ready: ready_tally::ReadyTally,
+    /// The primaries told they get no status (no status subresource).
+    pub no_status: no_status::Told,
     /// Whether this replica may write right now (its lease is held); unset: always.
     pub fence: std::sync::OnceLock<Fence>,
     /// This replica's share of the primaries, when sharded (`kiln run --shards`).
@@ -210,6 +216,8 @@ impl Engine {
             options,
             metrics,
             board: board::Board::default(),
+            ready: ready_tally::ReadyTally::default(),
+            no_status: no_status::Told::default(),
             fence: std::sync::OnceLock::new(),
             shard,
         });
@@ -400,6 +408,12 @@ impl Engine {
             m.cached_bytes
                 .get_or_create(&label)
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+        for (rule, counts) in self.shared.ready.counts() {
+            for (status, n) in ready_tally::STATUSES.iter().zip(counts) {
+                let labels = crate::metrics::labels2(("rule", &rule), ("ready", status));
+                m.primaries.get_or_create(&labels).set(n);
+            }
         }
         if self.shared.shard.is_some() {
             for (gvk, served, dropped) in self.shared.informers.shard_filtering() {

@@ -367,6 +367,10 @@ pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
             for reference in rule.templates.references(ready) {
                 keep.keep_read(&reference, "child");
             }
+        } else if !child.ready_on_exists {
+            for path in crate::readiness::reads(&child.gvk) {
+                keep.keep_path(path);
+            }
         }
         out.push((child.gvk.clone(), keep.without_stamps_unread()));
     }
@@ -647,8 +651,13 @@ mod rule_tests {
             "spec": {"ports": [], "selector": {}, "clusterIP": "10.0.0.1", "type": "ClusterIP"},
             "status": {"loadBalancer": {}}});
         of(&all, "Service").apply(&mut s);
-        assert_eq!(s["spec"], json!({"ports": [], "selector": {}}));
-        assert!(s.get("status").is_none());
+        // No `readyWhen`: its type and status are kept, to judge its
+        // readiness by kind (a LoadBalancer waits for its address).
+        assert_eq!(
+            s["spec"],
+            json!({"ports": [], "selector": {}, "type": "ClusterIP"})
+        );
+        assert_eq!(s["status"], json!({"loadBalancer": {}}));
         // The Secret: templates read `related.credentials.data`.
         let mut secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
             "type": "Opaque", "data": {"password": "cA=="}});

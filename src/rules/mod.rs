@@ -263,6 +263,9 @@ pub struct Child {
     pub template: Tree,
     /// Ready when this is true of the live child.
     pub ready_when: Option<TemplateId>,
+    /// `readyWhen: exists`: ready once it exists, whatever its kind. Without
+    /// either, a live child is judged by its kind ([`crate::readiness`]).
+    pub ready_on_exists: bool,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
     /// Whether a child that exists is written again.

@@ -283,7 +283,8 @@ pub struct RawChild {
     #[schemars(with = "BTreeMap<String, Value>")]
     pub template: Value,
     /// An expression on `child` (the live object); the child counts as ready when true.
-    /// Default: ready once it exists.
+    /// `exists`: ready once it exists. Default: judged by its kind
+    /// (`crate::readiness`).
     #[serde(default)]
     pub ready_when: Option<String>,
     /// Take over an object that already exists with the child's name and

@@ -588,7 +588,11 @@ impl<'a> Checker<'a> {
                 .as_ref()
                 .and_then(|e| self.expr(&with("forEach"), e, &plain, watches, ids));
             let ready_roots: Vec<&str> = roots.iter().copied().chain(["child"]).collect();
-            let ready_when = c.ready_when.as_ref().and_then(|e| {
+            let on_exists = c
+                .ready_when
+                .as_deref()
+                .is_some_and(crate::readiness::is_exists);
+            let ready_when = c.ready_when.as_ref().filter(|_| !on_exists).and_then(|e| {
                 self.expr(
                     &with("readyWhen"),
                     e,
@@ -621,6 +625,7 @@ impl<'a> Checker<'a> {
                     for_each,
                     template,
                     ready_when,
+                    ready_on_exists: on_exists,
                     adopt: c.adopt,
                     update_policy: c.update_policy,
                     deletion_policy: c.deletion_policy,
