@@ -89,6 +89,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 tracing::info!(%bound, "serving {what}");
             }
         }
+        if let Some(settings) = super::webhook::settings(&args.conversion, own_namespace())? {
+            let bound = kiln::api::webhook::start(client.clone(), settings, active.rules.clone())
+                .await
+                .context("serving the conversion webhook")?;
+            tracing::info!(%bound, "serving CRD conversion");
+        }
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let signals = tokio::spawn(async move {
             let result = super::shutdown_signal().await;

@@ -18,6 +18,7 @@ mod annotations;
 mod api;
 mod chart;
 mod collections;
+mod conversion;
 mod cronjob;
 mod declarative;
 mod decorators;
