@@ -660,3 +660,34 @@ fn test_bad_input_exits_2() {
     let (code, _, _) = kiln_test(&[dir.path().join("nothing.test.yaml").to_str().unwrap()]);
     assert_eq!(code, Some(2));
 }
+
+#[test]
+fn the_conversion_webhook_needs_to_know_where_the_api_server_reaches_it() {
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp-api.yaml");
+    let (ok, _, err) = kiln(&["run", "--rules", rules, "--conversion-addr", ":9443"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--conversion-addr needs --conversion-service"),
+        "{err}"
+    );
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--conversion-addr",
+        ":9443",
+        "--conversion-url",
+        "http://127.0.0.1:9443",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("must start with https://"), "{err}");
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--conversion-service",
+        "kiln-system",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("expected NAMESPACE/NAME"), "{err}");
+}

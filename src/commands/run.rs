@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let conversion = super::webhook::settings(&args.conversion, own_namespace())?;
     let metrics_addr = args.serving.metrics_bind_address.0;
     let health_addr = args.serving.health_probe_bind_address.0;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -89,7 +90,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 tracing::info!(%bound, "serving {what}");
             }
         }
-        if let Some(settings) = super::webhook::settings(&args.conversion, own_namespace())? {
+        if let Some(settings) = conversion {
             let bound = kiln::api::webhook::start(client.clone(), settings, active.rules.clone())
                 .await
                 .context("serving the conversion webhook")?;
