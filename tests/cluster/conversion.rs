@@ -142,6 +142,16 @@ async fn pointed(client: &Client, group: &str) {
             .then_some(())
     })
     .await;
+    // Established and served at both versions (a CRD just created may
+    // answer 404 for a moment).
+    eventually("the API server serves both versions", CONVERGE, || async {
+        for version in ["v1", "v1alpha1"] {
+            let api = apps(client, group, version, "default");
+            api.list(&ListParams::default()).await.ok()?;
+        }
+        Some(())
+    })
+    .await;
 }
 
 fn image(o: &DynamicObject) -> Value {
