@@ -20,7 +20,10 @@ pub fn answer(body: &[u8], lookup: &dyn Lookup) -> Value {
     };
     let request = &review["request"];
     let uid = request["uid"].as_str().unwrap_or_default();
-    response(uid, convert_all(request, lookup))
+    // One big stack for the whole review (not a stack mapped per template
+    // evaluation): only plain JSON outlives each object's conversion.
+    let converted = crate::template::limits::render_stack(|| convert_all(request, lookup));
+    response(uid, converted)
 }
 
 /// Every object of the request, converted.
