@@ -92,6 +92,38 @@ pub struct RunArgs {
     pub serving: ServingArgs,
     #[command(flatten)]
     pub election: ElectionArgs,
+    #[command(flatten)]
+    pub conversion: ConversionArgs,
+}
+
+/// The CRD conversion webhook, for rules whose API has several versions.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Conversion webhook")]
+pub struct ConversionArgs {
+    /// Where to serve the conversion webhook over TLS (`:9443`; `0`, the
+    /// default, turns it off). Every replica serves it, leading or not.
+    #[arg(long, default_value = "0", value_parser = parse_bind)]
+    pub conversion_addr: Bind,
+    /// `NAMESPACE/NAME[:PORT]` of the Service the API server reaches the
+    /// webhook through (port 443 by default).
+    #[arg(long, value_parser = parse_service, conflicts_with = "conversion_url")]
+    pub conversion_service: Option<(String, String, u16)>,
+    /// The URL the API server reaches the webhook at, when kiln runs
+    /// outside the cluster (e.g. `https://127.0.0.1:9443`).
+    #[arg(long)]
+    pub conversion_url: Option<String>,
+    /// The Secret (in kiln's namespace) holding the webhook's CA and
+    /// certificate, shared by every replica.
+    #[arg(long, default_value = kiln::api::webhook::DEFAULT_SECRET)]
+    pub conversion_secret: String,
+    /// kiln's namespace, where the Secret is (default: the pod's namespace,
+    /// else `default`).
+    #[arg(long)]
+    pub conversion_namespace: Option<String>,
+    /// How long the webhook's certificates are valid; they are renewed once
+    /// two thirds of it have passed.
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    pub conversion_cert_validity: Duration,
 }
 
 /// Where the rules are read from (one at least).
@@ -459,6 +491,19 @@ fn parse_configmap(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("expected NAMESPACE/NAME, got `{s}`")),
     }
+}
+
+/// `NAMESPACE/NAME[:PORT]` of a Service (port 443 when not given).
+fn parse_service(s: &str) -> Result<(String, String, u16), String> {
+    let (rest, port) = match s.rsplit_once(':') {
+        Some((rest, port)) => (
+            rest,
+            port.parse().map_err(|e| format!("port `{port}`: {e}"))?,
+        ),
+        None => (s, 443),
+    };
+    let (ns, name) = parse_configmap(rest)?;
+    Ok((ns, name, port))
 }
 
 /// A shard identity names a Lease: a DNS-1123 subdomain.

@@ -136,7 +136,7 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
 pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
     let Grants {
         all: mut grants,
-        named,
+        mut named,
     } = rule_grants(set, plural);
     let core = |g: &str, r: &str| (g.to_string(), r.to_string());
     grants
@@ -161,6 +161,20 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("kiln.dev", "rules/status"))
         .or_default()
         .extend(["patch"]);
+    // The conversion webhook's certificates, for an API with several
+    // versions: its Secret (created once, read, renewed by a patch).
+    let converts = set.rules.iter().filter_map(|r| r.api.as_ref());
+    if converts.into_iter().any(|a| a.conversions.is_some()) {
+        grants
+            .entry(core("", "secrets"))
+            .or_default()
+            .insert("create");
+        let secret = crate::api::webhook::DEFAULT_SECRET.to_string();
+        named
+            .entry((String::new(), "secrets".into(), secret))
+            .or_default()
+            .extend(["get", "patch"]);
+    }
 
     let mut rules: Vec<Value> = grants
         .into_iter()
@@ -338,6 +352,12 @@ mod tests {
         assert!(rules.iter().any(|r| r["resources"][0] == "clusterroles"
             && r["resourceNames"][0] == "admin"
             && r["verbs"][0] == "bind"));
+        assert!(
+            rules.iter().any(|r| r["resources"][0] == "secrets"
+                && r["resourceNames"][0] == "kiln-conversion-webhook"
+                && r["verbs"] == json!(["get", "patch"])),
+            "the conversion webhook's Secret, for rules/webapp-api.yaml"
+        );
         assert!(
             verbs("", "pods").is_empty(),
             "nothing the rules do not need"

@@ -60,7 +60,7 @@ fn controlplane_down_without_a_running_one_says_so() {
 fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("ok: 7 rules in 7 files"), "{out}");
+    assert!(out.starts_with("ok: 8 rules in 8 files"), "{out}");
 }
 
 #[test]
@@ -848,4 +848,35 @@ fn kiln_render_reads_a_child_another_waits_for_as_rendered_and_says_so() {
         "{out}"
     );
     assert!(out.contains("copied: blue"), "{out}");
+}
+
+#[test]
+fn the_conversion_webhook_needs_to_know_where_the_api_server_reaches_it() {
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp-api.yaml");
+    let (ok, _, err) = kiln(&["run", "--rules", rules, "--conversion-addr", ":9443"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--conversion-addr needs --conversion-service"),
+        "{err}"
+    );
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--conversion-addr",
+        ":9443",
+        "--conversion-url",
+        "http://127.0.0.1:9443",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("must start with https://"), "{err}");
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--conversion-service",
+        "kiln-system",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("expected NAMESPACE/NAME"), "{err}");
 }

@@ -20,6 +20,7 @@ pub mod test;
 pub mod test_match;
 pub mod validate;
 pub mod verdict;
+pub mod webhook;
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() -> anyhow::Result<()> {

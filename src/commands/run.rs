@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let conversion = super::webhook::settings(&args.conversion, own_namespace())?;
     let metrics_addr = args.serving.metrics_bind_address.0;
     let health_addr = args.serving.health_probe_bind_address.0;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -92,6 +93,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("serving {what} on {addr}"))?;
                 tracing::info!(%bound, "serving {what}");
             }
+        }
+        if let Some(settings) = conversion {
+            let bound = kiln::api::webhook::start(client.clone(), settings, active.rules.clone())
+                .await
+                .context("serving the conversion webhook")?;
+            tracing::info!(%bound, "serving CRD conversion");
         }
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let signals = tokio::spawn(async move {

@@ -7,6 +7,7 @@ mod audit;
 mod ceiling;
 mod cluster;
 mod compare;
+mod conversion;
 mod observe;
 mod procstat;
 mod report;
@@ -45,6 +46,9 @@ enum Cli {
         #[arg(required = true, num_args = 2..)]
         files: Vec<PathBuf>,
     },
+    /// Lists N objects of a rule-defined API at the version that stores
+    /// and at one kiln converts (`tests/bench/README.md`, "Conversion").
+    Conversion(conversion::Args),
     /// The ceiling contender (started by `run`, one process per phase).
     Ceiling {
         /// Which writes to issue.
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
                 _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
             },
             Cli::Compare { files } => compare::run(&files),
+            Cli::Conversion(args) => conversion::run(args).await,
             Cli::Ceiling {
                 phase,
                 concurrency,

@@ -19,6 +19,7 @@ mod api;
 mod chaospod;
 mod chart;
 mod collections;
+mod conversion;
 mod cronjob;
 mod declarative;
 mod decorators;
