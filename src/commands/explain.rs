@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Event;
 use kiln::engine::informer::ObjKey;
+use kiln::engine::placed;
 use kiln::engine::plan::{self, LiveChild, Observed};
 use kiln::engine::related::{self, Found, Refusal, Target};
 use kiln::ownership;
@@ -309,6 +310,7 @@ async fn live_children(
     observed: &mut Observed,
 ) -> anyhow::Result<HashMap<Gvk, (ApiResource, Scope)>> {
     let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
+    let identity = placed::identity(&serde_json::from_value(primary["metadata"].clone())?);
     let mut scopes = HashMap::new();
     for child in &rule.children {
         let (ar, scope) = resolve(client, &child.gvk).await?;
@@ -321,8 +323,7 @@ async fn live_children(
         let mut items = Vec::new();
         for o in listed.items {
             let Some(mark) = ownership::read(&o.metadata).filter(|m| {
-                let (at, of) = (o.metadata.namespace.as_deref(), key.namespace.as_deref());
-                m.of(&rule.name, uid) && ownership::in_place(at, of, child.outside)
+                m.of(&rule.name, uid) && placed::believed(rule, m, &ObjKey::of(&o), &identity)
             }) else {
                 continue;
             };
