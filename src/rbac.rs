@@ -56,7 +56,10 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
         // kiln writes status only to custom resources, and reads (and
         // watches) their CRD for the status schema.
         if p.is_custom() {
-            grant(p, format!("{}/status", plural(p)), &["patch"]);
+            // (A read-only rule writes nothing on its primary.)
+            if !rule.read_only {
+                grant(p, format!("{}/status", plural(p)), &["patch"]);
+            }
             named
                 .entry((
                     "apiextensions.k8s.io".into(),
@@ -89,7 +92,7 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
             grant(&w.gvk, plural(&w.gvk), READ);
         }
         // A finalizer on the primary while the rule has `outside` children.
-        if rule.children.iter().any(|c| c.outside) {
+        if !rule.read_only && rule.children.iter().any(|c| c.outside) {
             grant(p, plural(p), &["patch"]);
         }
         // Decorators patch the primary or related objects they do not own.
@@ -357,6 +360,30 @@ mod tests {
         };
         assert!(may_patch("true"));
         assert!(!may_patch("false"), "only what the rules need");
+    }
+
+    #[test]
+    fn a_read_only_rule_may_not_write_its_primary_or_its_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        let rule = "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: Widget, readOnly: RO}\n  children:\n    - {id: c, outside: true, deletionPolicy: Orphan, template: {apiVersion: v1, kind: Namespace, metadata: {name: \"{{ self.metadata.name }}\"}}}\n";
+        let writes = |read_only: &str| -> Vec<String> {
+            std::fs::write(&file, rule.replace("RO", read_only)).unwrap();
+            let set = crate::rules::load(std::slice::from_ref(&file)).unwrap();
+            let role = cluster_role(&set, "kiln", &guess_plural);
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    ["widgets", "widgets/status"].contains(&r["resources"][0].as_str().unwrap())
+                        && r["verbs"].as_array().unwrap().contains(&"patch".into())
+                })
+                .map(|r| r["resources"][0].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(writes("false"), ["widgets", "widgets/status"]);
+        assert!(writes("true").is_empty(), "{:?}", writes("true"));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::rules::{Gvk, Rule};
 use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
+pub mod history;
+
 /// Label every child carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
@@ -115,6 +117,8 @@ pub struct Rendered {
     pub conditions: Vec<RuleCondition>,
     /// When `spec.requeue.at` asks to reconcile again.
     pub wake: Option<Wake>,
+    /// The live children no longer rendered, filed in their `history` classes.
+    pub history: Vec<history::Filed>,
 }
 
 /// A reconcile asked for at an instant (`spec.requeue.at`).
@@ -493,6 +497,14 @@ fn render_on_stack(
         Some(tree) => wake_at(&tree.render(set, &status_ctx, &mut budget)?, now)?,
         None => None,
     };
+    let history = history::file(
+        rule,
+        set,
+        &status_ctx,
+        &inputs.observed,
+        &children,
+        &mut budget,
+    )?;
     Ok(Rendered {
         children,
         readiness,
@@ -500,6 +512,7 @@ fn render_on_stack(
         status,
         conditions,
         wake,
+        history,
     })
 }
 

@@ -311,10 +311,18 @@ fn cronjob_runs_the_latest_scheduled_time_and_trims_history() {
         .lines()
         .filter_map(|l| l.strip_prefix("  name: report-"))
         .collect();
-    // 09:30 and 09:45 completed (limit 2), 10:00 failed (limit 1), 10:15 new.
-    assert_eq!(
-        names,
-        ["1779010200", "1779011100", "1779012000", "1779012900"]
+    // 10:15 new; the finished Jobs are history: 09:30 and 09:45 completed
+    // (limit 2) and 10:00 failed (limit 1) stay, 09:15 goes.
+    assert_eq!(names, ["1779012900"]);
+    for kept in ["1779010200", "1779011100", "1779012000"] {
+        let line = format!("# plan: jobs Job report-{kept}: no longer rendered: kept as history");
+        assert!(out.contains(&line), "{out}");
+    }
+    assert!(
+        out.contains(
+            "# plan: jobs Job report-1779009300: no longer rendered: kiln would delete it"
+        ),
+        "{out}"
     );
     assert!(
         out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),

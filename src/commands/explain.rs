@@ -139,6 +139,9 @@ async fn explain(
             Some(why) => out.push_str(&format!("  {}: does not select it: {why}\n", rule.name)),
             None => {
                 out.push_str(&format!("  {}: selects it\n", rule.name));
+                if rule.read_only {
+                    out.push_str(&format!("  {}: spec.for.readOnly: kiln writes nothing on this object (no condition, observedGeneration, status field, finalizer, label or annotation)\n", rule.name));
+                }
                 out.push_str(&children(client, rule, &primary, &key).await?);
             }
         }

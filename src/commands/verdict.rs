@@ -69,6 +69,9 @@ pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
         Verdict::Left => {
             "no longer rendered: left as it is (orphaned, or being deleted)".to_string()
         }
+        Verdict::Kept => {
+            "no longer rendered: kept as history (among the newest its class keeps)".to_string()
+        }
         Verdict::Suspended => "suspended: left as it is".to_string(),
     };
     format!("{} {} {}: {what}", c.id, c.gvk.kind, c.name)

@@ -1359,7 +1359,7 @@ impl RuleController {
     /// when it differs from the live one (and the kind has one kiln writes).
     async fn write_status(&self, obj: &DynamicObject, part: &Part) -> Result<(), Failure> {
         let kind = self.wiring.primary.kind();
-        if !writes_status(kind) {
+        if !writes_status(kind) || self.rule.read_only {
             return Ok(());
         }
         let gvk = &self.rule.primary.gvk;
@@ -1372,6 +1372,7 @@ impl RuleController {
             .board
             .selecting(gvk, obj)
             .into_iter()
+            .filter(|r| !r.read_only)
             .filter(|r| {
                 namespace_takes(
                     &r.primary,

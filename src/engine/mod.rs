@@ -18,6 +18,7 @@ pub mod diff;
 pub mod elsewhere;
 pub mod events;
 pub mod failure;
+pub mod history;
 pub mod informer;
 pub mod kinds;
 pub mod owned_status;

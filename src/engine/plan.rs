@@ -177,6 +177,8 @@ pub enum Verdict {
     Prune,
     /// No longer rendered, but orphaned (or being deleted): left alone.
     Left,
+    /// No longer rendered, and among the newest its `history` keeps.
+    Kept,
     /// The primary is suspended (`kiln.dev/reconcile: suspended`): left
     /// as it is, whatever the rule renders.
     Suspended,
@@ -350,6 +352,7 @@ impl Draft {
         if let Some(plan) = collisions(rule, observed, &rendered.children, generation) {
             return plan;
         }
+        let kept = super::history::kept(&rendered.history, &observed.children);
         let prune: Vec<Prune> = observed
             .children
             .iter()
@@ -359,6 +362,7 @@ impl Draft {
                     && !orphaned(rule, live)
                     && !rendered.waiting.iter().any(|w| w.id == live.id)
                     && !rendered.children.iter().any(|c| renders(c, live))
+                    && !super::history::keeps(&kept, live)
             })
             .map(|live| Prune {
                 gvk: live.gvk.clone(),
@@ -367,7 +371,7 @@ impl Draft {
             })
             .collect();
         let (not_ready, waiting, next) = progress(rule, &rendered);
-        let rest = verdicts_of_live(rule, observed, &rendered, &prune);
+        let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
         let mut apply = Vec::new();
@@ -451,6 +455,7 @@ fn verdicts_of_live(
     observed: &Observed,
     rendered: &render::Rendered,
     prune: &[Prune],
+    kept: &[&render::history::Filed],
 ) -> Vec<ChildVerdict> {
     let waiting = rendered.waiting.iter().filter_map(|w| {
         Some(ChildVerdict {
@@ -474,6 +479,8 @@ fn verdicts_of_live(
             name: live.key.name.clone(),
             verdict: if prune.iter().any(|p| p.gvk == live.gvk && p.key == live.key) {
                 Verdict::Prune
+            } else if super::history::keeps(kept, live) {
+                Verdict::Kept
             } else {
                 Verdict::Left
             },

@@ -9,9 +9,11 @@
 
 pub mod diagnostic;
 pub mod duration;
+pub mod history;
 pub mod load;
 pub mod names;
 pub mod reach;
+pub mod read_only;
 pub mod scope;
 pub mod spec;
 mod validate;
@@ -277,6 +279,8 @@ pub struct Child {
     pub needs: Vec<Need>,
     /// Whether `when` reads no other child, so is decided before waiting.
     pub when_first: bool,
+    /// Which children no longer rendered stay (`history`).
+    pub history: Vec<history::HistoryClass>,
 }
 
 /// What a decorator patches.
@@ -396,6 +400,8 @@ pub struct Rule {
     /// Whether children are deleted in reverse dependency order, with a
     /// finalizer on the primary (`spec.deletion.ordered`).
     pub ordered_deletion: bool,
+    /// `spec.for.readOnly`: kiln writes nothing on the primary.
+    pub read_only: bool,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
     /// The API the rule defines (`spec.api`): its CRD.

@@ -175,6 +175,11 @@ pub struct RawFor {
     /// Only objects in namespaces with these labels (namespaced primaries).
     #[serde(default)]
     pub namespace_selector: Option<RawLabelSelector>,
+    /// kiln writes nothing on the primary: no condition, no
+    /// `observedGeneration`, no status field, no finalizer, no label or
+    /// annotation (for a kind another controller owns). Default `false`.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// A Kubernetes label selector.
@@ -321,6 +326,29 @@ pub struct RawChild {
     /// ready). A child waiting for another is not applied yet.
     #[serde(default)]
     pub depends_on: Vec<RawDependency>,
+    /// Live children the rule no longer renders that stay, by class (the
+    /// finished Jobs of a CronJob): the newest `keep` of each class stay,
+    /// the older ones are pruned. A child no class takes is pruned as
+    /// usual. Only kiln's own children of this id are ever counted or
+    /// deleted.
+    #[serde(default)]
+    pub history: Vec<RawHistory>,
+}
+
+/// A class of a child's history.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHistory {
+    /// An expression on `child` (the live object, besides `self`, `vars`,
+    /// ...): the no-longer-rendered children it holds for belong to this
+    /// class (each to the first class that takes it). Default: every one.
+    #[serde(default)]
+    pub when: Option<String>,
+    /// How many of the class stay, the newest by creation time: an integer,
+    /// or an expression giving one (e.g.
+    /// `self.spec.successfulJobsHistoryLimit | default(3)`).
+    #[schemars(with = "Value")]
+    pub keep: Value,
 }
 
 /// A child another child waits for.

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod history;
+
 use super::load::Document;
 use super::names::{dns_label, dns_subdomain};
 use super::scope::{Misplaced, placement, well_known_scope};
@@ -215,6 +217,9 @@ impl<'a> Checker<'a> {
         let requeue = self.requeue();
         self.schema_references(api.as_ref(), primary.as_ref());
         let requeue_at = self.requeue_at(&watch_names, &child_ids);
+        for (at, why) in super::read_only::refusals(&raw.spec) {
+            self.error(&at, why);
+        }
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
             return Err(self.errors);
@@ -242,6 +247,7 @@ impl<'a> Checker<'a> {
             force_conflicts: raw.spec.apply.force_conflicts,
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
+            read_only: super::read_only::is_read_only(&raw.spec),
             templates: self.set,
             api: api.map(Arc::new),
         })
@@ -596,6 +602,7 @@ impl<'a> Checker<'a> {
                 )
             });
             let template = self.child_template(&with("template"), c, &scope, watches, ids);
+            let history = self.history(&at, c, watches, ids);
             if c.outside {
                 if c.for_each.is_some() {
                     self.error(
@@ -624,6 +631,7 @@ impl<'a> Checker<'a> {
                     outside: c.outside,
                     needs,
                     when_first,
+                    history,
                 });
             }
         }
