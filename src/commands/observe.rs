@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context as _;
 use kiln::engine::informer::ObjKey;
+use kiln::engine::placed;
 use kiln::engine::plan::{self, LiveChild, Observed, Plan};
 use kiln::engine::related::{self, Found, Refusal, Target};
 use kiln::ownership;
@@ -175,6 +176,7 @@ async fn live_children(
     observed: &mut Observed,
 ) -> anyhow::Result<HashMap<Gvk, (ApiResource, Scope)>> {
     let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
+    let identity = placed::identity(&serde_json::from_value(primary["metadata"].clone())?);
     let mut scopes = HashMap::new();
     for child in &rule.children {
         let (ar, scope) = resolve(client, &child.gvk).await?;
@@ -187,8 +189,7 @@ async fn live_children(
         let mut items = Vec::new();
         for o in listed.items {
             let Some(mark) = ownership::read(&o.metadata).filter(|m| {
-                let (at, of) = (o.metadata.namespace.as_deref(), key.namespace.as_deref());
-                m.of(&rule.name, uid) && ownership::in_place(at, of, child.outside)
+                m.of(&rule.name, uid) && placed::believed(rule, m, &ObjKey::of(&o), &identity)
             }) else {
                 continue;
             };
@@ -235,7 +236,7 @@ async fn gone_children(
             let Some(mark) = ownership::read(&o.metadata).filter(|m| {
                 let (at, of) = (o.metadata.namespace.as_deref(), key.namespace.as_deref());
                 m.of(&rule.name, uid)
-                    && ownership::in_place(at, of, false)
+                    && ownership::in_place(at, of)
                     && !rule.children.iter().any(|c| c.id == m.child)
             }) else {
                 continue;

@@ -305,12 +305,12 @@ impl RuleController {
     /// rule's label *and* a controller owner reference to a primary of the
     /// rule — a label alone anyone can write.
     pub async fn delete_all_children(&self) {
-        let primaries: std::collections::HashSet<String> = self
+        let primaries: HashMap<String, Value> = self
             .wiring
             .primary
             .list()
             .iter()
-            .filter_map(|p| p.uid())
+            .filter_map(|p| Some((p.uid()?, super::placed::identity(&p.metadata))))
             .collect();
         let gvk = &self.rule.primary.gvk;
         // An orphaned child outlives its rule as it outlives its primary.
@@ -319,7 +319,9 @@ impl RuleController {
                 m.rule == self.rule.name
                     && !m.orphaned()
                     && m.kind_is(&gvk.api_version(), &gvk.kind)
-                    && primaries.contains(&m.uid)
+                    && primaries.get(&m.uid).is_some_and(|p| {
+                        super::placed::believed(&self.rule, m, &ObjKey::of(child), p)
+                    })
             })
         };
         for (gvk, informer) in &self.wiring.children {
@@ -617,6 +619,17 @@ impl RuleController {
         let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
         let plan = match plan::draft(&self.rule, this, &observed, &scope_of) {
             Ok(draft) => {
+                let namespaces = &self.shared.options.namespaces;
+                if let Some(why) =
+                    super::unwatched::unseen(&self.rule, draft.rendered(), namespaces)
+                {
+                    let generation = obj.metadata.generation;
+                    return (
+                        Plan::refused(reasons::NAMESPACE_NOT_ALLOWED, why, generation),
+                        Vec::new(),
+                        Ok(Decorations::default()),
+                    );
+                }
                 observed.occupants = self.occupants(&draft, &observed, obj);
                 draft.decide(&self.rule, &observed, &known)
             }
@@ -740,7 +753,7 @@ impl RuleController {
     }
 
     /// The mark of `child` when it is this rule's child of `primary`:
-    /// marked so, and where kiln can have put it (`ownership::in_place`).
+    /// marked so, and where kiln put it (`placed::believed`).
     fn child_of(
         &self,
         child: &DynamicObject,
@@ -749,14 +762,8 @@ impl RuleController {
         let uid = primary.metadata.uid.as_deref().unwrap_or_default();
         let mark =
             crate::ownership::read(&child.metadata).filter(|m| m.of(&self.rule.name, uid))?;
-        let outside = self
-            .rule
-            .children
-            .iter()
-            .any(|c| c.id == mark.child && c.outside);
-        let ns = |o: &DynamicObject| o.metadata.namespace.clone();
-        crate::ownership::in_place(ns(child).as_deref(), ns(primary).as_deref(), outside)
-            .then_some(mark)
+        let identity = super::placed::identity(&primary.metadata);
+        super::placed::believed(&self.rule, &mark, &ObjKey::of(child), &identity).then_some(mark)
     }
 
     /// Keeps (`hold`) or lets go of this rule's ordered-deletion finalizer on

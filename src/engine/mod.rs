@@ -5,6 +5,7 @@
 //! A rule whose kinds are not served yet (a CRD not installed) waits and
 //! starts by itself once discovery finds them.
 
+pub mod adoption;
 pub mod backoff;
 pub mod board;
 pub mod budget;
@@ -22,6 +23,7 @@ pub mod informer;
 pub mod kinds;
 pub mod no_status;
 pub mod owned_status;
+pub mod placed;
 pub mod placing;
 pub mod plan;
 pub mod projection;
@@ -35,6 +37,7 @@ pub mod status;
 pub mod store;
 pub mod suspend;
 pub mod undecodable;
+pub mod unwatched;
 pub mod watch_health;
 
 use std::collections::HashMap;
@@ -584,6 +587,13 @@ async fn run_rule(
             if missing.is_empty() {
                 match status_schema(&rule, &shared.client, &resolved[0]).await {
                     Ok(schema) => {
+                        if let Some(why) =
+                            unwatched::refusal(&rule, &shared.options.namespaces, &resolved)
+                        {
+                            tracing::error!(rule = %rule.name, error = %why, "rule refused: it writes where kiln does not watch");
+                            set_state(RuleState::Refused(why.clone()));
+                            break (resolved, Schema::refused(why));
+                        }
                         set_state(RuleState::Syncing);
                         break (resolved, schema);
                     }
@@ -679,11 +689,18 @@ pub(crate) async fn status_schema(
 
 /// Whether a rule refused for `why` is now refused for another reason or
 /// not at all (a CRD that cannot be read now changes nothing).
-async fn refusal_changed(rule: &Rule, shared: &Shared, primary: &kinds::Kind, why: &str) -> bool {
-    match status_schema(rule, &shared.client, primary).await {
+async fn refusal_changed(
+    rule: &Rule,
+    shared: &Shared,
+    kinds: &[Arc<kinds::Kind>],
+    why: &str,
+) -> bool {
+    match status_schema(rule, &shared.client, &kinds[0]).await {
         Err(SchemaRead::Refused(now)) => now.to_string() != why,
         Err(SchemaRead::Failed(_)) => false,
-        Ok(_) => true,
+        Ok(_) => {
+            unwatched::refusal(rule, &shared.options.namespaces, kinds).as_deref() != Some(why)
+        }
     }
 }
 
@@ -879,7 +896,7 @@ async fn run_resolved(
                     break Ended::KindGone(gvk);
                 }
                 if let Some(why) = &refused
-                    && refusal_changed(rule, shared, &kinds[0], why).await
+                    && refusal_changed(rule, shared, kinds, why).await
                 {
                     break Ended::SchemaChanged;
                 }

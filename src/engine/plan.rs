@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use minijinja::Value as JinjaValue;
 
+use super::adoption;
 use super::diff::{Normalized, converged};
 use super::informer::ObjKey;
 use super::reown::Reown;
@@ -86,6 +87,11 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// The primary's namespace (`None`: cluster-scoped).
+    pub fn primary_namespace(&self) -> Option<&str> {
+        self.inputs.primary["metadata"]["namespace"].as_str()
+    }
+
     /// The Secret values this reconcile can see (related objects and live
     /// children of kind Secret), to keep out of every message.
     pub fn secrets(&self, rule: &Rule) -> Vec<String> {
@@ -320,10 +326,13 @@ impl Draft {
             .children
             .iter()
             .filter(|c| {
-                !policy(rule, &c.id).is_some_and(|s| s.adopt)
-                    && !observed.children.iter().any(|l| {
-                        l.gvk == c.gvk && l.key.name == c.name && l.key.namespace == c.namespace
-                    })
+                !adoption::adopts(
+                    policy(rule, &c.id),
+                    &key_of(c),
+                    observed.primary_namespace(),
+                ) && !observed.children.iter().any(|l| {
+                    l.gvk == c.gvk && l.key.name == c.name && l.key.namespace == c.namespace
+                })
             })
             .map(|c| (&c.gvk, key_of(c)))
     }
@@ -559,13 +568,24 @@ fn collisions(
     let taken: Vec<String> = children
         .iter()
         .filter(|c| {
-            !policy(rule, &c.id).is_some_and(|s| s.adopt)
-                && !observed.children.iter().any(|l| renders(c, l))
+            !adoption::adopts(
+                policy(rule, &c.id),
+                &key_of(c),
+                observed.primary_namespace(),
+            ) && !observed.children.iter().any(|l| renders(c, l))
         })
         .filter_map(|c| {
             let key = key_of(c);
             let who = observed.occupants.get(&(c.gvk.clone(), key.clone()))?;
-            Some(format!("{} {key} already exists ({who})", c.gvk.kind))
+            let bound = policy(rule, &c.id)
+                .filter(|p| p.adopt)
+                .and_then(|p| adoption::refused(p, &key, observed.primary_namespace()))
+                .map(|why| format!("; {why}"))
+                .unwrap_or_default();
+            Some(format!(
+                "{} {key} already exists ({who}{bound})",
+                c.gvk.kind
+            ))
         })
         .collect();
     if !taken.is_empty() {

@@ -268,6 +268,9 @@ pub struct Child {
     pub ready_on_exists: bool,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
+    /// What it may take over outside the primary's namespace (`name` or
+    /// `namespace/name`): its `adoptNames`, and its own name when literal.
+    pub adopt_names: Vec<String>,
     /// Whether a child that exists is written again.
     pub update_policy: UpdatePolicy,
     /// Whether the child goes with its primary and is pruned.
@@ -469,6 +472,17 @@ fn validate_sources(
     } else {
         Err(diagnostics)
     }
+}
+
+/// The one valid rule in `text` (unit tests; panics on a diagnostic).
+#[cfg(test)]
+pub(crate) fn one_rule(text: &str) -> Rule {
+    let source = load::Source {
+        file: "rule.yaml".into(),
+        text: text.to_string(),
+    };
+    let mut set = load_sources(vec![source]).unwrap_or_else(|d| panic!("{}", d[0]));
+    Arc::into_inner(set.rules.remove(0)).unwrap_or_else(|| panic!("one rule"))
 }
 
 #[cfg(test)]

@@ -294,6 +294,14 @@ pub struct RawChild {
     /// and the primary reports `AlreadyExists`.
     #[serde(default)]
     pub adopt: bool,
+    /// What `adopt: true` may take over outside the primary's namespace
+    /// (an `outside` child, a cluster-scoped one, a cluster-scoped
+    /// primary's): literal names, `namespace/name` for a namespaced kind.
+    /// Whoever writes a primary decides values, not which existing object
+    /// kiln takes over: an object not listed is left alone (`AlreadyExists`).
+    /// A child whose name (and namespace) is literal needs no list.
+    #[serde(default)]
+    pub adopt_names: Vec<String>,
     /// `Always` (default): kiln keeps the child as the rule renders it.
     /// `CreateOnce`: kiln creates the child when it does not exist and never
     /// writes it again once it does (users may change it).

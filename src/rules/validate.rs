@@ -25,6 +25,8 @@ use crate::template::known::{Callable, Unknown};
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Pos, Step, path_string};
 
+mod adoption;
+
 /// Functions minijinja provides; they show up as variables when analysing templates.
 /// The one template function that is not pure (`crate::template::generate`).
 const DRAW: &str = "random_secret";
@@ -620,6 +622,7 @@ impl<'a> Checker<'a> {
                 }
             }
             let needs = self.needs(&at, c, ids);
+            let adopt_names = self.adopt_names(&at, c);
             if let Some((gvk, template)) = template {
                 out.push(Child {
                     id: c.id.clone(),
@@ -630,6 +633,7 @@ impl<'a> Checker<'a> {
                     ready_when,
                     ready_on_exists: on_exists,
                     adopt: c.adopt,
+                    adopt_names,
                     update_policy: c.update_policy,
                     deletion_policy: c.deletion_policy,
                     outside: c.outside,
@@ -927,11 +931,7 @@ impl<'a> Checker<'a> {
             return names;
         }
         let cluster_scoped = well_known_scope(&loose_gvk(&w.api_version, &w.kind)) == Some(false);
-        let primary_cluster_scoped = match (&self.raw.spec.api, self.for_()) {
-            (Some(api), _) => api.scope == crate::api::spec::ApiScope::Cluster,
-            (None, Some(f)) => well_known_scope(&loose_gvk(&f.api_version, &f.kind)) == Some(false),
-            (None, None) => false,
-        };
+        let primary_cluster_scoped = self.primary_cluster_scoped();
         if cluster_scoped && !primary_cluster_scoped && names.is_empty() {
             self.error(
                 &[at, &[key("target")]].concat(),

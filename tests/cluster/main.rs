@@ -14,6 +14,7 @@
 mod support;
 
 mod admission;
+mod adoption;
 mod annotations;
 mod api;
 mod chaospod;
@@ -57,5 +58,6 @@ mod rule_set;
 mod selecting;
 mod sharding;
 mod status_schema;
+mod unwatched;
 mod verdicts;
 mod what_kiln_writes;
