@@ -29,6 +29,7 @@ pub fn implied_for(api: &RawApi) -> RawFor {
         exclude_namespaces: Vec::new(),
         selector: None,
         namespace_selector: None,
+        take_existing: true,
     }
 }
 

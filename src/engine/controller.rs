@@ -36,6 +36,7 @@ use super::reown::{self, Reown};
 use super::reverse::{Reverse, SelectorRef};
 use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
+use super::touch::Touch;
 use crate::metrics;
 use crate::render::{self, DesiredChild};
 use crate::rules::{Gvk, LabelSelector, LabelSource, Rule};
@@ -58,6 +59,8 @@ pub struct Wiring {
     /// it only tears down the primaries being deleted, as deleting
     /// children and letting go of its finalizer needs no status.
     pub refused: bool,
+    /// Only primaries created after this are taken (`takeExisting: false`).
+    pub since: Option<jiff::Timestamp>,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -536,7 +539,11 @@ impl RuleController {
             return Ok(Next::Done);
         }
         let holds = self.holds(&obj);
-        let selected = self.selects(obj.namespace().as_deref(), obj.labels());
+        let selected = self.selects(obj.namespace().as_deref(), obj.labels())
+            && super::since::takes(
+                self.wiring.since,
+                obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            );
         let wanted = self.needs_finalizer() && selected;
         // Never act on missing information: while the Namespace cache cannot
         // be trusted, whether the rule takes the primary is unknown, so its
@@ -935,6 +942,11 @@ impl RuleController {
                 return self.failed(obj, plan, failure, secrets).await;
             }
         }
+        for touch in &plan.touch {
+            if let Err(failure) = self.touch(obj, touch).await {
+                return self.failed(obj, plan, failure, secrets).await;
+            }
+        }
         let decorated = match (decorations, shared) {
             (_, Some(failure)) => Err(failure),
             (Ok(d), None) => self.decorate(obj, d).await,
@@ -1218,6 +1230,57 @@ impl RuleController {
         let patch = Patch::Merge(&patch);
         let patching = api.patch(&reown.key.name, &pp, &patch);
         match fenced(permit.as_ref(), patching).await? {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, &what, false)),
+        }
+    }
+
+    /// Sends one of the plan's merge patches (touch.rs) to the object as
+    /// read now, if it still needs it.
+    async fn touch(&self, obj: &DynamicObject, touch: &Touch) -> Result<(), Failure> {
+        let (informer, namespace, name, uid) = match touch {
+            Touch::Remember { .. } => (
+                Some(&self.wiring.primary),
+                obj.namespace(),
+                obj.name_any(),
+                obj.uid(),
+            ),
+            Touch::Strip { gvk, key, uid, .. } => (
+                self.wiring.children.get(gvk),
+                key.namespace.clone(),
+                key.name.clone(),
+                uid.clone(),
+            ),
+        };
+        let Some(informer) = informer else {
+            return Ok(());
+        };
+        let permit = self.fence(obj)?;
+        let api = self.api(informer.kind(), namespace.as_deref());
+        let what = touch.describe();
+        let live = match fenced(permit.as_ref(), api.get(&name)).await? {
+            Ok(live) => to_json(&live),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(Failure::of(&e, &what, false)),
+        };
+        let Some(patch) = touch
+            .patch(&live)
+            .filter(|_| live["metadata"]["uid"].as_str() == uid.as_deref())
+        else {
+            return Ok(());
+        };
+        let pp = PatchParams {
+            field_manager: Some(self.shared.options.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        self.shared.metrics.wrote(&self.rule.name, "patch");
+        match fenced(
+            permit.as_ref(),
+            api.patch(&name, &pp, &Patch::Merge(&patch)),
+        )
+        .await?
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(Failure::of(&e, &what, false)),

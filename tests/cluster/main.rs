@@ -29,6 +29,7 @@ mod explain;
 mod faults;
 mod forged_children;
 mod foundation;
+mod generate;
 mod hostile_fights;
 mod hostile_generated;
 mod hostile_leases;
