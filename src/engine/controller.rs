@@ -1077,6 +1077,18 @@ impl RuleController {
                 };
                 (format!("{} {}", child.gvk.kind, plan::key_of(child)), other)
             }
+            Written::Strip(gvk, key) => {
+                let other = match self.wiring.children.get(gvk) {
+                    Some(informer) => {
+                        let ours = &self.shared.options.field_manager;
+                        let ns = key.namespace.as_deref();
+                        self.last_other_manager(informer.kind(), ns, &key.name, ours)
+                            .await
+                    }
+                    None => None,
+                };
+                (format!("{} {key} (replace)", gvk.kind), other)
+            }
             Written::Decoration(d) => {
                 let other = match self.shared.kinds.resolve(&d.gvk).await {
                     Ok(kind) => {
@@ -1558,6 +1570,8 @@ impl RuleController {
 enum Written<'a> {
     Child(&'a DesiredChild),
     Decoration(&'a decorate::Decoration),
+    /// Keys removed under a child's `replace` fields (replace.rs).
+    Strip(&'a Gvk, &'a ObjKey),
 }
 
 /// Every write of a plan and its decorations, fingerprinted for the budget.
@@ -1576,7 +1590,17 @@ fn planned_writes<'a>(
             let target = (d.gvk.to_string(), &d.namespace, &d.name, &d.manager);
             (budget::Write::of(target, &d.body), Written::Decoration(d))
         });
-    children.chain(decorated).collect()
+    // Removing keys another writer adds again and again is a fight too.
+    let stripped = plan.touch.iter().filter_map(|t| match t {
+        Touch::Strip {
+            gvk, key, desired, ..
+        } => {
+            let target = (gvk.to_string(), &key.namespace, &key.name, "replace");
+            Some((budget::Write::of(target, desired), Written::Strip(gvk, key)))
+        }
+        Touch::Remember { .. } => None,
+    });
+    children.chain(decorated).chain(stripped).collect()
 }
 
 fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> Handler {

@@ -296,3 +296,53 @@ async fn observed_reads_a_sibling_without_waiting_for_it() {
     assert_eq!(scene.writes_during_resync("observed", 1).await, 0);
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_against_a_writer_that_keeps_adding_is_a_bounded_fight() {
+    let scene = Scene::new("replace-fight").await.with_widgets().await;
+    scene.apply(widget("w", "a")).await;
+    let rule = QUOTA.replace(
+        "spec:\n  for:",
+        "spec:\n  requeue: {onError: {initial: 1s, max: 4s}}\n  for:",
+    );
+    let scene = scene.running(&[rule_from_yaml(&rule)]).await;
+    let at = ("v1", "ResourceQuota", "w-quota");
+    scene
+        .until("the quota", at, |q| q["spec"]["hard"]["pods"] == "10")
+        .await;
+    let quotas = support::dynamic_api(
+        &scene.client,
+        &json!("v1"),
+        &json!("ResourceQuota"),
+        Some(scene.ns()),
+    )
+    .await;
+    let before = crate::support::counts::applies(scene.engine());
+    let started = std::time::Instant::now();
+    let mut said = None;
+    while started.elapsed() < Duration::from_secs(8) {
+        let theirs: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "w-quota"},
+            "spec": {"hard": {"count/secrets": "5"}}}))
+        .unwrap();
+        let pp = kube::api::PatchParams::apply("fighter").force();
+        quotas
+            .patch("w-quota", &pp, &kube::api::Patch::Apply(&theirs))
+            .await
+            .unwrap();
+        let w = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
+        let reconciled = crate::support::scene::condition(&w, "Reconciled");
+        if said.is_none() && reconciled["reason"] == "Conflict" {
+            said = Some(reconciled.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answers = crate::support::counts::applies(scene.engine()) - before;
+    assert!(answers <= 2 * 20 + 4, "{answers} patches: unbounded");
+    let reconciled = said.expect("the primary never said it was in a fight");
+    assert!(
+        reconciled["message"].as_str().unwrap().contains("fighter"),
+        "{reconciled}"
+    );
+    scene.end().await;
+}
