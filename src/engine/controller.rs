@@ -222,7 +222,7 @@ impl RuleController {
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
         // A refused rule writes no status: it has no part in any.
         if !wiring.refused {
-            shared.board.register(&rule);
+            shared.board.register(&rule, wiring.since);
         }
         let this = Arc::new(Self {
             rule,
