@@ -151,6 +151,14 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("", "configmaps"))
         .or_default()
         .extend(READ);
+    // A rule taking only new primaries records its first load in a
+    // ConfigMap of kiln's own (engine/since.rs).
+    if set.rules.iter().any(|r| !r.primary.take_existing) {
+        grants
+            .entry(core("", "configmaps"))
+            .or_default()
+            .insert("create");
+    }
     // The Rule resources (`kiln run --rules-from-cluster`): always granted,
     // so switching the source needs no new role.
     grants

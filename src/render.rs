@@ -219,6 +219,7 @@ fn context_with(
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
         children => JinjaValue::from(minijinja::value::Serde(children)),
+        observed => JinjaValue::from(minijinja::value::Serde(&inputs.observed)),
         rule => minijinja::context! { name => rule.name.clone() },
         __kiln_now => now.to_string(),
     }
@@ -234,7 +235,7 @@ fn with_vars(base: &JinjaValue, vars: &JinjaValue, ready: &Map<String, Value>) -
 }
 
 /// Evaluates `spec.vars` in order, each seeing the ones before it.
-fn eval_vars(
+pub fn eval_vars(
     rule: &Rule,
     base: &JinjaValue,
     budget: &mut Budget,

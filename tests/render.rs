@@ -398,3 +398,28 @@ fn cronjob_counts_a_live_job_as_run_when_its_status_is_behind() {
         "{out}"
     );
 }
+
+#[test]
+fn observed_remembered_and_replaced_children_in_a_plan() {
+    let object = ["--object", "tests/fixtures/generate/widget.yaml"];
+    let bare = render_fixture("tests/fixtures/generate/rules", &object);
+    assert!(bare.contains("ip: ''"), "no Service yet: {bare}");
+    assert!(
+        bare.contains("starter ConfigMap w-starter: created once and deleted since"),
+        "{bare}"
+    );
+    let seen = [
+        object[0],
+        object[1],
+        "--observed",
+        "service=tests/fixtures/generate/service.yaml",
+        "--observed",
+        "quota=tests/fixtures/generate/quota.yaml",
+    ];
+    let out = render_fixture("tests/fixtures/generate/rules", &seen);
+    assert!(out.contains("ip: 10.96.0.7"), "{out}");
+    assert!(
+        out.contains("quota ResourceQuota w-quota: would remove keys"),
+        "{out}"
+    );
+}

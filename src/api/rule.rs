@@ -30,6 +30,7 @@ pub fn implied_for(api: &RawApi) -> RawFor {
         selector: None,
         namespace_selector: None,
         read_only: false,
+        take_existing: true,
     }
 }
 

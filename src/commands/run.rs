@@ -72,6 +72,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             namespaces: args.engine.namespaces.clone(),
             concurrency: args.engine.concurrency,
             shutdown_grace: args.engine.shutdown_timeout,
+            state_namespace: lease_place(&args.election).0,
             ..Options::default()
         };
         let active = Active {

@@ -69,6 +69,13 @@ pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
         Verdict::CreatedOnce(false) => {
             format!("created once: kiln does not write it again{readiness}")
         }
+        Verdict::Forgone => {
+            "created once and deleted since: kiln does not create it again (recreate: false)"
+                .to_string()
+        }
+        Verdict::Replace => {
+            "would remove keys the rule does not render under its `replace` fields".to_string()
+        }
         Verdict::Waits(what) => {
             return format!(
                 "{}: waits for {what}: not applied yet (kept as it is if it exists)",

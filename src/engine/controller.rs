@@ -36,6 +36,7 @@ use super::reown::{self, Reown};
 use super::reverse::{Reverse, SelectorRef};
 use super::schema::StatusSchema;
 use super::status::{self, Contributor, Outcome, Part, reasons};
+use super::touch::Touch;
 use crate::metrics;
 use crate::render::{self, DesiredChild};
 use crate::rules::{Gvk, LabelSelector, LabelSource, Rule};
@@ -58,6 +59,8 @@ pub struct Wiring {
     /// it only tears down the primaries being deleted, as deleting
     /// children and letting go of its finalizer needs no status.
     pub refused: bool,
+    /// Only primaries created after this are taken (`takeExisting: false`).
+    pub since: Option<jiff::Timestamp>,
 }
 
 /// What the controller keeps per primary between reconciles; dropped with it.
@@ -219,7 +222,7 @@ impl RuleController {
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
         // A refused rule writes no status: it has no part in any.
         if !wiring.refused {
-            shared.board.register(&rule);
+            shared.board.register(&rule, wiring.since);
         }
         let this = Arc::new(Self {
             rule,
@@ -549,7 +552,11 @@ impl RuleController {
             return Ok(Next::Done);
         }
         let holds = self.holds(&obj);
-        let selected = self.selects(obj.namespace().as_deref(), obj.labels());
+        let selected = self.selects(obj.namespace().as_deref(), obj.labels())
+            && super::since::takes(
+                self.wiring.since,
+                obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            );
         let wanted = self.needs_finalizer() && selected;
         // Never act on missing information: while the Namespace cache cannot
         // be trusted, whether the rule takes the primary is unknown, so its
@@ -953,6 +960,11 @@ impl RuleController {
                 return self.failed(obj, plan, failure, secrets).await;
             }
         }
+        for touch in &plan.touch {
+            if let Err(failure) = self.touch(obj, touch).await {
+                return self.failed(obj, plan, failure, secrets).await;
+            }
+        }
         let decorated = match (decorations, shared) {
             (_, Some(failure)) => Err(failure),
             (Ok(d), None) => self.decorate(obj, d).await,
@@ -1082,6 +1094,18 @@ impl RuleController {
                     None => None,
                 };
                 (format!("{} {}", child.gvk.kind, plan::key_of(child)), other)
+            }
+            Written::Strip(gvk, key) => {
+                let other = match self.wiring.children.get(gvk) {
+                    Some(informer) => {
+                        let ours = &self.shared.options.field_manager;
+                        let ns = key.namespace.as_deref();
+                        self.last_other_manager(informer.kind(), ns, &key.name, ours)
+                            .await
+                    }
+                    None => None,
+                };
+                (format!("{} {key} (replace)", gvk.kind), other)
             }
             Written::Decoration(d) => {
                 let other = match self.shared.kinds.resolve(&d.gvk).await {
@@ -1236,6 +1260,57 @@ impl RuleController {
         let patch = Patch::Merge(&patch);
         let patching = api.patch(&reown.key.name, &pp, &patch);
         match fenced(permit.as_ref(), patching).await? {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, &what, false)),
+        }
+    }
+
+    /// Sends one of the plan's merge patches (touch.rs) to the object as
+    /// read now, if it still needs it.
+    async fn touch(&self, obj: &DynamicObject, touch: &Touch) -> Result<(), Failure> {
+        let (informer, namespace, name, uid) = match touch {
+            Touch::Remember { .. } => (
+                Some(&self.wiring.primary),
+                obj.namespace(),
+                obj.name_any(),
+                obj.uid(),
+            ),
+            Touch::Strip { gvk, key, uid, .. } => (
+                self.wiring.children.get(gvk),
+                key.namespace.clone(),
+                key.name.clone(),
+                uid.clone(),
+            ),
+        };
+        let Some(informer) = informer else {
+            return Ok(());
+        };
+        let permit = self.fence(obj)?;
+        let api = self.api(informer.kind(), namespace.as_deref());
+        let what = touch.describe();
+        let live = match fenced(permit.as_ref(), api.get(&name)).await? {
+            Ok(live) => to_json(&live),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(Failure::of(&e, &what, false)),
+        };
+        let Some(patch) = touch
+            .patch(&live)
+            .filter(|_| live["metadata"]["uid"].as_str() == uid.as_deref())
+        else {
+            return Ok(());
+        };
+        let pp = PatchParams {
+            field_manager: Some(self.shared.options.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        self.shared.metrics.wrote(&self.rule.name, "patch");
+        match fenced(
+            permit.as_ref(),
+            api.patch(&name, &pp, &Patch::Merge(&patch)),
+        )
+        .await?
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(Failure::of(&e, &what, false)),
@@ -1526,6 +1601,8 @@ impl RuleController {
 enum Written<'a> {
     Child(&'a DesiredChild),
     Decoration(&'a decorate::Decoration),
+    /// Keys removed under a child's `replace` fields (replace.rs).
+    Strip(&'a Gvk, &'a ObjKey),
 }
 
 /// Every write of a plan and its decorations, fingerprinted for the budget.
@@ -1544,7 +1621,17 @@ fn planned_writes<'a>(
             let target = (d.gvk.to_string(), &d.namespace, &d.name, &d.manager);
             (budget::Write::of(target, &d.body), Written::Decoration(d))
         });
-    children.chain(decorated).collect()
+    // Removing keys another writer adds again and again is a fight too.
+    let stripped = plan.touch.iter().filter_map(|t| match t {
+        Touch::Strip {
+            gvk, key, desired, ..
+        } => {
+            let target = (gvk.to_string(), &key.namespace, &key.name, "replace");
+            Some((budget::Write::of(target, desired), Written::Strip(gvk, key)))
+        }
+        Touch::Remember { .. } => None,
+    });
+    children.chain(decorated).chain(stripped).collect()
 }
 
 fn handler(weak: &Weak<RuleController>, f: fn(&RuleController, &Change<'_>)) -> Handler {

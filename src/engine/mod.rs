@@ -30,12 +30,16 @@ pub mod projection;
 pub mod queue;
 pub mod ready_tally;
 pub mod related;
+pub mod remember;
 pub mod reown;
+pub mod replace;
 pub mod reverse;
 pub mod schema;
+pub mod since;
 pub mod status;
 pub mod store;
 pub mod suspend;
+pub mod touch;
 pub mod undecodable;
 pub mod unwatched;
 pub mod watch_health;
@@ -74,6 +78,9 @@ pub struct Options {
     /// (issue 16); on unless `KILN_CACHE_PROJECTION=0` (for debugging:
     /// whole objects in the cache).
     pub project_cache: bool,
+    /// kiln's own namespace, where it keeps what tenants may not write
+    /// (the first load of a rule with `takeExisting: false`: `since.rs`).
+    pub state_namespace: String,
 }
 
 impl Default for Options {
@@ -85,6 +92,7 @@ impl Default for Options {
             kind_retry: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
+            state_namespace: since::own_namespace(),
         }
     }
 }
@@ -825,7 +833,12 @@ async fn run_resolved(
         release(&acquired);
         return Ended::Stopped;
     };
+    let Some(since) = since::resolve(rule, shared, stop).await else {
+        release(&acquired);
+        return Ended::Stopped;
+    };
     let wiring = Wiring {
+        since,
         primary: primary.clone(),
         children,
         related,

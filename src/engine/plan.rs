@@ -145,6 +145,9 @@ pub struct Plan {
     pub reown: Vec<Reown>,
     /// Children the rule no longer renders, deleted once every apply succeeded.
     pub prune: Vec<Prune>,
+    /// Merge patches besides the applies (`touch.rs`): the primary's record
+    /// of created-once children, keys removed under `replace` fields.
+    pub touch: Vec<super::touch::Touch>,
     /// The rule's part of the primary's status, once every write succeeded.
     pub status: Part,
     /// When to look again, once every write succeeded.
@@ -171,6 +174,11 @@ pub enum Verdict {
     /// Created once and there: never written again but for its ownership
     /// (`true`: that changes now).
     CreatedOnce(bool),
+    /// Created once, then deleted (`recreate: false`): not created again.
+    Forgone,
+    /// The live child holds all the rule renders, and keys another writer
+    /// added under its `replace` fields: those are removed.
+    Replace,
     /// Not rendered yet: it waits for other children (kept as it is).
     Waits(String),
     /// No longer rendered: deleted.
@@ -206,6 +214,7 @@ impl Plan {
             apply: Vec::new(),
             reown: Vec::new(),
             prune: Vec::new(),
+            touch: Vec::new(),
             status,
             next,
             children: Vec::new(),
@@ -248,7 +257,10 @@ impl Plan {
 
     /// Whether the plan writes anything besides status.
     pub fn writes_children(&self) -> bool {
-        !self.apply.is_empty() || !self.reown.is_empty() || !self.prune.is_empty()
+        !self.apply.is_empty()
+            || !self.reown.is_empty()
+            || !self.prune.is_empty()
+            || !self.touch.is_empty()
     }
 }
 
@@ -375,6 +387,7 @@ impl Draft {
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
         let mut apply = Vec::new();
+        let mut touch = Vec::new();
         for (c, ready) in rendered.children.into_iter().zip(&rendered.readiness) {
             let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
             let key = (c.gvk.clone(), key_of(&c));
@@ -388,8 +401,19 @@ impl Draft {
                     reown.extend(r);
                     Verdict::CreatedOnce(changes)
                 }
-                Some(l) if converged(l, &c.object, known.get(&key)) => Verdict::Applied,
+                Some(l) if converged(l, &c.object, known.get(&key)) => {
+                    match super::replace::needed(policy(rule, &c.id), &c, l) {
+                        Some(strip) => {
+                            touch.push(strip);
+                            Verdict::Replace
+                        }
+                        None => Verdict::Applied,
+                    }
+                }
                 Some(_) => Verdict::Change,
+                None if once && super::remember::forgone(rule, &c, &observed.inputs.primary) => {
+                    Verdict::Forgone
+                }
                 None => Verdict::Create,
             };
             children.push(ChildVerdict {
@@ -404,10 +428,13 @@ impl Draft {
             }
         }
         children.extend(rest);
+        let primary = &observed.inputs.primary;
+        touch.extend(super::remember::update(rule, primary, &observed.children));
         Plan {
             apply,
             reown,
             prune,
+            touch,
             status: Part {
                 outcome: Outcome::Applied { not_ready, waiting },
                 fields: Some(rendered.status),

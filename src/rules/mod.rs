@@ -7,11 +7,13 @@
 //!       ─validate─▶ Rule (GVKs checked, templates compiled, durations parsed)
 //! ```
 
+mod child_options;
 pub mod diagnostic;
 pub mod duration;
 pub mod history;
 pub mod load;
 pub mod names;
+pub mod observed;
 pub mod reach;
 pub mod read_only;
 pub mod scope;
@@ -78,6 +80,9 @@ pub struct Primary {
     pub selector: Option<LabelSelector>,
     /// Only objects in namespaces whose labels match this selector.
     pub namespace_selector: Option<LabelSelector>,
+    /// Whether objects created before the rule was first loaded are taken
+    /// (`spec.for.takeExisting`; see `engine::since`).
+    pub take_existing: bool,
 }
 
 /// The core `Namespace` kind (watched for `spec.for.namespaceSelector`).
@@ -273,6 +278,11 @@ pub struct Child {
     pub adopt_names: Vec<String>,
     /// Whether a child that exists is written again.
     pub update_policy: UpdatePolicy,
+    /// Whether a created-once child that is gone is created again (else
+    /// kiln remembers it: `engine::remember`).
+    pub recreate: bool,
+    /// Maps held exactly as rendered, each a path of keys (`engine::replace`).
+    pub replace: Vec<Vec<String>>,
     /// Whether the child goes with its primary and is pruned.
     pub deletion_policy: DeletionPolicy,
     /// Whether it lives outside the primary's namespace (tracked by labels,
@@ -501,6 +511,7 @@ mod tests {
             exclude_namespaces: vec!["kube-system".into()],
             selector: None,
             namespace_selector: None,
+            take_existing: true,
         };
         let labels = BTreeMap::new();
         assert!(primary.selects(Some("team"), &labels));
@@ -525,6 +536,7 @@ mod tests {
                 match_labels: [("team".to_string(), "a".to_string())].into(),
                 match_expressions: Vec::new(),
             }),
+            take_existing: true,
         };
         let team_a: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
         assert_eq!(primary.namespace_refusal("ns", Some(&team_a)), None);

@@ -58,6 +58,14 @@ pub fn refusals(spec: &RawSpec) -> Vec<Refusal> {
         ));
     }
     for (i, c) in spec.children.iter().enumerate() {
+        if !c.recreate {
+            out.push((
+                spec_at(&[key("children"), Step::Index(i), key("recreate")]),
+                format!(
+                    "{WHY}, and `recreate: false` records the children it created in an annotation on the primary"
+                ),
+            ));
+        }
         if c.outside && c.deletion_policy != DeletionPolicy::Orphan {
             out.push((
                 spec_at(&[key("children"), Step::Index(i), key("outside")]),

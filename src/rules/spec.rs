@@ -180,6 +180,14 @@ pub struct RawFor {
     /// annotation (for a kind another controller owns). Default `false`.
     #[serde(default)]
     pub read_only: bool,
+    /// Whether the rule takes objects created before it was first loaded
+    /// (default `true`). `false` (Kyverno's `generateExisting: false`):
+    /// only objects whose `metadata.creationTimestamp` is later than the
+    /// rule's first load, which kiln records in its own namespace (the
+    /// ConfigMap `kiln-since-<rule>`), so a restart or a reload of the rule
+    /// never takes older objects.
+    #[serde(default = "yes")]
+    pub take_existing: bool,
 }
 
 /// A Kubernetes label selector.
@@ -307,6 +315,20 @@ pub struct RawChild {
     /// writes it again once it does (users may change it).
     #[serde(default)]
     pub update_policy: UpdatePolicy,
+    /// With `updatePolicy: CreateOnce` only: `false` makes kiln remember
+    /// that it created the child (an annotation `<rule>.kiln.dev/created-once`
+    /// on the primary), so a child deleted on purpose is not created again
+    /// (Kyverno's generate without `synchronize`). Default `true`: a
+    /// created-once child that is deleted is created again.
+    #[serde(default = "yes")]
+    pub recreate: bool,
+    /// Field paths (dotted, e.g. `spec.hard`) of maps the child holds
+    /// exactly as rendered: keys another writer added under them are
+    /// removed (Kyverno's `synchronize`), with a JSON patch conditioned on
+    /// the child's `resourceVersion`. Other fields keep server-side apply's
+    /// sharing.
+    #[serde(default)]
+    pub replace: Vec<String>,
     /// `Delete` (default): the child has a controller owner reference to the
     /// primary, goes with it, and is deleted when no longer rendered.
     /// `Orphan`: no owner reference; the child stays when the primary goes

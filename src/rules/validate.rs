@@ -364,6 +364,7 @@ impl<'a> Checker<'a> {
             exclude_namespaces: f.exclude_namespaces.clone(),
             selector,
             namespace_selector,
+            take_existing: f.take_existing,
         })
     }
 
@@ -623,6 +624,10 @@ impl<'a> Checker<'a> {
             }
             let needs = self.needs(&at, c, ids);
             let adopt_names = self.adopt_names(&at, c);
+            let (replace, problems) = super::child_options::check(c);
+            for (field, message) in problems {
+                self.error(&with(field), message);
+            }
             if let Some((gvk, template)) = template {
                 out.push(Child {
                     id: c.id.clone(),
@@ -635,6 +640,8 @@ impl<'a> Checker<'a> {
                     adopt: c.adopt,
                     adopt_names,
                     update_policy: c.update_policy,
+                    recreate: c.recreate,
+                    replace,
                     deletion_policy: c.deletion_policy,
                     outside: c.outside,
                     needs,
@@ -817,7 +824,7 @@ impl<'a> Checker<'a> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
         let scope = Scope {
-            roots: &["self", "related", "children", "rule", "target"],
+            roots: &["self", "related", "children", "rule", "vars", "target"],
         };
         for (i, d) in self.raw.spec.decorate.iter().enumerate() {
             let at = vec![key("spec"), key("decorate"), Step::Index(i)];
@@ -1427,6 +1434,13 @@ impl<'a> Checker<'a> {
                 continue;
             }
             if self.set.is_function(root) {
+                continue;
+            }
+            if root == super::observed::ROOT {
+                let here = scope.roots.contains(&"children");
+                if let Some(m) = super::observed::problem(here, parts.next(), ids) {
+                    self.error(at, m);
+                }
                 continue;
             }
             if !scope.roots.contains(&root) {

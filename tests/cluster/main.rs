@@ -33,6 +33,7 @@ mod faults;
 mod forged_children;
 mod foundation;
 mod history;
+mod generate;
 mod hostile_fights;
 mod hostile_generated;
 mod hostile_leases;

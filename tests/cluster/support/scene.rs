@@ -220,6 +220,8 @@ async fn start_engine_with(
         concurrency: 2,
         kind_retry: Duration::from_millis(200),
         project_cache: project,
+        // What kiln keeps of its own stays in the test's namespace.
+        state_namespace: namespaces[0].clone(),
         ..Options::default()
     };
     let engine = Arc::new(Engine::new(client, options));
