@@ -6,8 +6,8 @@
 //! with HTTP/1.1 every watch holds a connection of its own, with its TLS and
 //! read buffers, so two hundred rules held two hundred connections and about
 //! 150 KiB each before any object existed. Here the first rule on a CRD
-//! starts its watch and the last one to go stops it, so a rule replaced by a
-//! reload, while other rules follow its CRD, finds the watch running.
+//! starts its watch, which stops [`LINGER`] after the last one went, so a
+//! rule replaced by a reload finds it running and nothing is listed again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -19,6 +19,9 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{Event, watcher};
 use serde_json::Value;
 use tokio::sync::watch;
+
+/// How long a watch outlives its last subscription (as informers do).
+pub const LINGER: std::time::Duration = super::informer::LINGER;
 
 /// The CRD as last seen by its watch (`None` until the first one arrives).
 pub type Seen = Option<Arc<Value>>;
@@ -44,9 +47,21 @@ impl Drop for Shared {
 /// A rule's view of one CRD's watch.
 pub struct Subscription {
     /// Keeps the watch running.
-    #[cfg_attr(not(test), allow(dead_code))]
     shared: Arc<Shared>,
     seen: watch::Receiver<Seen>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Kept a while for the rule that replaces this one.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let keep = self.shared.clone();
+            runtime.spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                drop(keep);
+            });
+        }
+    }
 }
 
 impl Subscription {
@@ -155,8 +170,8 @@ mod tests {
         assert_eq!(sub.next().await, Some(Arc::new(serde_json::json!(2))));
     }
 
-    #[tokio::test]
-    async fn rules_on_one_crd_share_one_watch_which_stops_with_the_last() {
+    #[tokio::test(start_paused = true)]
+    async fn rules_on_one_crd_share_one_watch_which_stops_a_while_after_the_last() {
         let watches = CrdWatches::default();
         let client = client();
         let a = watches.subscribe(&client, "apps.example.com");
@@ -166,9 +181,17 @@ mod tests {
         assert!(!a.shares_with(&other));
         assert_eq!(watches.running(), 2);
         drop(a);
-        assert_eq!(watches.running(), 2, "b still follows apps.example.com");
         drop(b);
         drop(other);
+        tokio::time::sleep(LINGER / 2).await;
+        let again = watches.subscribe(&client, "apps.example.com");
+        assert_eq!(
+            watches.running(),
+            2,
+            "a rule replaced meanwhile finds its watch"
+        );
+        drop(again);
+        tokio::time::sleep(LINGER * 2).await;
         assert_eq!(watches.running(), 0);
     }
 }
