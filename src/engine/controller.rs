@@ -291,16 +291,14 @@ impl RuleController {
         }
     }
 
-    /// Runs `workers` workers until the queue shuts down. The workers live in
-    /// a `JoinSet`, so cancelling this future (a rule aborted because the
-    /// lease was lost) cancels every one of them.
+    /// Reconciles up to `workers` primaries at once until the queue shuts
+    /// down (`workers.rs`); cancelling this future (a rule aborted because
+    /// the lease was lost) cancels every reconcile under way.
     pub async fn run_workers(self: &Arc<Self>, workers: usize) {
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..workers.max(1) {
-            let this = self.clone();
-            tasks.spawn(async move { this.work().await });
-        }
-        while tasks.join_next().await.is_some() {}
+        super::workers::run(&self.queue, workers, |key, waited| {
+            self.clone().work(key, waited)
+        })
+        .await;
     }
 
     /// Deletes every child this rule made, for every primary (used when a
@@ -375,26 +373,24 @@ impl RuleController {
         }
     }
 
-    async fn work(self: Arc<Self>) {
+    async fn work(self: Arc<Self>, key: ObjKey, waited: std::time::Duration) {
         let m = &self.shared.metrics;
         let controller = metrics::controller(&self.rule.name);
         let queue = metrics::queue(&self.rule.name);
-        while let Some((key, waited)) = self.queue.next().await {
-            m.queue_duration
-                .get_or_create(&queue)
-                .observe(waited.as_secs_f64());
-            m.queue_depth
-                .get_or_create(&queue)
-                .set(self.queue.len() as i64);
-            let timer = m.reconcile_timer(&controller);
-            let span = tracing::info_span!("reconcile", rule = %self.rule.name, object = %key);
-            let result = self.reconcile(&key).instrument(span).await;
-            drop(timer);
-            let outcome = self.schedule(&key, result);
-            let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
-            m.reconcile_total.get_or_create(&labels).inc();
-            self.queue.done(&key);
-        }
+        m.queue_duration
+            .get_or_create(&queue)
+            .observe(waited.as_secs_f64());
+        m.queue_depth
+            .get_or_create(&queue)
+            .set(self.queue.len() as i64);
+        let timer = m.reconcile_timer(&controller);
+        let span = tracing::info_span!("reconcile", rule = %self.rule.name, object = %key);
+        let result = self.reconcile(&key).instrument(span).await;
+        drop(timer);
+        let outcome = self.schedule(&key, result);
+        let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
+        m.reconcile_total.get_or_create(&labels).inc();
+        self.queue.done(&key);
     }
 
     /// Queues the primary again as `result` says; returns the metric's result label.

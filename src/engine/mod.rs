@@ -12,6 +12,7 @@ pub mod budget;
 pub mod cached;
 pub mod claims;
 pub mod controller;
+pub mod crd_watch;
 pub mod decode;
 pub mod decorate;
 pub mod diff;
@@ -43,6 +44,7 @@ pub mod touch;
 pub mod undecodable;
 pub mod unwatched;
 pub mod watch_health;
+pub mod workers;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -121,6 +123,8 @@ pub struct Shared {
     pub fence: std::sync::OnceLock<Fence>,
     /// This replica's share of the primaries, when sharded (`kiln run --shards`).
     pub shard: Option<Arc<crate::shard::scope::Scope>>,
+    /// One watch per primary CRD, shared by the rules on it.
+    pub crds: crd_watch::CrdWatches,
 }
 
 /// Answers whether this replica may write right now.
@@ -231,6 +235,7 @@ impl Engine {
             no_status: no_status::Told::default(),
             fence: std::sync::OnceLock::new(),
             shard,
+            crds: crd_watch::CrdWatches::default(),
         });
         Self {
             shared,
@@ -745,26 +750,12 @@ impl Schema {
 
 /// Returns once the status schema of the CRD differs from `current` (the
 /// CRD was edited in place), watching that one CRD; never without a CRD.
-async fn schema_change(client: Client, crd: Option<(String, String)>, current: StatusSchema) {
-    use futures::StreamExt;
-    use kube::runtime::WatchStreamExt;
-    use kube::runtime::watcher::{Event, watcher};
+async fn schema_change(shared: &Shared, crd: Option<(String, String)>, current: StatusSchema) {
     let Some((name, version)) = crd else {
         return std::future::pending().await;
     };
-    let config = crate::request_timeout::watch_config().fields(&format!("metadata.name={name}"));
-    let events = watcher(crds(&client), config).default_backoff();
-    futures::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        let crd = match event {
-            Ok(Event::Apply(crd) | Event::InitApply(crd)) => crd,
-            Ok(_) => continue,
-            Err(error) => {
-                tracing::warn!(crd = %name, %error, "watching the primary's CustomResourceDefinition failed; retrying with backoff");
-                continue;
-            }
-        };
-        let json = serde_json::to_value(&crd).unwrap_or_default();
+    let mut crd = shared.crds.subscribe(&shared.client, &name);
+    while let Some(json) = crd.next().await {
         if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current) {
             return;
         }
@@ -847,7 +838,7 @@ async fn run_resolved(
         refused: schema.refused.is_some(),
     };
     let refused = schema.refused;
-    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
+    let changed = schema_change(shared, schema.crd, schema.status);
     tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     let gone = |acquired: &[Arc<informer::Informer>]| {

@@ -11,6 +11,7 @@ mod conversion;
 mod observe;
 mod procstat;
 mod report;
+mod rules;
 mod scrape;
 mod sharded;
 mod workload;
@@ -39,6 +40,9 @@ use crate::workload::{NAMESPACE, UPDATED_REPLICAS};
 enum Cli {
     /// Runs the benchmark and writes results.md and results.json.
     Run(RunArgs),
+    /// The rules axis: kiln with R rules over N primaries and ten CRDs, for
+    /// each R (`rules.rs`); writes results-rules.md.
+    Rules(rules::RulesArgs),
     /// Puts several runs' results.json side by side (one per N) and prints
     /// each contender's peak RSS per N and its cost per primary.
     Compare {
@@ -158,6 +162,10 @@ fn main() -> ExitCode {
             // and stops the control plane.
             Cli::Run(args) => tokio::select! {
                 result = run(args) => result,
+                _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
+            },
+            Cli::Rules(args) => tokio::select! {
+                result = rules::run(args) => result,
                 _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
             },
             Cli::Compare { files } => compare::run(&files),
