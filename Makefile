@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz bench lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
+.PHONY: help build run test fuzz bench bench-conversion bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -39,6 +39,17 @@ bench: controlplane ## Benchmark kiln against kube-rs, controller-runtime and th
 		--kiln $(TARGET_DIR)/release/kiln \
 		--kube-rs $(TARGET_DIR)/release/examples/bench-kube-rs \
 		--controller-runtime "$(BENCH_BIN_DIR)/controller-runtime-bench"
+
+bench-conversion: controlplane ## A rule-defined API listed at the version kiln converts vs the one that stores (N=3000)
+	$(CARGO) build --locked --release --bin kiln --example bench
+	$(TARGET_DIR)/release/examples/bench conversion --n $(or $(filter-out 100,$(N)),3000) --kiln $(TARGET_DIR)/release/kiln --out target/bench/conversion
+
+RULES ?= 1,50,200
+
+bench-rules: controlplane ## kiln with RULES rules (1,50,200) over N primaries and ten CRDs: RSS per rule, one-rule edit, ten full reloads
+	$(CARGO) build --locked --release --bin kiln --example bench
+	$(TARGET_DIR)/release/examples/bench rules --rules $(RULES) --n $(N) --out target/bench \
+		--kiln $(TARGET_DIR)/release/kiln
 
 lint: ## rustfmt and clippy (warnings are errors); go vet of the benchmark's Go controller
 	$(CARGO) fmt --check

@@ -52,6 +52,11 @@ pub enum Command {
     /// others do not), each child applied / would change / missing, its
     /// conditions and kiln's recent Events. Reads only.
     Explain(ExplainArgs),
+    /// Show what the given rules would change in the cluster, before they
+    /// run: per selected object, children created / changed (a YAML diff of
+    /// the fields kiln sends) / pruned and status. Reads only. Exit 0 when
+    /// nothing would change, 1 when something would, 2 on error.
+    Diff(DiffArgs),
     /// Print the least-privilege ClusterRole the given rules need.
     Rbac(RbacArgs),
     /// Print the CustomResourceDefinitions the rules define (`spec.api`),
@@ -63,8 +68,9 @@ pub enum Command {
     /// ClusterRole they need, as Helm values for the kiln chart or as a
     /// kustomize overlay of `deploy/`.
     Package(PackageArgs),
-    /// Print the JSON Schema of the rule format (for editors; the repo keeps it in rules/rule.schema.json).
-    Schema,
+    /// Print the JSON Schema of the rule format (for editors; the repo keeps it in
+    /// rules/rule.schema.json), or with --tests of test files (rules/test.schema.json).
+    Schema(SchemaArgs),
     /// Start or stop a local control plane (etcd, kube-apiserver,
     /// kube-controller-manager) built from Go modules, for development and tests.
     #[command(subcommand)]
@@ -86,6 +92,38 @@ pub struct RunArgs {
     pub serving: ServingArgs,
     #[command(flatten)]
     pub election: ElectionArgs,
+    #[command(flatten)]
+    pub conversion: ConversionArgs,
+}
+
+/// The CRD conversion webhook, for rules whose API has several versions.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Conversion webhook")]
+pub struct ConversionArgs {
+    /// Where to serve the conversion webhook over TLS (`:9443`; `0`, the
+    /// default, turns it off). Every replica serves it, leading or not.
+    #[arg(long, default_value = "0", value_parser = parse_bind)]
+    pub conversion_addr: Bind,
+    /// `NAMESPACE/NAME[:PORT]` of the Service the API server reaches the
+    /// webhook through (port 443 by default).
+    #[arg(long, value_parser = parse_service, conflicts_with = "conversion_url")]
+    pub conversion_service: Option<(String, String, u16)>,
+    /// The URL the API server reaches the webhook at, when kiln runs
+    /// outside the cluster (e.g. `https://127.0.0.1:9443`).
+    #[arg(long)]
+    pub conversion_url: Option<String>,
+    /// The Secret (in kiln's namespace) holding the webhook's CA and
+    /// certificate, shared by every replica.
+    #[arg(long, default_value = kiln::api::webhook::DEFAULT_SECRET)]
+    pub conversion_secret: String,
+    /// kiln's namespace, where the Secret is (default: the pod's namespace,
+    /// else `default`).
+    #[arg(long)]
+    pub conversion_namespace: Option<String>,
+    /// How long the webhook's certificates are valid; they are renewed once
+    /// two thirds of it have passed.
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    pub conversion_cert_validity: Duration,
 }
 
 /// Where the rules are read from (one at least).
@@ -355,18 +393,48 @@ pub struct ExplainArgs {
     /// `NAMESPACE/NAME`, or `NAME` for a cluster-scoped object.
     pub object: String,
     /// Rule files or directories (repeatable): the rules kiln runs.
-    #[arg(long = "rules", required_unless_present = "rules_configmap")]
+    #[arg(long = "rules", required_unless_present_any = ["rules_configmap", "rules_from_cluster"])]
     pub rules: Vec<PathBuf>,
     /// Read the rules kiln runs from this ConfigMap, `NAMESPACE/NAME`, in the
     /// cluster (as `kiln run --rules-configmap` does) instead of files.
     #[arg(long, value_parser = parse_configmap, conflicts_with = "rules")]
     pub rules_configmap: Option<(String, String)>,
+    /// Read the rules kiln runs from the cluster's `Rule` resources (as
+    /// `kiln run --rules-from-cluster` does) instead of files.
+    #[arg(long, conflicts_with_all = ["rules", "rules_configmap"])]
+    pub rules_from_cluster: bool,
     /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
+}
+
+/// `kiln diff`
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Rule files or directories (repeatable): the rules to compare with
+    /// the cluster (they need not be the ones running).
+    #[arg(long = "rules", required = true)]
+    pub rules: Vec<PathBuf>,
+    /// Only objects in this namespace (default: every namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+/// `kiln schema`
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Print the schema of test files (`*.test.yaml`) instead of rules.
+    #[arg(long)]
+    pub tests: bool,
 }
 
 /// `kiln test`
@@ -423,6 +491,19 @@ fn parse_configmap(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("expected NAMESPACE/NAME, got `{s}`")),
     }
+}
+
+/// `NAMESPACE/NAME[:PORT]` of a Service (port 443 when not given).
+fn parse_service(s: &str) -> Result<(String, String, u16), String> {
+    let (rest, port) = match s.rsplit_once(':') {
+        Some((rest, port)) => (
+            rest,
+            port.parse().map_err(|e| format!("port `{port}`: {e}"))?,
+        ),
+        None => (s, 443),
+    };
+    let (ns, name) = parse_configmap(rest)?;
+    Ok((ns, name, port))
 }
 
 /// A shard identity names a Lease: a DNS-1123 subdomain.

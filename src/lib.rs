@@ -8,6 +8,7 @@
 //! - [`controlplane`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager built from Go modules) for tests and the demo.
 //! - [`yaml`]: YAML documents with the position of every node.
+//! - [`yaml_out`]: YAML text kiln writes, read back by any reader as written.
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
@@ -16,6 +17,7 @@
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`rbac`]: the least-privilege ClusterRole a rule set needs.
 //! - [`reload`]: hot reload of the rule set from files or a ConfigMap.
+//! - [`readiness`]: whether a live child is ready, by its kind (kstatus rules).
 //! - [`render`]: one rule for one primary → children and status (pure).
 //! - [`ownership`]: the mark kiln stamps on its children, and reading it back.
 //! - [`redact`]: Secret values kept out of messages.
@@ -29,6 +31,7 @@ pub mod lease;
 pub mod metrics;
 pub mod ownership;
 pub mod rbac;
+pub mod readiness;
 pub mod redact;
 pub mod reload;
 pub mod render;
@@ -39,3 +42,4 @@ pub mod shard;
 pub mod template;
 pub mod version;
 pub mod yaml;
+pub mod yaml_out;

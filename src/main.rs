@@ -18,6 +18,7 @@ use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    commands::broken_pipe::exit_quietly();
     let cli = parse_command_line();
     init_logging(cli.log_level.as_deref(), cli.log_format);
     let result = match cli.command {
@@ -31,7 +32,8 @@ fn main() -> ExitCode {
         Command::Render(args) => commands::render::run(&args),
         Command::Test(args) => commands::test::run(&args),
         Command::Explain(args) => commands::explain::run(&args),
-        Command::Schema => commands::schema::run(),
+        Command::Diff(args) => commands::diff::run(&args),
+        Command::Schema(args) => commands::schema::run(&args),
         Command::Rbac(args) => commands::package::rbac(&args),
         Command::Crd(args) => commands::crd::run(&args),
         Command::Configmap(args) => commands::package::configmap(&args),

@@ -78,6 +78,12 @@ pub struct Metrics {
     pub waiting_for_kinds: Family<Labels, Gauge>,
     /// `kiln_rule_refused{rule}`: 1 while a rule is refused (its status does not fit the primary's schema).
     pub rule_refused: Family<Labels, Gauge>,
+    /// `kiln_rule_edit_refused{rule}`: 1 while a rule's latest version is
+    /// refused on reload (invalid, or the cluster does not let it run) and
+    /// its last good version, if any, keeps running.
+    pub rule_edit_refused: Family<Labels, Gauge>,
+    /// `kiln_primaries{rule,ready}`: primaries of a rule by their `Ready` condition's status.
+    pub primaries: Family<Labels, Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
     /// `kiln_rules_reload_total{result="success"|"error"|"refused"}`:
@@ -154,6 +160,8 @@ impl Metrics {
             cached_bytes: Family::default(),
             waiting_for_kinds: Family::default(),
             rule_refused: Family::default(),
+            rule_edit_refused: Family::default(),
+            primaries: Family::default(),
             reconcile_failures: Family::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
@@ -261,6 +269,16 @@ impl Metrics {
             "kiln_rule_refused",
             "1 while a rule is refused because the primary's status schema does not declare what it writes",
             m.rule_refused.clone(),
+        );
+        r.register(
+            "kiln_rule_edit_refused",
+            "1 while a rule's latest version is refused on reload (its last good version keeps running)",
+            m.rule_edit_refused.clone(),
+        );
+        r.register(
+            "kiln_primaries",
+            "Primaries of each rule by the status of their Ready condition (True, False, Unknown), as kiln last composed it",
+            m.primaries.clone(),
         );
         r.register(
             "kiln_rules_loaded",

@@ -292,22 +292,17 @@ pub fn child_of<M: Meta + ?Sized>(meta: &M, rule: &str, uid: &str) -> bool {
     read(meta).is_some_and(|m| m.of(rule, uid))
 }
 
-/// Whether a child marked for a primary in `primary_namespace` sits where
-/// kiln can have put it, so its mark may be believed: cluster-scoped, or
-/// in the primary's namespace (only those who may write there can plant
-/// it, and they may change the primary too), or anywhere for an `outside`
-/// child or a cluster-scoped primary's. Marks are copied easily: a
+/// Whether an owned or orphaned child marked for a primary in
+/// `primary_namespace` sits where kiln can have put it, so its mark may be
+/// believed: cluster-scoped, or in the primary's namespace (only those who
+/// may write there can plant it, and they may change the primary too), or
+/// anywhere for a cluster-scoped primary's. Marks are copied easily: a
 /// tenant's object in its own namespace naming another tenant's primary is
-/// not that primary's child, never read, pruned or waited for.
-pub fn in_place(
-    child_namespace: Option<&str>,
-    primary_namespace: Option<&str>,
-    outside: bool,
-) -> bool {
-    outside
-        || child_namespace.is_none()
-        || primary_namespace.is_none()
-        || child_namespace == primary_namespace
+/// not that primary's child, never read, pruned or waited for. (An
+/// `outside` child is believed only at the key its rule renders for the
+/// primary: `engine::decision::placed`.)
+pub fn in_place(child_namespace: Option<&str>, primary_namespace: Option<&str>) -> bool {
+    child_namespace.is_none() || primary_namespace.is_none() || child_namespace == primary_namespace
 }
 
 /// Who holds an object found where kiln would make `rule`'s child of the
@@ -437,14 +432,10 @@ mod tests {
 
     #[test]
     fn a_mark_in_another_tenants_namespace_is_not_believed() {
-        assert!(in_place(Some("a"), Some("a"), false));
-        assert!(!in_place(Some("b"), Some("a"), false), "planted in b");
-        assert!(in_place(Some("b"), Some("a"), true), "an `outside` child");
-        assert!(in_place(None, Some("a"), false), "cluster-scoped");
-        assert!(
-            in_place(Some("b"), None, false),
-            "a cluster-scoped primary's"
-        );
+        assert!(in_place(Some("a"), Some("a")));
+        assert!(!in_place(Some("b"), Some("a")), "planted in b");
+        assert!(in_place(None, Some("a")), "cluster-scoped");
+        assert!(in_place(Some("b"), None), "a cluster-scoped primary's");
     }
 
     #[test]

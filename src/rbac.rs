@@ -56,7 +56,10 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
         // kiln writes status only to custom resources, and reads (and
         // watches) their CRD for the status schema.
         if p.is_custom() {
-            grant(p, format!("{}/status", plural(p)), &["patch"]);
+            // (A read-only rule writes nothing on its primary.)
+            if !rule.read_only {
+                grant(p, format!("{}/status", plural(p)), &["patch"]);
+            }
             named
                 .entry((
                     "apiextensions.k8s.io".into(),
@@ -89,7 +92,7 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
             grant(&w.gvk, plural(&w.gvk), READ);
         }
         // A finalizer on the primary while the rule has `outside` children.
-        if rule.children.iter().any(|c| c.outside) {
+        if !rule.read_only && rule.children.iter().any(|c| c.outside) {
             grant(p, plural(p), &["patch"]);
         }
         // Decorators patch the primary or related objects they do not own.
@@ -133,7 +136,7 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
 pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
     let Grants {
         all: mut grants,
-        named,
+        mut named,
     } = rule_grants(set, plural);
     let core = |g: &str, r: &str| (g.to_string(), r.to_string());
     grants
@@ -148,6 +151,14 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("", "configmaps"))
         .or_default()
         .extend(READ);
+    // A rule taking only new primaries records its first load in a
+    // ConfigMap of kiln's own (engine/since.rs).
+    if set.rules.iter().any(|r| !r.primary.take_existing) {
+        grants
+            .entry(core("", "configmaps"))
+            .or_default()
+            .insert("create");
+    }
     // The Rule resources (`kiln run --rules-from-cluster`): always granted,
     // so switching the source needs no new role.
     grants
@@ -158,6 +169,20 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("kiln.dev", "rules/status"))
         .or_default()
         .extend(["patch"]);
+    // The conversion webhook's certificates, for an API with several
+    // versions: its Secret (created once, read, renewed by a patch).
+    let converts = set.rules.iter().filter_map(|r| r.api.as_ref());
+    if converts.into_iter().any(|a| a.conversions.is_some()) {
+        grants
+            .entry(core("", "secrets"))
+            .or_default()
+            .insert("create");
+        let secret = crate::api::webhook::DEFAULT_SECRET.to_string();
+        named
+            .entry((String::new(), "secrets".into(), secret))
+            .or_default()
+            .extend(["get", "patch"]);
+    }
 
     let mut rules: Vec<Value> = grants
         .into_iter()
@@ -336,6 +361,12 @@ mod tests {
             && r["resourceNames"][0] == "admin"
             && r["verbs"][0] == "bind"));
         assert!(
+            rules.iter().any(|r| r["resources"][0] == "secrets"
+                && r["resourceNames"][0] == "kiln-conversion-webhook"
+                && r["verbs"] == json!(["get", "patch"])),
+            "the conversion webhook's Secret, for rules/webapp-api.yaml"
+        );
+        assert!(
             verbs("", "pods").is_empty(),
             "nothing the rules do not need"
         );
@@ -357,6 +388,30 @@ mod tests {
         };
         assert!(may_patch("true"));
         assert!(!may_patch("false"), "only what the rules need");
+    }
+
+    #[test]
+    fn a_read_only_rule_may_not_write_its_primary_or_its_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        let rule = "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: Widget, readOnly: RO}\n  children:\n    - {id: c, outside: true, deletionPolicy: Orphan, template: {apiVersion: v1, kind: Namespace, metadata: {name: \"{{ self.metadata.name }}\"}}}\n";
+        let writes = |read_only: &str| -> Vec<String> {
+            std::fs::write(&file, rule.replace("RO", read_only)).unwrap();
+            let set = crate::rules::load(std::slice::from_ref(&file)).unwrap();
+            let role = cluster_role(&set, "kiln", &guess_plural);
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    ["widgets", "widgets/status"].contains(&r["resources"][0].as_str().unwrap())
+                        && r["verbs"].as_array().unwrap().contains(&"patch".into())
+                })
+                .map(|r| r["resources"][0].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(writes("false"), ["widgets", "widgets/status"]);
+        assert!(writes("true").is_empty(), "{:?}", writes("true"));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::rules::{Gvk, Rule};
 use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
+pub mod history;
+
 /// Label every child carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
@@ -115,6 +117,8 @@ pub struct Rendered {
     pub conditions: Vec<RuleCondition>,
     /// When `spec.requeue.at` asks to reconcile again.
     pub wake: Option<Wake>,
+    /// The live children no longer rendered, filed in their `history` classes.
+    pub history: Vec<history::Filed>,
 }
 
 /// A reconcile asked for at an instant (`spec.requeue.at`).
@@ -215,6 +219,7 @@ fn context_with(
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
         children => JinjaValue::from(minijinja::value::Serde(children)),
+        observed => JinjaValue::from(minijinja::value::Serde(&inputs.observed)),
         rule => minijinja::context! { name => rule.name.clone() },
         __kiln_now => now.to_string(),
     }
@@ -230,7 +235,7 @@ fn with_vars(base: &JinjaValue, vars: &JinjaValue, ready: &Map<String, Value>) -
 }
 
 /// Evaluates `spec.vars` in order, each seeing the ones before it.
-fn eval_vars(
+pub fn eval_vars(
     rule: &Rule,
     base: &JinjaValue,
     budget: &mut Budget,
@@ -426,7 +431,8 @@ fn render_on_stack(
             }
             let ready_now = match (live, &child.ready_when) {
                 (None, _) => false,
-                (Some(_), None) => true,
+                (Some(_), None) if child.ready_on_exists => true,
+                (Some(live), None) => crate::readiness::judge(&child.gvk, live).is_ok(),
                 (Some(live), Some(expr)) => {
                     let c = minijinja::context! { child => to_jinja(live), ..item_ctx.clone() };
                     set.eval_bool(expr, &c)?
@@ -493,6 +499,14 @@ fn render_on_stack(
         Some(tree) => wake_at(&tree.render(set, &status_ctx, &mut budget)?, now)?,
         None => None,
     };
+    let history = history::file(
+        rule,
+        set,
+        &status_ctx,
+        &inputs.observed,
+        &children,
+        &mut budget,
+    )?;
     Ok(Rendered {
         children,
         readiness,
@@ -500,6 +514,7 @@ fn render_on_stack(
         status,
         conditions,
         wake,
+        history,
     })
 }
 

@@ -390,6 +390,11 @@ fn resolve_scalar(
     }
 }
 
+/// Whether kiln reads the plain (unquoted) scalar `value` as a string.
+pub fn plain_is_string(value: &str) -> bool {
+    matches!(resolve_plain(value, Pos::default()), Ok(Kind::Str(_)))
+}
+
 fn resolve_plain(value: &str, pos: Pos) -> Result<Kind, Error> {
     Ok(match value {
         "" | "~" | "null" | "Null" | "NULL" => Kind::Null,

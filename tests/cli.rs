@@ -60,7 +60,7 @@ fn controlplane_down_without_a_running_one_says_so() {
 fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("ok: 7 rules in 7 files"), "{out}");
+    assert!(out.starts_with("ok: 8 rules in 8 files"), "{out}");
 }
 
 #[test]
@@ -569,6 +569,14 @@ fn kiln_test(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+#[test]
+fn test_runs_the_cases_of_the_ported_chaospod() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ported/chaospod");
+    let (code, out, err) = kiln_test(&[dir]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("3 passed, 0 failed"), "{out}");
+}
+
 /// A test file beside a copy of the webapp rule, with `expect` as given.
 fn webapp_test(dir: &std::path::Path, expect: &str) -> std::path::PathBuf {
     let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp.yaml");
@@ -659,4 +667,216 @@ fn test_bad_input_exits_2() {
     assert!(err.contains("childrn"), "{err}");
     let (code, _, _) = kiln_test(&[dir.path().join("nothing.test.yaml").to_str().unwrap()]);
     assert_eq!(code, Some(2));
+}
+
+/// A reader that stops reading (`kiln render … | head -1`) ends every
+/// printing command quietly: exit 0, no panic, no word of the pipe. The
+/// pipe's read end is closed before kiln writes a byte, so every write
+/// fails with EPIPE.
+#[test]
+fn every_command_exits_quietly_when_its_reader_stops_reading() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let commands: &[&[&str]] = &[
+        &[
+            "render",
+            "--rules",
+            "rules/",
+            "--object",
+            "examples/tenant/namespace.yaml",
+        ],
+        &["rbac", "--rules", "rules/"],
+        &["crd", "--rules", "rules/"],
+        &["configmap", "--rules", "rules/", "--name", "kiln-rules"],
+        &["package", "--rules", "rules/", "--format", "helm-values"],
+        &["validate", "rules/"],
+        &["schema"],
+        &["version"],
+        &["--help"],
+    ];
+    for args in commands {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .current_dir(root)
+            .args(*args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked") && !stderr.contains("pipe"),
+            "kiln {args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+}
+#[test]
+fn the_committed_test_file_schema_is_fresh_and_takes_the_shipped_tests() {
+    let (ok, out, _) = kiln(&["schema", "--tests"]);
+    assert!(ok);
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules/test.schema.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        out.trim(),
+        committed.trim(),
+        "rules/test.schema.json is stale: run `cargo run -- schema --tests > rules/test.schema.json`"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(schema["title"], "Kiln rule tests");
+    assert_eq!(schema["required"], serde_json::json!(["cases"]));
+    // Every top-level key and case key of the shipped test files is one the
+    // schema declares (it forbids any other).
+    let case = &schema["$defs"]["Case"]["properties"];
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/rules")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".test.yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file: serde_json::Value = serde_norway::from_str(&text).unwrap();
+        for key in file.as_object().unwrap().keys() {
+            assert!(schema["properties"][key].is_object(), "{path:?}: {key}");
+        }
+        for c in file["cases"].as_array().unwrap() {
+            for key in c.as_object().unwrap().keys() {
+                assert!(case[key].is_object(), "{path:?}: case key {key}");
+            }
+        }
+    }
+}
+
+/// `kiln diff` with rules that do not load, or a cluster it cannot reach:
+/// exit 2 (as `kubectl diff` exits above 1 on an error), the reason on stderr.
+#[test]
+fn kiln_diff_exits_2_on_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: bad}\nspec: {for: {}}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["diff", "--rules"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.yaml:"), "{stderr}");
+
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "diff",
+            "--rules",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp.yaml"),
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+/// `kiln render` of a Widget `w` with one rule file holding `children`
+/// (YAML under `spec.children`): whether it succeeded, stdout, stderr, and
+/// the rule file's path.
+fn render_widget(children: &str) -> (bool, String, String, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("r.yaml");
+    std::fs::write(
+        &rule,
+        format!("apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}\n  children:\n{children}"),
+    )
+    .unwrap();
+    let object = dir.path().join("w.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: test.kiln.dev/v1\nkind: Widget\nmetadata: {name: w, namespace: d, uid: u}\nspec: {}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = kiln(&[
+        "render",
+        "--rules",
+        rule.to_str().unwrap(),
+        "--object",
+        object.to_str().unwrap(),
+    ]);
+    (ok, out, err, rule)
+}
+
+/// A template that fails in `kiln render` is pointed at in its rule file,
+/// as `kiln validate` points at a problem: `--> FILE:LINE:COL`.
+#[test]
+fn kiln_render_points_a_failing_template_at_its_file_and_line() {
+    let (ok, _, err, rule) = render_widget(
+        "    - id: main\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        data:\n          x: \"{{ self.spec.missing.deeper }}\"\n",
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("spec.children[0].template.data.x: undefined value"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("  --> {}:13:11", rule.display())),
+        "{err}"
+    );
+}
+
+/// Offline, a child that reads another child is rendered with that child's
+/// rendered form when no `--observed` file gives it, and render says so.
+#[test]
+fn kiln_render_reads_a_child_another_waits_for_as_rendered_and_says_so() {
+    let (ok, out, err, _) = render_widget(
+        "    - id: a\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}-a\"}\n        data: {color: blue}\n    - id: b\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}-b\"}\n        data: {copied: \"{{ children.a.data.color }}\"}\n",
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("# note: children.a is read as rendered (no --observed a=FILE given)"),
+        "{out}"
+    );
+    assert!(out.contains("copied: blue"), "{out}");
+}
+
+#[test]
+fn the_conversion_webhook_needs_to_know_where_the_api_server_reaches_it() {
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp-api.yaml");
+    let (ok, _, err) = kiln(&["run", "--rules", rules, "--conversion-addr", ":9443"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--conversion-addr needs --conversion-service"),
+        "{err}"
+    );
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--conversion-addr",
+        ":9443",
+        "--conversion-url",
+        "http://127.0.0.1:9443",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("must start with https://"), "{err}");
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--conversion-service",
+        "kiln-system",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("expected NAMESPACE/NAME"), "{err}");
 }

@@ -311,10 +311,18 @@ fn cronjob_runs_the_latest_scheduled_time_and_trims_history() {
         .lines()
         .filter_map(|l| l.strip_prefix("  name: report-"))
         .collect();
-    // 09:30 and 09:45 completed (limit 2), 10:00 failed (limit 1), 10:15 new.
-    assert_eq!(
-        names,
-        ["1779010200", "1779011100", "1779012000", "1779012900"]
+    // 10:15 new; the finished Jobs are history: 09:30 and 09:45 completed
+    // (limit 2) and 10:00 failed (limit 1) stay, 09:15 goes.
+    assert_eq!(names, ["1779012900"]);
+    for kept in ["1779010200", "1779011100", "1779012000"] {
+        let line = format!("# plan: jobs Job report-{kept}: no longer rendered: kept as history");
+        assert!(out.contains(&line), "{out}");
+    }
+    assert!(
+        out.contains(
+            "# plan: jobs Job report-1779009300: no longer rendered: kiln would delete it"
+        ),
+        "{out}"
     );
     assert!(
         out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
@@ -387,6 +395,31 @@ fn cronjob_counts_a_live_job_as_run_when_its_status_is_behind() {
     assert_eq!(rendered, 1, "{out}");
     assert!(
         out.contains("lastScheduleTime: 2026-05-17T10:15:00Z"),
+        "{out}"
+    );
+}
+
+#[test]
+fn observed_remembered_and_replaced_children_in_a_plan() {
+    let object = ["--object", "tests/fixtures/generate/widget.yaml"];
+    let bare = render_fixture("tests/fixtures/generate/rules", &object);
+    assert!(bare.contains("ip: ''"), "no Service yet: {bare}");
+    assert!(
+        bare.contains("starter ConfigMap w-starter: created once and deleted since"),
+        "{bare}"
+    );
+    let seen = [
+        object[0],
+        object[1],
+        "--observed",
+        "service=tests/fixtures/generate/service.yaml",
+        "--observed",
+        "quota=tests/fixtures/generate/quota.yaml",
+    ];
+    let out = render_fixture("tests/fixtures/generate/rules", &seen);
+    assert!(out.contains("ip: 10.96.0.7"), "{out}");
+    assert!(
+        out.contains("quota ResourceQuota w-quota: would remove keys"),
         "{out}"
     );
 }

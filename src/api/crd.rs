@@ -4,7 +4,10 @@
 
 use serde_json::{Map, Value, json};
 
+use std::sync::Arc;
+
 use super::SchemaError;
+use super::convert::Conversions;
 use super::simple::{Compiler, Types};
 use super::spec::{RawApi, RawApiSchema, RawApiVersion};
 use crate::rules::Gvk;
@@ -29,6 +32,8 @@ pub struct Api {
     pub storage_version: String,
     /// Whether a CRD change that breaks stored objects may be applied.
     pub allow_breaking_changes: bool,
+    /// How objects convert between its versions (when it has several).
+    pub conversions: Option<Arc<Conversions>>,
 }
 
 impl Api {
@@ -40,6 +45,14 @@ impl Api {
     /// The `openAPIV3Schema` of a version.
     pub fn schema(&self, version: &str) -> Option<&Value> {
         super::version_schema(&self.crd, version)
+    }
+
+    /// Records where its conversion templates are written (`file:line:col`
+    /// by path in the rule), for the messages of a conversion that fails.
+    pub fn locate(&mut self, locate: impl Fn(&[Step]) -> String) {
+        if let Some(c) = self.conversions.as_mut().and_then(Arc::get_mut) {
+            c.locate(locate);
+        }
     }
 }
 
@@ -84,6 +97,7 @@ pub fn compile(
     let (Some(storage), true) = (storage, errors.0.is_empty()) else {
         return Err(errors.0);
     };
+    let conversions = super::convert::compile(raw, &storage, at)?;
     let mut names = json!({
         "kind": raw.kind,
         "listKind": format!("{}List", raw.kind),
@@ -110,6 +124,12 @@ pub fn compile(
             "versions": versions,
         },
     });
+    if let Some(c) = &conversions {
+        let problems = super::roundtrip::check(raw, &crd, c, at);
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+    }
     Ok(Api {
         crd,
         group: raw.group.clone(),
@@ -117,6 +137,7 @@ pub fn compile(
         plural,
         storage_version: storage,
         allow_breaking_changes: raw.allow_breaking_changes,
+        conversions: conversions.map(Arc::new),
     })
 }
 

@@ -212,7 +212,7 @@ async fn check(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<()
 async fn apply(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<(), InstallError> {
     let crd = api.name();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    crds.patch(&crd, &params, &Patch::Apply(&api.crd))
+    crds.patch(&crd, &params, &Patch::Apply(&with_conversion(api)))
         .await
         .map_err(|source| InstallError::Apply {
             crd: crd.clone(),
@@ -235,6 +235,19 @@ async fn apply(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<()
             Ok(false) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// The CRD to apply: with several versions, pointed at the conversion
+/// webhook this process serves (once its certificates are known), so no
+/// object is converted without it.
+fn with_conversion(api: &Api) -> Value {
+    let mut crd = api.crd.clone();
+    if api.conversions.is_some()
+        && let Some(conversion) = super::webhook::conversion()
+    {
+        crd["spec"]["conversion"] = conversion;
+    }
+    crd
 }
 
 /// Whether the API server serves the CRD (its names accepted and

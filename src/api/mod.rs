@@ -11,14 +11,17 @@
 //! ```
 
 pub mod compat;
+pub mod convert;
 pub mod crd;
 pub mod defaults;
 pub mod install;
 mod markers;
 pub mod refs;
+pub mod roundtrip;
 pub mod rule;
 mod simple;
 pub mod spec;
+pub mod webhook;
 
 use serde_json::Value;
 

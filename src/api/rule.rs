@@ -29,6 +29,8 @@ pub fn implied_for(api: &RawApi) -> RawFor {
         exclude_namespaces: Vec::new(),
         selector: None,
         namespace_selector: None,
+        read_only: false,
+        take_existing: true,
     }
 }
 

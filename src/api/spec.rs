@@ -72,6 +72,31 @@ pub struct RawApiVersion {
     pub storage: Option<bool>,
     /// Its schema.
     pub schema: RawApiSchema,
+    /// How an object of this version becomes the storage version and back
+    /// (every version but the storage one has it).
+    #[serde(default)]
+    pub conversion: Option<RawConversion>,
+    /// Objects of this version (their `spec`, and `status` if any), checked
+    /// by `kiln validate` to survive a round trip through the storage version.
+    #[serde(default)]
+    #[schemars(with = "Vec<BTreeMap<String, Value>>")]
+    pub examples: Vec<Value>,
+}
+
+/// Two templates converting an object of one version to the storage version
+/// and back. Each renders the object's fields but `apiVersion`, `kind` and
+/// `metadata` (which pass through unchanged): `spec`, and `status` (when not
+/// rendered, it passes through as it is). `self` is the object in the
+/// version converted from.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawConversion {
+    /// This version → the storage version (`self` is at this version).
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub to_storage: Value,
+    /// The storage version → this version (`self` is at the storage version).
+    #[schemars(with = "BTreeMap<String, Value>")]
+    pub from_storage: Value,
 }
 
 fn yes() -> bool {

@@ -96,7 +96,7 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 }
 
 fn to_yaml(value: &Value) -> anyhow::Result<String> {
-    Ok(serde_norway::to_string(value)?)
+    Ok(kiln::yaml_out::to_string(value)?)
 }
 
 fn write_overlay(dir: &Path, header: &str, files: &[(&str, Value)]) -> anyhow::Result<()> {

@@ -24,7 +24,7 @@ pub fn run(args: &CrdArgs) -> anyhow::Result<ExitCode> {
         return Ok(compare(&apis, &current));
     }
     for api in apis {
-        print!("---\n{}", serde_norway::to_string(&api.crd)?);
+        print!("---\n{}", kiln::yaml_out::to_string(&api.crd)?);
     }
     Ok(ExitCode::SUCCESS)
 }

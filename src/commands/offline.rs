@@ -58,7 +58,7 @@ pub fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
 /// [`with_empty_selections`] leaves them): the rendered children and the
 /// plan, or the plan of a render that failed. Offline no object holds a
 /// name: the decision sees none.
-pub fn decide(rule: &Rule, inputs: &Inputs) -> Result<(Rendered, Plan), Box<Plan>> {
+pub fn decide(rule: &Rule, inputs: &Inputs) -> Decided {
     let mut observed = observed_from_files(rule, inputs);
     observed.missing = render::missing_required(rule, inputs)
         .iter()
@@ -69,6 +69,91 @@ pub fn decide(rule: &Rule, inputs: &Inputs) -> Result<(Rendered, Plan), Box<Plan
     let rendered = draft.rendered().clone();
     let plan = draft.decide(rule, &observed, &plan::Known::new());
     Ok((rendered, plan))
+}
+
+/// What [`decide`] gives: the rendered children and the plan, or the plan
+/// of a render that failed.
+pub type Decided = Result<(Rendered, Plan), Box<Plan>>;
+
+/// [`decide`], with each child a waiting child waits for, when no observed
+/// object was given for it, read as rendered, so the children after it
+/// render as they will once it exists; returns the ids read so. The plan
+/// still says what they are: not there yet (created, not ready).
+pub fn decide_reading_rendered(rule: &Rule, inputs: &Inputs) -> (Decided, Vec<String>) {
+    let mut inputs = inputs.clone();
+    let mut filled: Vec<String> = Vec::new();
+    loop {
+        let mut result = decide(rule, &inputs);
+        let Ok((rendered, plan)) = &mut result else {
+            return (result, filled);
+        };
+        let more = waited_for(rule, rendered, &inputs);
+        if more.is_empty() {
+            not_there(rendered, plan, &filled);
+            return (result, filled);
+        }
+        for (id, value) in more {
+            inputs.observed.insert(id.clone(), value);
+            filled.push(id);
+        }
+    }
+}
+
+/// The rendered children a waiting child waits for that no observed object
+/// gives: each id with its rendered form (a list for a `forEach` child).
+fn waited_for(rule: &Rule, rendered: &Rendered, inputs: &Inputs) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = Vec::new();
+    for w in &rendered.waiting {
+        let Some(waiting) = rule.children.iter().find(|c| c.id == w.id) else {
+            continue;
+        };
+        for need in &waiting.needs {
+            let Some(spec) = rule.children.iter().find(|c| c.id == need.id) else {
+                continue;
+            };
+            if inputs.observed.contains_key(&spec.id) || out.iter().any(|(id, _)| *id == spec.id) {
+                continue;
+            }
+            let mut items: Vec<Value> = rendered
+                .children
+                .iter()
+                .filter(|c| c.id == spec.id)
+                .map(|c| c.object.clone())
+                .collect();
+            let value = match spec.for_each {
+                Some(_) => Value::Array(items),
+                None if items.is_empty() => continue,
+                None => items.swap_remove(0),
+            };
+            out.push((spec.id.clone(), value));
+        }
+    }
+    out
+}
+
+/// Marks the children read as rendered as what they are: not there yet,
+/// so created and not ready.
+fn not_there(rendered: &Rendered, plan: &mut Plan, filled: &[String]) {
+    if filled.is_empty() {
+        return;
+    }
+    for v in plan.children.iter_mut().filter(|v| filled.contains(&v.id)) {
+        v.verdict = plan::Verdict::Create;
+        v.ready = Some(false);
+    }
+    for c in rendered.children.iter().filter(|c| filled.contains(&c.id)) {
+        if !plan.apply.iter().any(|a| a.id == c.id && a.name == c.name) {
+            plan.apply.push(c.clone());
+        }
+    }
+    if let status::Outcome::Applied { not_ready, .. } = &mut plan.status.outcome {
+        *not_ready = rendered
+            .readiness
+            .iter()
+            .filter(|r| !r.ready || filled.contains(&r.id))
+            .map(|r| format!("{}/{}", r.id, r.name))
+            .collect();
+    }
 }
 
 /// The snapshot a decision reads, from the objects given: the primary,

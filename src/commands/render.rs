@@ -108,7 +108,13 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         }
         println!("# rule: {}", rule.name);
         let inputs = offline::with_empty_selections(rule, &inputs);
-        match offline::decide(rule, &inputs) {
+        let (decided, as_rendered) = offline::decide_reading_rendered(rule, &inputs);
+        for id in &as_rendered {
+            println!(
+                "# note: children.{id} is read as rendered (no --observed {id}=FILE given): the children that wait for it render as they will once it exists"
+            );
+        }
+        match decided {
             Ok((rendered, plan)) => {
                 print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
                 if !args.children_only && !print_decorations(rule, &inputs)? {
@@ -117,6 +123,12 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             }
             Err(plan) => {
                 eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
+                if let kiln::engine::decision::status::Outcome::Failed { message, .. } =
+                    &plan.status.outcome
+                    && let Some(at) = super::render_at::locate(rule, message)
+                {
+                    eprintln!("{at}");
+                }
                 failed = true;
             }
         }
@@ -157,7 +169,7 @@ fn print_rendered(
                 "# random_secret(n) printed as `<random_secret(n)>`: the engine draws it once, when the child does not exist yet, and keeps it"
             );
         }
-        print!("{}", serde_norway::to_string(&child.object)?);
+        print!("{}", kiln::yaml_out::to_string(&child.object)?);
     }
     for v in plan.children.iter().filter(|v| v.ready.is_none()) {
         println!("# plan: {}", super::verdict::line(plan, v));
@@ -170,7 +182,7 @@ fn print_rendered(
         );
         print!(
             "{}",
-            serde_norway::to_string(&offline::status_patch(rule, &inputs.primary, plan))?
+            kiln::yaml_out::to_string(&offline::status_patch(rule, &inputs.primary, plan))?
         );
     }
     if !children_only && let Some(wake) = rendered.wake {
@@ -214,7 +226,7 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
             d.manager,
             if d.force { ", forced" } else { "" }
         );
-        print!("{}", serde_norway::to_string(&d.body)?);
+        print!("{}", kiln::yaml_out::to_string(&d.body)?);
     }
     Ok(true)
 }

@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let conversion = super::webhook::settings(&args.conversion, own_namespace())?;
     let metrics_addr = args.serving.metrics_bind_address.0;
     let health_addr = args.serving.health_probe_bind_address.0;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -56,7 +57,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 let loader =
                     loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
                 match status {
-                    Some(status) => loader.reporting(status),
+                    Some(status) => {
+                        let census = probe.census(loader.rules());
+                        let status = status.counting(census).telling(&client, probe.speaks());
+                        loader.reporting(status)
+                    }
                     None => loader,
                 }
             }
@@ -67,6 +72,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             namespaces: args.engine.namespaces.clone(),
             concurrency: args.engine.concurrency,
             shutdown_grace: args.engine.shutdown_timeout,
+            state_namespace: lease_place(&args.election).0,
             ..Options::default()
         };
         let active = Active {
@@ -88,6 +94,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("serving {what} on {addr}"))?;
                 tracing::info!(%bound, "serving {what}");
             }
+        }
+        if let Some(settings) = conversion {
+            let bound = kiln::api::webhook::start(client.clone(), settings, active.rules.clone())
+                .await
+                .context("serving the conversion webhook")?;
+            tracing::info!(%bound, "serving CRD conversion");
         }
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let signals = tokio::spawn(async move {
@@ -421,6 +433,21 @@ impl RunProbe {
                 .upgrade()
                 .and_then(|p| p.engine())
                 .is_some_and(|e| e.runs_singletons())
+        })
+    }
+
+    /// Each running rule's primaries and children, while this replica runs
+    /// the engine on every primary (not sharded: a member sees its share).
+    fn census(self: &Arc<Self>, rules: CurrentRules) -> reload::census::Census {
+        let probe = Arc::downgrade(self);
+        Arc::new(move || {
+            let probe = probe.upgrade()?;
+            if probe.shard().is_some() {
+                return None;
+            }
+            let engine = probe.engine()?;
+            let names: Vec<String> = rules.get().rules.iter().map(|r| r.name.clone()).collect();
+            Some(reload::census::count(&engine, &names))
         })
     }
 

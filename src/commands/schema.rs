@@ -2,8 +2,14 @@
 
 use std::process::ExitCode;
 
-/// Prints the JSON Schema of a rule document.
-pub fn run() -> anyhow::Result<ExitCode> {
-    println!("{}", kiln::rules::spec::json_schema());
+use crate::cli::SchemaArgs;
+
+/// Prints the JSON Schema of a rule document, or of a test file.
+pub fn run(args: &SchemaArgs) -> anyhow::Result<ExitCode> {
+    if args.tests {
+        println!("{}", super::test::json_schema());
+    } else {
+        println!("{}", kiln::rules::spec::json_schema());
+    }
     Ok(ExitCode::SUCCESS)
 }

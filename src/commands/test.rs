@@ -17,8 +17,17 @@ use super::render::{documents, load_rules};
 use super::test_match::{Failure, compare, find_condition};
 use crate::cli::TestArgs;
 
-/// One test file.
-#[derive(Debug, Deserialize)]
+/// The JSON Schema of a test file, pretty-printed (what `kiln schema
+/// --tests` prints and `rules/test.schema.json` holds).
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(File);
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
+}
+
+/// A kiln test file (`*.test.yaml`): cases, each an object and what the
+/// engine should make of it.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(title = "Kiln rule tests")]
 #[serde(deny_unknown_fields)]
 struct File {
     /// Rule files or directories, relative to the test file (default: the
@@ -32,7 +41,7 @@ struct File {
 }
 
 /// One case: the objects, and what is expected.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Case {
     name: String,
@@ -50,7 +59,7 @@ struct Case {
     expect: Expect,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Expect {
     /// Children rendered, each a partial object naming `kind` and `metadata.name`.
@@ -71,7 +80,7 @@ struct Expect {
     error: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Named {
     kind: String,

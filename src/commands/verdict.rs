@@ -7,6 +7,15 @@ use kiln::engine::decision::status::Outcome;
 
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
+    lines_with(plan, indent, |_| None)
+}
+
+/// [`lines`], with what `more` says of a child after its line, in brackets.
+pub fn lines_with(
+    plan: &Plan,
+    indent: &str,
+    more: impl Fn(&ChildVerdict) -> Option<String>,
+) -> String {
     let mut out = String::new();
     if plan.suspended {
         out.push_str(&format!(
@@ -28,7 +37,8 @@ pub fn lines(plan: &Plan, indent: &str) -> String {
         Outcome::Applied { .. } => {}
     }
     for child in &plan.children {
-        out.push_str(&format!("{indent}{}\n", line(plan, child)));
+        let more = more(child).map(|m| format!(" ({m})")).unwrap_or_default();
+        out.push_str(&format!("{indent}{}{more}\n", line(plan, child)));
     }
     out
 }
@@ -59,6 +69,13 @@ pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
         Verdict::CreatedOnce(false) => {
             format!("created once: kiln does not write it again{readiness}")
         }
+        Verdict::Forgone => {
+            "created once and deleted since: kiln does not create it again (recreate: false)"
+                .to_string()
+        }
+        Verdict::Replace => {
+            "would remove keys the rule does not render under its `replace` fields".to_string()
+        }
         Verdict::Waits(what) => {
             return format!(
                 "{}: waits for {what}: not applied yet (kept as it is if it exists)",
@@ -68,6 +85,9 @@ pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
         Verdict::Prune => "no longer rendered: kiln would delete it".to_string(),
         Verdict::Left => {
             "no longer rendered: left as it is (orphaned, or being deleted)".to_string()
+        }
+        Verdict::Kept => {
+            "no longer rendered: kept as history (among the newest its class keeps)".to_string()
         }
         Verdict::Suspended => "suspended: left as it is".to_string(),
     };

@@ -19,6 +19,9 @@ pub struct Options {
     /// (issue 16); on unless `KILN_CACHE_PROJECTION=0` (for debugging:
     /// whole objects in the cache).
     pub project_cache: bool,
+    /// kiln's own namespace, where it keeps what tenants may not write
+    /// (the first load of a rule with `takeExisting: false`: `since.rs`).
+    pub state_namespace: String,
 }
 
 impl Default for Options {
@@ -30,6 +33,14 @@ impl Default for Options {
             kind_retry: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
+            state_namespace: own_namespace(),
         }
     }
+}
+
+/// kiln's own namespace: its service account's, else `default`.
+pub fn own_namespace() -> String {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "default".to_string())
 }

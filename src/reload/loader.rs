@@ -6,6 +6,7 @@
 //! running) and, once good, it becomes the current rule set.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -58,6 +59,8 @@ pub struct Loader {
     pending: Option<(RuleSet, Vec<Finding>)>,
     /// Writes the status of Rule resources after each load, when they are the source.
     status: Option<StatusWriter>,
+    /// The rules whose latest version is refused (`kiln_rule_edit_refused`).
+    edit_refused: BTreeSet<String>,
 }
 
 impl Loader {
@@ -81,6 +84,7 @@ impl Loader {
             last_seen,
             pending: None,
             status: None,
+            edit_refused: BTreeSet::new(),
         })
     }
 
@@ -119,10 +123,17 @@ impl Loader {
         futures::pin_mut!(shutdown);
         // The first load ran.
         self.report(Outcome::Running).await;
+        let mut census = tokio::time::interval(super::status::REFRESH);
         loop {
             let waiting = self.pending.is_some();
+            let reporting = self.status.is_some();
             tokio::select! {
                 () = &mut shutdown => return,
+                _ = census.tick(), if reporting => {
+                    if let Some(status) = &mut self.status {
+                        status.refresh().await;
+                    }
+                }
                 version = source.next() => match version {
                     Some(version) => self.consider(version).await,
                     None => return,
@@ -150,6 +161,23 @@ impl Loader {
                 self.report(Outcome::Refused(&diagnostics)).await;
             }
         }
+    }
+
+    /// Sets `kiln_rule_edit_refused` for the rules `now` (and only them).
+    fn mark_refused(&mut self, now: BTreeSet<String>) {
+        let gauge = |rule: &str| {
+            self.metrics
+                .rule_edit_refused
+                .get_or_create(&crate::metrics::label("rule", rule))
+                .clone()
+        };
+        for gone in self.edit_refused.difference(&now) {
+            gauge(gone).set(0);
+        }
+        for rule in &now {
+            gauge(rule).set(1);
+        }
+        self.edit_refused = now;
     }
 
     /// Checks the set waiting for the cluster again.
@@ -188,6 +216,7 @@ impl Loader {
         if !findings.iter().any(Finding::blocks) {
             self.pending = None;
             self.metrics.rules_pending.set(0);
+            self.mark_refused(BTreeSet::new());
             self.accept(set);
             self.report(Outcome::Running).await;
             for waits in &findings {
@@ -205,6 +234,11 @@ impl Loader {
     async fn wait_for(&mut self, set: RuleSet, findings: Vec<Finding>) {
         let told = self.pending.as_ref().is_some_and(|(_, f)| *f == findings);
         self.metrics.rules_pending.set(1);
+        let waiting = findings
+            .iter()
+            .filter(|f| f.blocks())
+            .map(|f| f.rule().to_string());
+        self.mark_refused(waiting.collect());
         if !told {
             self.hold_back(&findings).await;
             self.report(Outcome::Waiting(&findings)).await;
@@ -256,7 +290,17 @@ impl Loader {
         self.rules.set(set);
     }
 
-    async fn refuse(&self, diagnostics: &[Diagnostic]) {
+    async fn refuse(&mut self, diagnostics: &[Diagnostic]) {
+        let per_rule = by_rule(diagnostics);
+        self.mark_refused(per_rule.keys().cloned().collect());
+        // One Event per refused rule, so `kubectl describe` names each.
+        for (rule, problems) in per_rule.iter().take(MAX_RULE_EVENTS) {
+            let note = format!(
+                "rule {rule} is refused; its last good version, if any, keeps running: {}",
+                problems.join("; ")
+            );
+            self.teller.warn("RuleRefused", &note).await;
+        }
         let m = &self.metrics;
         m.reload_total
             .get_or_create(&crate::metrics::label("result", "error"))
@@ -281,6 +325,27 @@ impl Loader {
         );
         self.teller.warn("InvalidRules", &note).await;
     }
+}
+
+/// At most this many per-rule Events for one refused version.
+const MAX_RULE_EVENTS: usize = 20;
+
+/// Each refused rule's problems, by rule name (by file when the rule has
+/// no name yet).
+fn by_rule(diagnostics: &[Diagnostic]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for d in diagnostics {
+        let rule = d
+            .rule
+            .clone()
+            .unwrap_or_else(|| d.file.display().to_string());
+        let problem = match d.path.as_str() {
+            "" => format!("{}: {}", d.location(), d.message),
+            path => format!("{}: {path}: {}", d.location(), d.message),
+        };
+        out.entry(rule).or_default().push(problem);
+    }
+    out
 }
 
 /// A transient failure to install the CRDs of a set, as what blocks it.

@@ -10,6 +10,7 @@
 //! diagnostic is logged and counted, and told as a Warning Event on the
 //! rules ConfigMap when one is named.
 
+pub mod census;
 pub mod current;
 pub mod follow;
 pub mod loader;

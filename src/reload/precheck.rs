@@ -153,6 +153,12 @@ impl Checker {
                 ))),
             }
         }
+        let namespaced = |gvk: &Gvk| resolved.get(gvk).map(|k| k.namespaced);
+        out.extend(
+            crate::engine::runtime::unwatched::unwatched(rule, &self.namespaces, namespaced)
+                .into_iter()
+                .map(blocks),
+        );
         out.extend(
             self.permissions(rule, &resolved)
                 .await

@@ -38,6 +38,8 @@ pub fn file_of(name: &str) -> PathBuf {
 /// One Rule object as last read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
+    /// `metadata.uid` (Events name the object by it).
+    pub uid: String,
     /// `metadata.generation`.
     pub generation: i64,
     /// Its `status`, as read.
@@ -105,6 +107,7 @@ pub fn seen(obj: &DynamicObject) -> Option<(String, Seen)> {
     // JSON is YAML: one key per line, so diagnostics have useful lines.
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     let seen = Seen {
+        uid: obj.metadata.uid.clone().unwrap_or_default(),
         generation: obj.metadata.generation.unwrap_or(0),
         status: obj.data.get("status").cloned().unwrap_or(Value::Null),
         text,

@@ -1,16 +1,23 @@
 //! The status of `Rule` resources: after each load, each Rule says whether
 //! its current generation runs (`Ready`), why not (`Refused` with the
 //! diagnostics, or waiting for the cluster), and which generation runs
-//! (`observedGeneration`). A status already as computed is not written.
+//! (`observedGeneration`), with `lastTransitionTime` on each condition, and
+//! how many primaries it selects and children it manages. A status already
+//! as computed is not written; each change of `Ready` is an Event on the
+//! Rule.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use super::census::Census;
 use super::precheck::Finding;
 use super::resources::{Offered, Seen, file_of, rule_resource};
+use super::tell::Speaks;
 use crate::rules::Diagnostic;
 
 /// What became of the last version of the rules.
@@ -24,14 +31,22 @@ pub enum Outcome<'a> {
     Waiting(&'a [Finding]),
 }
 
-/// Writes the status of every Rule after each load.
+/// How often the counts of primaries and children are brought up to date.
+pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Writes the status of every Rule after each load, and its counts every
+/// [`REFRESH`]; tells each change of `Ready` as an Event on the Rule.
 pub struct StatusWriter {
     api: Api<DynamicObject>,
     offered: Offered,
     /// The generation of each rule that runs.
     running: BTreeMap<String, i64>,
+    /// Each Rule's status after the last load, without counts.
+    computed: BTreeMap<String, Value>,
     /// The status last written, by rule.
     written: BTreeMap<String, Value>,
+    census: Option<Census>,
+    events: Option<(Recorder, Speaks)>,
 }
 
 impl StatusWriter {
@@ -41,48 +56,183 @@ impl StatusWriter {
             api: Api::all_with(client, &rule_resource()),
             offered,
             running: BTreeMap::new(),
+            computed: BTreeMap::new(),
             written: BTreeMap::new(),
+            census: None,
+            events: None,
         }
+    }
+
+    /// Counts each rule's primaries and children with `census`.
+    #[must_use]
+    pub fn counting(mut self, census: Census) -> Self {
+        self.census = Some(census);
+        self
+    }
+
+    /// Tells each change of a Rule's `Ready` as an Event on it, while `speaks`.
+    #[must_use]
+    pub fn telling(mut self, client: &Client, speaks: Speaks) -> Self {
+        let reporter = Reporter {
+            controller: "kiln".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        self.events = Some((Recorder::new(client.clone(), reporter), speaks));
+        self
+    }
+
+    fn offered(&self) -> BTreeMap<String, Seen> {
+        self.offered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Writes each Rule's status after `outcome` (0 writes when none changed).
     pub async fn after(&mut self, outcome: Outcome<'_>) {
-        let offered = self
-            .offered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let offered = self.offered();
         if matches!(outcome, Outcome::Running) {
             self.running = offered
                 .iter()
                 .map(|(n, s)| (n.clone(), s.generation))
                 .collect();
         }
+        self.computed = offered
+            .iter()
+            .map(|(name, seen)| {
+                let status = status_of(name, seen, self.running.get(name).copied(), outcome);
+                (name.clone(), status)
+            })
+            .collect();
+        self.refresh().await;
+    }
+
+    /// Writes each Rule's status with its counts as they are now, where it
+    /// changed.
+    pub async fn refresh(&mut self) {
+        let offered = self.offered();
+        let counts = self.census.as_ref().and_then(|census| census());
+        let now = now();
         for (name, seen) in &offered {
-            let status = status_of(name, seen, self.running.get(name).copied(), outcome);
-            if status == seen.status || self.written.get(name) == Some(&status) {
+            let Some(computed) = self.computed.get(name) else {
+                continue;
+            };
+            let mut status = with_transitions(computed, &seen.status, &now);
+            if let Some(count) = counts.as_ref().and_then(|c| c.get(name)) {
+                status["primaries"] = json!(count.primaries);
+                status["children"] = json!(count.children);
+            }
+            if holds(&seen.status, &status) || self.written.get(name) == Some(&status) {
                 continue;
             }
-            let mut patch = status.clone();
-            if patch.get("observedGeneration").is_none() {
-                patch["observedGeneration"] = Value::Null;
-            }
-            let body = json!({"status": patch});
-            match self
-                .api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
-                Ok(_) => {
-                    self.written.insert(name.clone(), status);
-                }
-                Err(error) => {
-                    tracing::warn!(rule = %name, %error, "could not write the Rule's status")
-                }
+            if self.write(name, &status).await {
+                self.tell(name, seen, &status).await;
+                self.written.insert(name.clone(), status);
             }
         }
         self.written.retain(|name, _| offered.contains_key(name));
     }
+
+    async fn write(&self, name: &str, status: &Value) -> bool {
+        let mut patch = status.clone();
+        if patch.get("observedGeneration").is_none() {
+            patch["observedGeneration"] = Value::Null;
+        }
+        let body = json!({"status": patch});
+        match self
+            .api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(rule = %name, %error, "could not write the Rule's status");
+                false
+            }
+        }
+    }
+
+    /// An Event on the Rule when its `Ready` changed from what was read.
+    async fn tell(&self, name: &str, seen: &Seen, status: &Value) {
+        let Some((recorder, speaks)) = &self.events else {
+            return;
+        };
+        let ready = |s: &Value| ready_of(s).map(|c| (c["status"].clone(), c["reason"].clone()));
+        let Some(now) = ready_of(status) else {
+            return;
+        };
+        if ready(&seen.status) == ready(status) || !speaks() {
+            return;
+        }
+        let event = Event {
+            type_: if now["status"] == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: now["reason"].as_str().unwrap_or("Unknown").to_string(),
+            note: now["message"]
+                .as_str()
+                .map(|m| m.chars().take(1000).collect()),
+            action: "Load".into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            api_version: Some("kiln.dev/v1alpha1".into()),
+            kind: Some("Rule".into()),
+            name: Some(name.to_string()),
+            uid: Some(seen.uid.clone()),
+            ..ObjectReference::default()
+        };
+        if let Err(error) = recorder.publish(&event, &reference).await {
+            tracing::warn!(rule = %name, %error, "could not publish an Event on the Rule");
+        }
+    }
+}
+
+fn ready_of(status: &Value) -> Option<&Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+}
+
+/// Whether `seen` already holds every field of `status`.
+fn holds(seen: &Value, status: &Value) -> bool {
+    status
+        .as_object()
+        .is_some_and(|fields| fields.iter().all(|(k, v)| seen.get(k) == Some(v)))
+}
+
+/// `computed`'s conditions with their `lastTransitionTime`: kept from
+/// `seen` where the condition's status did not change, `now` where it did.
+fn with_transitions(computed: &Value, seen: &Value, now: &str) -> Value {
+    let mut status = computed.clone();
+    if let Some(conditions) = status["conditions"].as_array_mut() {
+        for c in conditions {
+            let before = seen["conditions"]
+                .as_array()
+                .and_then(|old| old.iter().find(|o| o["type"] == c["type"]));
+            let since = match before {
+                Some(old) if old["status"] == c["status"] => old["lastTransitionTime"].clone(),
+                _ => Value::Null,
+            };
+            c["lastTransitionTime"] = match since {
+                Value::String(_) => since,
+                _ => json!(now),
+            };
+        }
+    }
+    status
+}
+
+/// The time now, as Kubernetes writes it (RFC 3339, whole seconds).
+fn now() -> String {
+    let now = jiff::Timestamp::now();
+    jiff::Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// The status of the Rule `name`, read as `seen`, of which generation
@@ -195,6 +345,7 @@ mod tests {
 
     fn seen(generation: i64) -> Seen {
         Seen {
+            uid: String::new(),
             generation,
             status: Value::Null,
             text: String::new(),
@@ -240,5 +391,37 @@ mod tests {
         let s = status_of("a", &seen(3), Some(3), Outcome::Running);
         assert_eq!(s["observedGeneration"], 3);
         assert_eq!(s["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let seen = json!({"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Refused", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]});
+        let now = "2026-02-02T00:00:00Z";
+        let same = with_transitions(
+            &status_of("a", &seen_at(3), Some(3), Outcome::Running),
+            &seen,
+            now,
+        );
+        assert_eq!(
+            same["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        let diags = [refusal("a")];
+        let refused = status_of("a", &seen_at(4), Some(3), Outcome::Refused(&diags));
+        let changed = with_transitions(&refused, &seen, now);
+        assert_eq!(changed["conditions"][0]["lastTransitionTime"], now);
+        assert_eq!(changed["conditions"][1]["lastTransitionTime"], now);
+        // Fields kiln does not write (counts it cannot tell) are left alone.
+        let mut read = same.clone();
+        read["primaries"] = json!(5);
+        assert!(holds(&read, &same));
+        assert!(!holds(&same, &read));
+    }
+
+    fn seen_at(generation: i64) -> Seen {
+        seen(generation)
     }
 }

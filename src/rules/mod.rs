@@ -7,11 +7,15 @@
 //!       ─validate─▶ Rule (GVKs checked, templates compiled, durations parsed)
 //! ```
 
+mod child_options;
 pub mod diagnostic;
 pub mod duration;
+pub mod history;
 pub mod load;
 pub mod names;
+pub mod observed;
 pub mod reach;
+pub mod read_only;
 pub mod scope;
 pub mod spec;
 mod validate;
@@ -76,6 +80,9 @@ pub struct Primary {
     pub selector: Option<LabelSelector>,
     /// Only objects in namespaces whose labels match this selector.
     pub namespace_selector: Option<LabelSelector>,
+    /// Whether objects created before the rule was first loaded are taken
+    /// (`spec.for.takeExisting`; see `engine::runtime::since`).
+    pub take_existing: bool,
 }
 
 /// The core `Namespace` kind (watched for `spec.for.namespaceSelector`).
@@ -261,10 +268,21 @@ pub struct Child {
     pub template: Tree,
     /// Ready when this is true of the live child.
     pub ready_when: Option<TemplateId>,
+    /// `readyWhen: exists`: ready once it exists, whatever its kind. Without
+    /// either, a live child is judged by its kind ([`crate::readiness`]).
+    pub ready_on_exists: bool,
     /// Whether an existing object with the child's name is taken over.
     pub adopt: bool,
+    /// What it may take over outside the primary's namespace (`name` or
+    /// `namespace/name`): its `adoptNames`, and its own name when literal.
+    pub adopt_names: Vec<String>,
     /// Whether a child that exists is written again.
     pub update_policy: UpdatePolicy,
+    /// Whether a created-once child that is gone is created again (else
+    /// kiln remembers it: `engine::decision::remember`).
+    pub recreate: bool,
+    /// Maps held exactly as rendered, each a path of keys (`engine::decision::replace`).
+    pub replace: Vec<Vec<String>>,
     /// Whether the child goes with its primary and is pruned.
     pub deletion_policy: DeletionPolicy,
     /// Whether it lives outside the primary's namespace (tracked by labels,
@@ -274,6 +292,8 @@ pub struct Child {
     pub needs: Vec<Need>,
     /// Whether `when` reads no other child, so is decided before waiting.
     pub when_first: bool,
+    /// Which children no longer rendered stay (`history`).
+    pub history: Vec<history::HistoryClass>,
 }
 
 /// What a decorator patches.
@@ -393,6 +413,8 @@ pub struct Rule {
     /// Whether children are deleted in reverse dependency order, with a
     /// finalizer on the primary (`spec.deletion.ordered`).
     pub ordered_deletion: bool,
+    /// `spec.for.readOnly`: kiln writes nothing on the primary.
+    pub read_only: bool,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
     /// The API the rule defines (`spec.api`): its CRD.
@@ -462,6 +484,17 @@ fn validate_sources(
     }
 }
 
+/// The one valid rule in `text` (unit tests; panics on a diagnostic).
+#[cfg(test)]
+pub(crate) fn one_rule(text: &str) -> Rule {
+    let source = load::Source {
+        file: "rule.yaml".into(),
+        text: text.to_string(),
+    };
+    let mut set = load_sources(vec![source]).unwrap_or_else(|d| panic!("{}", d[0]));
+    Arc::into_inner(set.rules.remove(0)).unwrap_or_else(|| panic!("one rule"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -478,6 +511,7 @@ mod tests {
             exclude_namespaces: vec!["kube-system".into()],
             selector: None,
             namespace_selector: None,
+            take_existing: true,
         };
         let labels = BTreeMap::new();
         assert!(primary.selects(Some("team"), &labels));
@@ -502,6 +536,7 @@ mod tests {
                 match_labels: [("team".to_string(), "a".to_string())].into(),
                 match_expressions: Vec::new(),
             }),
+            take_existing: true,
         };
         let team_a: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
         assert_eq!(primary.namespace_refusal("ns", Some(&team_a)), None);

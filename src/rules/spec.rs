@@ -175,6 +175,19 @@ pub struct RawFor {
     /// Only objects in namespaces with these labels (namespaced primaries).
     #[serde(default)]
     pub namespace_selector: Option<RawLabelSelector>,
+    /// kiln writes nothing on the primary: no condition, no
+    /// `observedGeneration`, no status field, no finalizer, no label or
+    /// annotation (for a kind another controller owns). Default `false`.
+    #[serde(default)]
+    pub read_only: bool,
+    /// Whether the rule takes objects created before it was first loaded
+    /// (default `true`). `false` (Kyverno's `generateExisting: false`):
+    /// only objects whose `metadata.creationTimestamp` is later than the
+    /// rule's first load, which kiln records in its own namespace (the
+    /// ConfigMap `kiln-since-<rule>`), so a restart or a reload of the rule
+    /// never takes older objects.
+    #[serde(default = "yes")]
+    pub take_existing: bool,
 }
 
 /// A Kubernetes label selector.
@@ -278,7 +291,8 @@ pub struct RawChild {
     #[schemars(with = "BTreeMap<String, Value>")]
     pub template: Value,
     /// An expression on `child` (the live object); the child counts as ready when true.
-    /// Default: ready once it exists.
+    /// `exists`: ready once it exists. Default: judged by its kind
+    /// (`crate::readiness`).
     #[serde(default)]
     pub ready_when: Option<String>,
     /// Take over an object that already exists with the child's name and
@@ -288,11 +302,33 @@ pub struct RawChild {
     /// and the primary reports `AlreadyExists`.
     #[serde(default)]
     pub adopt: bool,
+    /// What `adopt: true` may take over outside the primary's namespace
+    /// (an `outside` child, a cluster-scoped one, a cluster-scoped
+    /// primary's): literal names, `namespace/name` for a namespaced kind.
+    /// Whoever writes a primary decides values, not which existing object
+    /// kiln takes over: an object not listed is left alone (`AlreadyExists`).
+    /// A child whose name (and namespace) is literal needs no list.
+    #[serde(default)]
+    pub adopt_names: Vec<String>,
     /// `Always` (default): kiln keeps the child as the rule renders it.
     /// `CreateOnce`: kiln creates the child when it does not exist and never
     /// writes it again once it does (users may change it).
     #[serde(default)]
     pub update_policy: UpdatePolicy,
+    /// With `updatePolicy: CreateOnce` only: `false` makes kiln remember
+    /// that it created the child (an annotation `<rule>.kiln.dev/created-once`
+    /// on the primary), so a child deleted on purpose is not created again
+    /// (Kyverno's generate without `synchronize`). Default `true`: a
+    /// created-once child that is deleted is created again.
+    #[serde(default = "yes")]
+    pub recreate: bool,
+    /// Field paths (dotted, e.g. `spec.hard`) of maps the child holds
+    /// exactly as rendered: keys another writer added under them are
+    /// removed (Kyverno's `synchronize`), with a JSON patch conditioned on
+    /// the child's `resourceVersion`. Other fields keep server-side apply's
+    /// sharing.
+    #[serde(default)]
+    pub replace: Vec<String>,
     /// `Delete` (default): the child has a controller owner reference to the
     /// primary, goes with it, and is deleted when no longer rendered.
     /// `Orphan`: no owner reference; the child stays when the primary goes
@@ -313,6 +349,29 @@ pub struct RawChild {
     /// ready). A child waiting for another is not applied yet.
     #[serde(default)]
     pub depends_on: Vec<RawDependency>,
+    /// Live children the rule no longer renders that stay, by class (the
+    /// finished Jobs of a CronJob): the newest `keep` of each class stay,
+    /// the older ones are pruned. A child no class takes is pruned as
+    /// usual. Only kiln's own children of this id are ever counted or
+    /// deleted.
+    #[serde(default)]
+    pub history: Vec<RawHistory>,
+}
+
+/// A class of a child's history.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHistory {
+    /// An expression on `child` (the live object, besides `self`, `vars`,
+    /// ...): the no-longer-rendered children it holds for belong to this
+    /// class (each to the first class that takes it). Default: every one.
+    #[serde(default)]
+    pub when: Option<String>,
+    /// How many of the class stay, the newest by creation time: an integer,
+    /// or an expression giving one (e.g.
+    /// `self.spec.successfulJobsHistoryLimit | default(3)`).
+    #[schemars(with = "Value")]
+    pub keep: Value,
 }
 
 /// A child another child waits for.

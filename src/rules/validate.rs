@@ -23,8 +23,10 @@ use crate::template::known::{Callable, Unknown};
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
 use crate::yaml::{Pos, Step, path_string};
 
+mod adoption;
 mod children;
 mod decorators;
+mod history;
 mod kinds;
 mod order;
 mod requeue;
@@ -222,6 +224,9 @@ impl<'a> Checker<'a> {
         let requeue = self.requeue();
         self.schema_references(api.as_ref(), primary.as_ref());
         let requeue_at = self.requeue_at(&watch_names, &child_ids);
+        for (at, why) in super::read_only::refusals(&raw.spec) {
+            self.error(&at, why);
+        }
 
         let Some(primary) = primary.filter(|_| self.errors.is_empty()) else {
             return Err(self.errors);
@@ -249,6 +254,7 @@ impl<'a> Checker<'a> {
             force_conflicts: raw.spec.apply.force_conflicts,
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
+            read_only: super::read_only::is_read_only(&raw.spec),
             templates: self.set,
             api: api.map(Arc::new),
         })

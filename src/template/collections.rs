@@ -37,6 +37,7 @@ pub fn each(state: &State, list: &Value, expr: &str) -> Result<Value, Error> {
             self => state.lookup("self"),
             related => state.lookup("related"),
             children => state.lookup("children"),
+            observed => state.lookup("observed"),
             vars => state.lookup("vars"),
             ready => state.lookup("ready"),
         };

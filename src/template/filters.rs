@@ -198,7 +198,7 @@ fn from_json(value: &str) -> Result<Value, Error> {
 
 /// YAML text of a value (for ConfigMap data, say).
 fn to_yaml(value: &Value) -> Result<String, Error> {
-    serde_norway::to_string(&json(value)?).map_err(|e| invalid(format!("to_yaml: {e}")))
+    crate::yaml_out::to_string(&json(value)?).map_err(|e| invalid(format!("to_yaml: {e}")))
 }
 
 /// Parses YAML text (one document) into a value; a YAML value JSON cannot
@@ -351,7 +351,8 @@ mod tests {
         );
         assert_eq!(
             render("{{ doc | from_yaml | to_yaml }}", ctx).unwrap(),
-            "a: 1\nb:\n- x\n- y\n"
+            // `y` is a boolean to YAML 1.1 readers: quoted, so it stays a string.
+            "a: 1\nb:\n- x\n- \"y\"\n"
         );
         let err = render(r#"{{ "a: [" | from_yaml }}"#, serde_json::json!({})).unwrap_err();
         assert!(err.to_string().contains("from_yaml"), "{err}");

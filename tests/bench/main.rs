@@ -7,9 +7,11 @@ mod audit;
 mod ceiling;
 mod cluster;
 mod compare;
+mod conversion;
 mod observe;
 mod procstat;
 mod report;
+mod rules;
 mod scrape;
 mod sharded;
 mod workload;
@@ -38,6 +40,9 @@ use crate::workload::{NAMESPACE, UPDATED_REPLICAS};
 enum Cli {
     /// Runs the benchmark and writes results.md and results.json.
     Run(RunArgs),
+    /// The rules axis: kiln with R rules over N primaries and ten CRDs, for
+    /// each R (`rules.rs`); writes results-rules.md.
+    Rules(rules::RulesArgs),
     /// Puts several runs' results.json side by side (one per N) and prints
     /// each contender's peak RSS per N and its cost per primary.
     Compare {
@@ -45,6 +50,9 @@ enum Cli {
         #[arg(required = true, num_args = 2..)]
         files: Vec<PathBuf>,
     },
+    /// Lists N objects of a rule-defined API at the version that stores
+    /// and at one kiln converts (`tests/bench/README.md`, "Conversion").
+    Conversion(conversion::Args),
     /// The ceiling contender (started by `run`, one process per phase).
     Ceiling {
         /// Which writes to issue.
@@ -156,7 +164,12 @@ fn main() -> ExitCode {
                 result = run(args) => result,
                 _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
             },
+            Cli::Rules(args) => tokio::select! {
+                result = rules::run(args) => result,
+                _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
+            },
             Cli::Compare { files } => compare::run(&files),
+            Cli::Conversion(args) => conversion::run(args).await,
             Cli::Ceiling {
                 phase,
                 concurrency,

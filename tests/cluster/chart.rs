@@ -87,8 +87,17 @@ fn the_chart_with_the_example_rules_makes_what_deploy_makes() {
     let work = tempfile::tempdir().unwrap();
     let values = work.path().join("values.yaml");
     packaged_values(&support::repo_root().join("rules"), &values);
-    let chart = template("kiln-system", &["-f", values.to_str().unwrap()]);
+    let chart = template(
+        "kiln-system",
+        &["-f", values.to_str().unwrap(), "--include-crds"],
+    );
     let deploy = kustomize();
+
+    // The same Rule CRD.
+    assert_eq!(
+        one(&chart, "CustomResourceDefinition"),
+        one(&deploy, "CustomResourceDefinition")
+    );
 
     // The same rules, and the same permissions (the chart's fixed Events
     // rule is one `kiln rbac` also grants).
@@ -130,11 +139,42 @@ fn the_chart_with_the_example_rules_makes_what_deploy_makes() {
         one(&chart, "Deployment")["spec"]["replicas"],
         one(&deploy, "Deployment")["spec"]["replicas"]
     );
-    assert_eq!(
-        one(&chart, "Service")["spec"]["ports"],
-        one(&deploy, "Service")["spec"]["ports"]
-    );
-    assert_eq!(one(&chart, "Service")["metadata"]["name"], "kiln-metrics");
+    // The same Services (metrics, the conversion webhook), by name and ports.
+    let services = |objects: &[Value]| {
+        let mut s: Vec<String> = of_kind(objects, &["Service"])
+            .iter()
+            .map(|s| format!("{} {}", s["metadata"]["name"], s["spec"]["ports"]))
+            .collect();
+        s.sort();
+        s
+    };
+    assert_eq!(services(&chart), services(&deploy));
+    assert!(services(&chart)[0].starts_with("\"kiln-metrics\""));
+}
+
+/// The values combinations the dry run renders: the packaged example rules
+/// and each way of running kiln the chart offers.
+fn combinations(values: &str) -> Vec<Vec<String>> {
+    let set = |s: &str| {
+        vec![
+            "--set".to_string(),
+            format!("{s},fullnameOverride=kiln-dry-run"),
+        ]
+    };
+    let mut packaged = vec!["-f".to_string(), values.to_string()];
+    packaged.extend(set("webhook.service.enabled=true"));
+    vec![
+        packaged,
+        set("rules.source=resources"),
+        set("rules.existingConfigMap=my-rules"),
+        set("mode=shards,replicas=3,shardGroup=tenants"),
+        set(
+            "podDisruptionBudget.enabled=false,metrics.service.enabled=false,rbac.create=false,serviceAccount.create=false,serviceAccount.name=kiln-sa",
+        ),
+        set(
+            "watchNamespaces={a,b},pruneOnRuleRemoval=true,logLevel=debug,extraArgs={--request-timeout=30s}",
+        ),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,15 +184,29 @@ async fn the_chart_passes_server_side_dry_run() {
     let work = tempfile::tempdir().unwrap();
     let values = work.path().join("values.yaml");
     packaged_values(&support::repo_root().join("rules"), &values);
-    // Everything but the Prometheus Operator's kinds, whose CRDs this
-    // control plane does not have (helm lint checks those).
+    // Every combination, with its CRD; everything but the Prometheus
+    // Operator's kinds, whose CRDs this control plane does not have (helm
+    // lint checks those).
+    for args in combinations(values.to_str().unwrap()) {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.push("--include-crds");
+        let objects = template(ns.name(), &args);
+        for obj in &objects {
+            apply(&client, obj, true).await.unwrap_or_else(|e| {
+                panic!(
+                    "{args:?}: {} {} refused: {e}",
+                    obj["kind"], obj["metadata"]["name"]
+                )
+            });
+        }
+    }
     let objects = template(
         ns.name(),
         &[
             "-f",
             values.to_str().unwrap(),
             "--set",
-            "webhook.service.enabled=true,fullnameOverride=kiln-dry-run",
+            "webhook.service.enabled=true",
         ],
     );
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
@@ -168,11 +222,6 @@ async fn the_chart_passes_server_side_dry_run() {
         "PodDisruptionBudget",
     ] {
         assert!(kinds.contains(&k), "the chart lacks a {k}: {kinds:?}");
-    }
-    for obj in &objects {
-        apply(&client, obj, true)
-            .await
-            .unwrap_or_else(|e| panic!("{} {} refused: {e}", obj["kind"], obj["metadata"]["name"]));
     }
     let sharded = template(ns.name(), &["--set", "mode=shards,replicas=3"]);
     let args = &one(&sharded, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
@@ -193,6 +242,39 @@ async fn the_chart_passes_server_side_dry_run() {
         "{args}"
     );
     ns.delete().await;
+}
+
+#[test]
+fn with_rules_from_resources_the_chart_runs_the_rule_objects_and_makes_no_configmap() {
+    let objects = template("kiln-system", &["--set", "rules.source=resources"]);
+    assert!(of_kind(&objects, &["ConfigMap"]).is_empty(), "{objects:#?}");
+    let pod = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--rules-from-cluster"), "{args:?}");
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--rules=") || a.starts_with("--rules-configmap")),
+        "{args:?}"
+    );
+    assert!(pod.get("volumes").is_none(), "{pod}");
+    // The role reads the Rules and writes their status with no packaged
+    // rules too, as `kiln rbac` always grants.
+    let role = rule_set(one(&objects, "ClusterRole"));
+    assert!(
+        role.iter().any(|r| r.contains("\"rules/status\"")),
+        "{role:?}"
+    );
+    assert!(
+        role.iter()
+            .any(|r| r.contains("\"rules\"") && r.contains("\"watch\"")),
+        "{role:?}"
+    );
 }
 
 #[test]

@@ -77,6 +77,7 @@ async fn deploy_passes_server_side_dry_run() {
         "ConfigMap",
         "Deployment",
         "Service",
+        "CustomResourceDefinition",
     ] {
         assert!(
             kinds.contains(&k),

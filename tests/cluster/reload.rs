@@ -408,6 +408,24 @@ async fn rules_read_from_a_configmap_through_the_api_follow_its_edits() {
         "{:?}",
         events[0].note
     );
+    // And one Event per refused rule, naming the ConfigMap by its uid so
+    // `kubectl describe configmap` lists it.
+    let uid = cms.get("kiln-rules").await.unwrap().metadata.uid;
+    let per_rule = eventually("a RuleRefused Event on the ConfigMap", CONVERGE, || async {
+        let hits = support::events_about(&client, n, "kiln-rules", "RuleRefused").await;
+        (!hits.is_empty()).then_some(hits)
+    })
+    .await;
+    assert_eq!(per_rule[0].regarding.as_ref().unwrap().uid, uid);
+    assert!(
+        per_rule[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("missing field `metadata`"),
+        "{:?}",
+        per_rule[0].note
+    );
     assert_eq!(h.engine.state("widgets"), Some(RuleState::Running));
     ns.delete().await;
 }

@@ -8,9 +8,15 @@ use kiln::reload::ReloadOptions;
 use serde_json::{Value, json};
 
 use crate::reload::{From, Harness, wait_cm, widget};
-use crate::support::{self, TestNamespace, eventually};
+use kiln::controlplane::Binaries;
+
+use crate::support::{self, KilnProcess, TestNamespace, eventually};
 
 const CONVERGE: Duration = Duration::from_secs(30);
+
+/// Every kiln that reads Rule resources reads all of them (and writes their
+/// status): the tests that run one take turns.
+static RULES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RULE: (&str, &str) = ("kiln.dev/v1alpha1", "Rule");
 
 fn rule_object(name: &str, children: Value) -> Value {
@@ -46,6 +52,7 @@ fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_resource_runs_refuses_an_invalid_edit_and_stops_when_deleted() {
+    let _turn = RULES.lock().await;
     let client = support::admin_client().await;
     let ns = TestNamespace::new(&client, "ruleres").await;
     let n = ns.name();
@@ -131,4 +138,152 @@ async fn a_rule_resource_runs_refuses_an_invalid_edit_and_stops_when_deleted() {
         "a deleted Rule still made a child"
     );
     h.stop().await;
+}
+
+/// `kiln run --rules-from-cluster`, reconciling in `namespace` only.
+fn from_cluster(namespace: &str) -> KilnProcess {
+    KilnProcess::run(&["--rules-from-cluster", "--namespace", namespace])
+}
+
+/// `kubectl ARGS…` (the kubectl built beside the control plane) with `kiln`'s kubeconfig.
+fn kubectl(kiln: &KilnProcess, args: &[&str]) -> String {
+    let bins = Binaries::locate(&Binaries::default_source()).unwrap();
+    let out = std::process::Command::new(bins.path("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kiln.kubeconfig())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `kiln explain ARGS… --rules-from-cluster`: stdout and stderr.
+fn explain(kiln: &KilnProcess, args: &[&str]) -> (String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("explain")
+        .args(args)
+        .args(["--rules-from-cluster", "--kubeconfig"])
+        .arg(kiln.kubeconfig())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "kiln explain: {stderr}");
+    (String::from_utf8(out.stdout).unwrap(), stderr)
+}
+
+/// The first row of `kubectl get` output, by column header.
+fn table(text: &str) -> Vec<(String, String)> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    header
+        .iter()
+        .zip(row)
+        .map(|(h, v)| ((*h).to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_resource_reports_its_primaries_children_and_events_as_kubectl_shows_them() {
+    let _turn = RULES.lock().await;
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "rulecensus").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    support::install_crds(&client, "charts/kiln/crds").await;
+    let name = format!("{n}-census");
+    support::apply(&client, widget("a"), Some(n)).await;
+    support::apply(&client, widget("b"), Some(n)).await;
+    let kiln = from_cluster(n);
+    support::apply(&client, rule_object(&name, child("first")), None).await;
+    wait_cm(&client, n, "b-one").await;
+
+    // Its status counts what it does, each condition says since when.
+    let status = eventually("Rule counts", CONVERGE, || async {
+        let s = rule_status(&client, &name).await;
+        (s["primaries"] == 2 && s["children"] == 2).then_some(s)
+    })
+    .await;
+    assert_eq!(condition(&status, "Ready")["status"], "True");
+    assert!(
+        condition(&status, "Ready")["lastTransitionTime"].is_string(),
+        "{status}"
+    );
+    assert!(
+        condition(&status, "Refused")["lastTransitionTime"].is_string(),
+        "{status}"
+    );
+
+    // `kubectl get rules` shows READY, PRIMARIES and AGE.
+    let row = table(&kubectl(&kiln, &["get", "rules", &name]));
+    let columns: Vec<&str> = row.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(columns, ["NAME", "READY", "PRIMARIES", "AGE"], "{row:?}");
+    assert_eq!(row[1].1, "True");
+    assert_eq!(row[2].1, "2");
+    let wide = table(&kubectl(&kiln, &["get", "rules", &name, "-o", "wide"]));
+    assert!(
+        wide.contains(&("CHILDREN".to_string(), "2".to_string())),
+        "{wide:?}"
+    );
+
+    // `kiln explain` reads the rules from the Rule resources.
+    let (out, _) = explain(&kiln, &["test.kiln.dev/v1", "Widget", &format!("{n}/a")]);
+    assert!(out.contains(&name), "{out}");
+
+    // A third primary is counted.
+    support::apply(&client, widget("c"), Some(n)).await;
+    eventually("Rule counts 3", CONVERGE, || async {
+        let s = rule_status(&client, &name).await;
+        (s["primaries"] == 3 && s["children"] == 3).then_some(())
+    })
+    .await;
+
+    // An invalid edit: a Warning Event on the Rule, which `kubectl describe`
+    // shows; the counts still say what generation 1 does.
+    let mut bad = child("second");
+    bad[0]["tempalte"] = bad[0]["template"].take();
+    support::apply(&client, rule_object(&name, bad), None).await;
+    let refused = eventually("a Refused Event on the Rule", CONVERGE, || async {
+        let hits = support::events_about(&client, "default", &name, "Refused").await;
+        (!hits.is_empty()).then_some(hits)
+    })
+    .await;
+    assert_eq!(refused[0].type_.as_deref(), Some("Warning"));
+    let status = rule_status(&client, &name).await;
+    assert_eq!(
+        refused[0].regarding.as_ref().unwrap().uid.as_deref(),
+        support::get(&client, RULE.0, RULE.1, "", &name)
+            .await
+            .unwrap()["metadata"]["uid"]
+            .as_str()
+    );
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["primaries"], 3);
+    let described = kubectl(&kiln, &["describe", "rule", &name]);
+    let events = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(
+        events.contains("Refused") && events.contains("Running"),
+        "{described}"
+    );
+    let row = table(&kubectl(&kiln, &["get", "rules", &name]));
+    assert_eq!(row[1].1, "False", "{row:?}");
+    // Metrics say the same.
+    let metric = format!("kiln_rule_edit_refused{{rule=\"{name}\"}}");
+    let (_, body) = support::http_get(kiln.metrics, "/metrics").await.unwrap();
+    assert!(body.lines().any(|l| l == format!("{metric} 1")), "{body}");
+    // `kiln explain` names the refused Rule and explains with the others.
+    let (_, stderr) = explain(&kiln, &["test.kiln.dev/v1", "Widget", &format!("{n}/a")]);
+    assert!(
+        stderr.contains(&format!("rule/{name} is refused")),
+        "{stderr}"
+    );
+
+    support::delete(&client, RULE, None, &name).await;
+    drop(kiln);
+    ns.delete().await;
 }

@@ -3,6 +3,7 @@
 //! the reverse index of related objects).
 
 pub mod cached;
+pub mod crd_watch;
 pub mod decode;
 pub mod elsewhere;
 pub mod informer;

@@ -363,9 +363,18 @@ pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
         let mut keep = Projection::identity();
         keep.keep_set_by_tree(&child.template);
         reads(&format!("children.{}", child.id), &mut keep);
+        reads(&format!("observed.{}", child.id), &mut keep);
+        // Whole, so keys another writer added there are seen (replace.rs).
+        for path in &child.replace {
+            keep.keep_path(&path.iter().map(String::as_str).collect::<Vec<_>>());
+        }
         if let Some(ready) = &child.ready_when {
             for reference in rule.templates.references(ready) {
                 keep.keep_read(&reference, "child");
+            }
+        } else if !child.ready_on_exists {
+            for path in crate::readiness::reads(&child.gvk) {
+                keep.keep_path(path);
             }
         }
         out.push((child.gvk.clone(), keep.without_stamps_unread()));

@@ -76,7 +76,7 @@ pub fn plan(
     let ctx = if rule.decorators.is_empty() {
         JinjaValue::UNDEFINED
     } else {
-        ctx()
+        with_vars(rule, ctx(), &mut budget)?
     };
     for decorator in &rule.decorators {
         let manager = manager(base, &rule.name, &decorator.id);
@@ -171,6 +171,19 @@ fn take_back(
         }
     }
     out
+}
+
+/// `ctx` with the rule's `spec.vars` (`vars.<name>`), evaluated as the
+/// children's render evaluates them: decorators read the same values.
+fn with_vars(rule: &Rule, ctx: JinjaValue, budget: &mut Budget) -> Result<JinjaValue, RenderError> {
+    if rule.vars.is_empty() {
+        return Ok(ctx);
+    }
+    let vars = crate::render::eval_vars(rule, &ctx, budget).map_err(|e| match e {
+        crate::render::RenderFailure::Template(e) => e,
+        other => RenderError::new("spec.vars", other.to_string()),
+    })?;
+    Ok(minijinja::context! { vars => vars, ..ctx })
 }
 
 /// Why `decorator` may not patch `target` for `primary`, if it may not:

@@ -3,15 +3,21 @@
 //! related objects, ownership, placing, budget, claims, decorations). No
 //! kube client in here: everything it reads is handed to it.
 
+pub mod adoption;
 pub mod budget;
 pub mod claims;
 pub mod decorate;
 pub mod diff;
 pub mod failure;
+pub mod history;
+pub mod placed;
 pub mod placing;
 pub mod plan;
 pub mod related;
+pub mod remember;
 pub mod reown;
+pub mod replace;
 pub mod schema;
 pub mod status;
 pub mod suspend;
+pub mod touch;

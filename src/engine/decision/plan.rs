@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use minijinja::Value as JinjaValue;
 
+use super::adoption;
 use super::diff::{Normalized, converged};
 use super::reown::Reown;
 use super::status::{Outcome, Part, reasons};
@@ -86,6 +87,11 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// The primary's namespace (`None`: cluster-scoped).
+    pub fn primary_namespace(&self) -> Option<&str> {
+        self.inputs.primary["metadata"]["namespace"].as_str()
+    }
+
     /// The Secret values this reconcile can see (related objects and live
     /// children of kind Secret), to keep out of every message.
     pub fn secrets(&self, rule: &Rule) -> Vec<String> {
@@ -139,6 +145,9 @@ pub struct Plan {
     pub reown: Vec<Reown>,
     /// Children the rule no longer renders, deleted once every apply succeeded.
     pub prune: Vec<Prune>,
+    /// Merge patches besides the applies (`touch.rs`): the primary's record
+    /// of created-once children, keys removed under `replace` fields.
+    pub touch: Vec<super::touch::Touch>,
     /// The rule's part of the primary's status, once every write succeeded.
     pub status: Part,
     /// When to look again, once every write succeeded.
@@ -165,12 +174,19 @@ pub enum Verdict {
     /// Created once and there: never written again but for its ownership
     /// (`true`: that changes now).
     CreatedOnce(bool),
+    /// Created once, then deleted (`recreate: false`): not created again.
+    Forgone,
+    /// The live child holds all the rule renders, and keys another writer
+    /// added under its `replace` fields: those are removed.
+    Replace,
     /// Not rendered yet: it waits for other children (kept as it is).
     Waits(String),
     /// No longer rendered: deleted.
     Prune,
     /// No longer rendered, but orphaned (or being deleted): left alone.
     Left,
+    /// No longer rendered, and among the newest its `history` keeps.
+    Kept,
     /// The primary is suspended (`kiln.dev/reconcile: suspended`): left
     /// as it is, whatever the rule renders.
     Suspended,
@@ -198,6 +214,7 @@ impl Plan {
             apply: Vec::new(),
             reown: Vec::new(),
             prune: Vec::new(),
+            touch: Vec::new(),
             status,
             next,
             children: Vec::new(),
@@ -240,7 +257,10 @@ impl Plan {
 
     /// Whether the plan writes anything besides status.
     pub fn writes_children(&self) -> bool {
-        !self.apply.is_empty() || !self.reown.is_empty() || !self.prune.is_empty()
+        !self.apply.is_empty()
+            || !self.reown.is_empty()
+            || !self.prune.is_empty()
+            || !self.touch.is_empty()
     }
 }
 
@@ -318,10 +338,13 @@ impl Draft {
             .children
             .iter()
             .filter(|c| {
-                !policy(rule, &c.id).is_some_and(|s| s.adopt)
-                    && !observed.children.iter().any(|l| {
-                        l.gvk == c.gvk && l.key.name == c.name && l.key.namespace == c.namespace
-                    })
+                !adoption::adopts(
+                    policy(rule, &c.id),
+                    &key_of(c),
+                    observed.primary_namespace(),
+                ) && !observed.children.iter().any(|l| {
+                    l.gvk == c.gvk && l.key.name == c.name && l.key.namespace == c.namespace
+                })
             })
             .map(|c| (&c.gvk, key_of(c)))
     }
@@ -341,27 +364,14 @@ impl Draft {
         if let Some(plan) = collisions(rule, observed, &rendered.children, generation) {
             return plan;
         }
-        let prune: Vec<Prune> = observed
-            .children
-            .iter()
-            .filter(|live| {
-                // A child waiting for another is kept as it is, not pruned.
-                !live.deleting
-                    && !orphaned(rule, live)
-                    && !rendered.waiting.iter().any(|w| w.id == live.id)
-                    && !rendered.children.iter().any(|c| renders(c, live))
-            })
-            .map(|live| Prune {
-                gvk: live.gvk.clone(),
-                key: live.key.clone(),
-                uid: live.uid.clone(),
-            })
-            .collect();
+        let kept = super::history::kept(&rendered.history, &observed.children);
+        let prune = prunes(rule, observed, &rendered, &kept);
         let (not_ready, waiting, next) = progress(rule, &rendered);
-        let rest = verdicts_of_live(rule, observed, &rendered, &prune);
+        let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
         let mut apply = Vec::new();
+        let mut touch = Vec::new();
         for (c, ready) in rendered.children.into_iter().zip(&rendered.readiness) {
             let live = render::observed_named(observed.inputs.observed.get(&c.id), &c.name);
             let key = (c.gvk.clone(), key_of(&c));
@@ -375,8 +385,19 @@ impl Draft {
                     reown.extend(r);
                     Verdict::CreatedOnce(changes)
                 }
-                Some(l) if converged(l, &c.object, known.get(&key)) => Verdict::Applied,
+                Some(l) if converged(l, &c.object, known.get(&key)) => {
+                    match super::replace::needed(policy(rule, &c.id), &c, l) {
+                        Some(strip) => {
+                            touch.push(strip);
+                            Verdict::Replace
+                        }
+                        None => Verdict::Applied,
+                    }
+                }
                 Some(_) => Verdict::Change,
+                None if once && super::remember::forgone(rule, &c, &observed.inputs.primary) => {
+                    Verdict::Forgone
+                }
                 None => Verdict::Create,
             };
             children.push(ChildVerdict {
@@ -391,10 +412,13 @@ impl Draft {
             }
         }
         children.extend(rest);
+        let primary = &observed.inputs.primary;
+        touch.extend(super::remember::update(rule, primary, &observed.children));
         Plan {
             apply,
             reown,
             prune,
+            touch,
             status: Part {
                 outcome: Outcome::Applied { not_ready, waiting },
                 fields: Some(rendered.status),
@@ -406,6 +430,33 @@ impl Draft {
             suspended: false,
         }
     }
+}
+
+/// The live children to delete: no longer rendered, and neither orphaned,
+/// being deleted, waiting for another child nor kept by their `history`.
+fn prunes(
+    rule: &Rule,
+    observed: &Observed,
+    rendered: &render::Rendered,
+    kept: &[&render::history::Filed],
+) -> Vec<Prune> {
+    observed
+        .children
+        .iter()
+        .filter(|live| {
+            // A child waiting for another is kept as it is, not pruned.
+            !live.deleting
+                && !orphaned(rule, live)
+                && !rendered.waiting.iter().any(|w| w.id == live.id)
+                && !rendered.children.iter().any(|c| renders(c, live))
+                && !super::history::keeps(kept, live)
+        })
+        .map(|live| Prune {
+            gvk: live.gvk.clone(),
+            key: live.key.clone(),
+            uid: live.uid.clone(),
+        })
+        .collect()
 }
 
 /// The children not ready, those waiting, and when to look again.
@@ -442,6 +493,7 @@ fn verdicts_of_live(
     observed: &Observed,
     rendered: &render::Rendered,
     prune: &[Prune],
+    kept: &[&render::history::Filed],
 ) -> Vec<ChildVerdict> {
     let waiting = rendered.waiting.iter().filter_map(|w| {
         Some(ChildVerdict {
@@ -465,6 +517,8 @@ fn verdicts_of_live(
             name: live.key.name.clone(),
             verdict: if prune.iter().any(|p| p.gvk == live.gvk && p.key == live.key) {
                 Verdict::Prune
+            } else if super::history::keeps(kept, live) {
+                Verdict::Kept
             } else {
                 Verdict::Left
             },
@@ -552,13 +606,24 @@ fn collisions(
     let taken: Vec<String> = children
         .iter()
         .filter(|c| {
-            !policy(rule, &c.id).is_some_and(|s| s.adopt)
-                && !observed.children.iter().any(|l| renders(c, l))
+            !adoption::adopts(
+                policy(rule, &c.id),
+                &key_of(c),
+                observed.primary_namespace(),
+            ) && !observed.children.iter().any(|l| renders(c, l))
         })
         .filter_map(|c| {
             let key = key_of(c);
             let who = observed.occupants.get(&(c.gvk.clone(), key.clone()))?;
-            Some(format!("{} {key} already exists ({who})", c.gvk.kind))
+            let bound = policy(rule, &c.id)
+                .filter(|p| p.adopt)
+                .and_then(|p| adoption::refused(p, &key, observed.primary_namespace()))
+                .map(|why| format!("; {why}"))
+                .unwrap_or_default();
+            Some(format!(
+                "{} {key} already exists ({who}{bound})",
+                c.gvk.kind
+            ))
         })
         .collect();
     if !taken.is_empty() {

@@ -21,6 +21,9 @@ type Object = (Gvk, ObjKey);
 struct Inner {
     /// Rules running, per primary kind.
     rules: HashMap<Gvk, Vec<Arc<Rule>>>,
+    /// Rule name → the instant it takes primaries from
+    /// (`takeExisting: false`: since.rs).
+    since: HashMap<String, jiff::Timestamp>,
     /// Rule name → its part, per object shared by several rules.
     parts: HashMap<Object, BTreeMap<String, Part>>,
     /// Serialises status writes to one object shared by several rules.
@@ -38,9 +41,14 @@ impl Board {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A rule starts taking its primary kind.
-    pub fn register(&self, rule: &Arc<Rule>) {
+    /// A rule starts taking its primary kind, those created after `since`
+    /// only when given.
+    pub fn register(&self, rule: &Arc<Rule>, since: Option<jiff::Timestamp>) {
         let mut inner = self.lock();
+        match since {
+            Some(at) => inner.since.insert(rule.name.clone(), at),
+            None => inner.since.remove(&rule.name),
+        };
         let rules = inner.rules.entry(rule.primary.gvk.clone()).or_default();
         rules.retain(|r| r.name != rule.name);
         rules.push(rule.clone());
@@ -54,6 +62,11 @@ impl Board {
         if let Some(rules) = inner.rules.get_mut(gvk) {
             rules.retain(|r| !std::ptr::eq(Arc::as_ptr(r), rule));
         }
+        // A version swapped in under the same name keeps its own.
+        let running = inner.rules.values().flatten().any(|r| r.name == rule.name);
+        if !running {
+            inner.since.remove(&rule.name);
+        }
         inner.parts.retain(|(g, _), parts| {
             if g == gvk {
                 parts.remove(&rule.name);
@@ -65,13 +78,17 @@ impl Board {
     /// The rules running that select `obj`, by name.
     pub fn selecting(&self, gvk: &Gvk, obj: &DynamicObject) -> Vec<Arc<Rule>> {
         let namespace = obj.namespace();
-        self.lock()
+        let created = obj.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let inner = self.lock();
+        let since = |r: &Rule| inner.since.get(&r.name).copied();
+        inner
             .rules
             .get(gvk)
             .map(|rules| {
                 rules
                     .iter()
                     .filter(|r| r.primary.selects(namespace.as_deref(), obj.labels()))
+                    .filter(|r| super::since::takes(since(r), created))
                     .cloned()
                     .collect()
             })

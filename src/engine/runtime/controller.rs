@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::queue::Queue;
 use super::shared::Shared;
+use super::unwatched;
 
 mod execute;
 mod finalizer;
@@ -37,6 +38,7 @@ use crate::engine::decision::claims::Claims;
 use crate::engine::decision::decorate::{self, Decorations};
 use crate::engine::decision::diff;
 use crate::engine::decision::failure::{Category, Failure, Stage};
+use crate::engine::decision::placed;
 use crate::engine::decision::placing;
 pub use crate::engine::decision::plan::Next;
 use crate::engine::decision::plan::{
@@ -46,6 +48,7 @@ use crate::engine::decision::related::{self, Found, Refusal, Target};
 use crate::engine::decision::reown::{self, Reown};
 use crate::engine::decision::schema::StatusSchema;
 use crate::engine::decision::status::{self, Contributor, Outcome, Part, reasons};
+use crate::engine::decision::touch::Touch;
 use crate::engine::key::ObjKey;
 use crate::metrics;
 use crate::render::{self, DesiredChild};
@@ -73,6 +76,8 @@ pub struct Wiring {
     /// it only tears down the primaries being deleted, as deleting
     /// children and letting go of its finalizer needs no status.
     pub refused: bool,
+    /// Only primaries created after this are taken (`takeExisting: false`).
+    pub since: Option<jiff::Timestamp>,
 }
 
 /// A running rule.
@@ -115,7 +120,7 @@ impl RuleController {
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
         // A refused rule writes no status: it has no part in any.
         if !wiring.refused {
-            shared.board.register(&rule);
+            shared.board.register(&rule, wiring.since);
         }
         let this = Arc::new(Self {
             rule,
@@ -170,6 +175,11 @@ impl RuleController {
         &self.wiring.primary
     }
 
+    /// The informers the rule uses.
+    pub fn wiring(&self) -> &Wiring {
+        &self.wiring
+    }
+
     /// Queues every primary the rule selects (start-up, resync, rule change).
     pub fn enqueue_all(&self) {
         for obj in self.wiring.primary.entries() {
@@ -179,47 +189,44 @@ impl RuleController {
         }
     }
 
-    /// Runs `workers` workers until the queue shuts down. The workers live in
-    /// a `JoinSet`, so cancelling this future (a rule aborted because the
-    /// lease was lost) cancels every one of them.
+    /// Reconciles up to `workers` primaries at once until the queue shuts
+    /// down (`workers.rs`); cancelling this future (a rule aborted because
+    /// the lease was lost) cancels every reconcile under way.
     pub async fn run_workers(self: &Arc<Self>, workers: usize) {
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..workers.max(1) {
-            let this = self.clone();
-            tasks.spawn(async move { this.work().await });
-        }
-        while tasks.join_next().await.is_some() {}
+        super::workers::run(&self.queue, workers, |key, waited| {
+            self.clone().work(key, waited)
+        })
+        .await;
     }
 
     /// Stops handing out work; workers finish what they hold, then return.
     pub fn shutdown(&self) {
         self.queue.shutdown();
         self.shared.board.unregister(&self.rule);
+        self.shared.ready.stopped(&self.rule.name);
         for (informer, id) in lock(&self.subscriptions).drain(..) {
             informer.unsubscribe(id);
         }
     }
 
-    async fn work(self: Arc<Self>) {
+    async fn work(self: Arc<Self>, key: ObjKey, waited: std::time::Duration) {
         let m = &self.shared.metrics;
         let controller = metrics::controller(&self.rule.name);
         let queue = metrics::queue(&self.rule.name);
-        while let Some((key, waited)) = self.queue.next().await {
-            m.queue_duration
-                .get_or_create(&queue)
-                .observe(waited.as_secs_f64());
-            m.queue_depth
-                .get_or_create(&queue)
-                .set(self.queue.len() as i64);
-            let timer = m.reconcile_timer(&controller);
-            let span = tracing::info_span!("reconcile", rule = %self.rule.name, object = %key);
-            let result = self.reconcile(&key).instrument(span).await;
-            drop(timer);
-            let outcome = self.schedule(&key, result);
-            let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
-            m.reconcile_total.get_or_create(&labels).inc();
-            self.queue.done(&key);
-        }
+        m.queue_duration
+            .get_or_create(&queue)
+            .observe(waited.as_secs_f64());
+        m.queue_depth
+            .get_or_create(&queue)
+            .set(self.queue.len() as i64);
+        let timer = m.reconcile_timer(&controller);
+        let span = tracing::info_span!("reconcile", rule = %self.rule.name, object = %key);
+        let result = self.reconcile(&key).instrument(span).await;
+        drop(timer);
+        let outcome = self.schedule(&key, result);
+        let labels = metrics::labels2(("controller", &self.rule.name), ("result", outcome));
+        m.reconcile_total.get_or_create(&labels).inc();
+        self.queue.done(&key);
     }
 
     /// Queues the primary again as `result` says; returns the metric's result label.
@@ -297,7 +304,11 @@ impl RuleController {
             return Ok(Next::Done);
         }
         let holds = self.holds(&obj);
-        let selected = self.selects(obj.namespace().as_deref(), obj.labels());
+        let selected = self.selects(obj.namespace().as_deref(), obj.labels())
+            && super::since::takes(
+                self.wiring.since,
+                obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            );
         let wanted = self.needs_finalizer() && selected;
         // Never act on missing information: while the Namespace cache cannot
         // be trusted, whether the rule takes the primary is unknown, so its

@@ -5,6 +5,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 
+use super::shared::Shared;
 use crate::engine::cache::kinds;
 use crate::engine::decision::schema::{SchemaError, StatusSchema};
 use crate::rules::Rule;
@@ -95,29 +96,15 @@ impl Schema {
 /// Returns once the status schema of the CRD differs from `current` (the
 /// CRD was edited in place), watching that one CRD; never without a CRD.
 pub(crate) async fn schema_change(
-    client: Client,
+    shared: &Shared,
     crd: Option<(String, String)>,
     current: StatusSchema,
 ) {
-    use futures::StreamExt;
-    use kube::runtime::WatchStreamExt;
-    use kube::runtime::watcher::{Event, watcher};
     let Some((name, version)) = crd else {
         return std::future::pending().await;
     };
-    let config = crate::request_timeout::watch_config().fields(&format!("metadata.name={name}"));
-    let events = watcher(crds(&client), config).default_backoff();
-    futures::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        let crd = match event {
-            Ok(Event::Apply(crd) | Event::InitApply(crd)) => crd,
-            Ok(_) => continue,
-            Err(error) => {
-                tracing::warn!(crd = %name, %error, "watching the primary's CustomResourceDefinition failed; retrying with backoff");
-                continue;
-            }
-        };
-        let json = serde_json::to_value(&crd).unwrap_or_default();
+    let mut crd = shared.crds.subscribe(&shared.client, &name);
+    while let Some(json) = crd.next().await {
         if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current) {
             return;
         }

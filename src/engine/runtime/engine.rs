@@ -8,10 +8,11 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 
-use super::board;
 use super::controller::RuleController;
 use super::shared::{Fence, Shared};
 use super::start::run_rule;
+use super::{board, no_status, ready_tally};
+use crate::engine::cache::crd_watch;
 use crate::engine::cache::kinds::Kinds;
 use crate::engine::cache::undecodable;
 use crate::engine::cache::{informer, registry::Registry};
@@ -85,8 +86,11 @@ impl Engine {
             options,
             metrics,
             board: board::Board::default(),
+            ready: ready_tally::ReadyTally::default(),
+            no_status: no_status::Told::default(),
             fence: std::sync::OnceLock::new(),
             shard,
+            crds: crd_watch::CrdWatches::default(),
         });
         Self {
             shared,
@@ -275,6 +279,12 @@ impl Engine {
             m.cached_bytes
                 .get_or_create(&label)
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+        for (rule, counts) in self.shared.ready.counts() {
+            for (status, n) in ready_tally::STATUSES.iter().zip(counts) {
+                let labels = crate::metrics::labels2(("rule", &rule), ("ready", status));
+                m.primaries.get_or_create(&labels).set(n);
+            }
         }
         if self.shared.shard.is_some() {
             for (gvk, served, dropped) in self.shared.informers.shard_filtering() {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use kube::Client;
 use kube::runtime::events::Recorder;
 
-use super::board;
+use super::{board, no_status, ready_tally};
+use crate::engine::cache::crd_watch;
 use crate::engine::cache::kinds::Kinds;
 use crate::engine::cache::registry::Registry;
 use crate::engine::options::Options;
@@ -29,10 +30,16 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Which rules select each primary, and their parts of its status.
     pub board: board::Board,
+    /// Each rule's primaries by their `Ready` status (`kiln_primaries`).
+    pub ready: ready_tally::ReadyTally,
+    /// The primaries told they get no status (no status subresource).
+    pub no_status: no_status::Told,
     /// Whether this replica may write right now (its lease is held); unset: always.
     pub fence: std::sync::OnceLock<Fence>,
     /// This replica's share of the primaries, when sharded (`kiln run --shards`).
     pub shard: Option<Arc<crate::shard::scope::Scope>>,
+    /// One watch per primary CRD, shared by the rules on it.
+    pub crds: crd_watch::CrdWatches,
 }
 
 /// Answers whether this replica may write right now.

@@ -12,6 +12,7 @@ use super::controller::{RuleController, Wiring};
 use super::crd::{Schema, SchemaRead, schema_change, status_schema};
 use super::engine::RuleState;
 use super::shared::Shared;
+use super::{since, unwatched};
 use crate::engine::cache::informer;
 use crate::engine::cache::kinds::{self, KindError};
 use crate::engine::cache::projection::{self, Projection};
@@ -89,6 +90,13 @@ pub(crate) async fn run_rule(
             if missing.is_empty() {
                 match status_schema(&rule, &shared.client, &resolved[0]).await {
                     Ok(schema) => {
+                        if let Some(why) =
+                            unwatched::refusal(&rule, &shared.options.namespaces, &resolved)
+                        {
+                            tracing::error!(rule = %rule.name, error = %why, "rule refused: it writes where kiln does not watch");
+                            set_state(RuleState::Refused(why.clone()));
+                            break (resolved, Schema::refused(why));
+                        }
                         set_state(RuleState::Syncing);
                         break (resolved, schema);
                     }
@@ -132,11 +140,18 @@ pub(crate) async fn run_rule(
 
 /// Whether a rule refused for `why` is now refused for another reason or
 /// not at all (a CRD that cannot be read now changes nothing).
-async fn refusal_changed(rule: &Rule, shared: &Shared, primary: &kinds::Kind, why: &str) -> bool {
-    match status_schema(rule, &shared.client, primary).await {
+async fn refusal_changed(
+    rule: &Rule,
+    shared: &Shared,
+    kinds: &[Arc<kinds::Kind>],
+    why: &str,
+) -> bool {
+    match status_schema(rule, &shared.client, &kinds[0]).await {
         Err(SchemaRead::Refused(now)) => now.to_string() != why,
         Err(SchemaRead::Failed(_)) => false,
-        Ok(_) => true,
+        Ok(_) => {
+            unwatched::refusal(rule, &shared.options.namespaces, kinds).as_deref() != Some(why)
+        }
     }
 }
 
@@ -251,6 +266,17 @@ async fn synced(
     Ok(())
 }
 
+/// Says the rule runs, or runs refused (tearing down only).
+fn announce(rule: &Rule, refused: Option<&String>, set_state: &(dyn Fn(RuleState) + Sync)) {
+    match refused {
+        None => {
+            set_state(RuleState::Running);
+            tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
+        }
+        Some(why) => set_state(RuleState::Refused(why.clone())),
+    }
+}
+
 async fn run_resolved(
     rule: &Arc<Rule>,
     shared: &Arc<Shared>,
@@ -265,8 +291,13 @@ async fn run_resolved(
         release(shared, &acquired.all);
         return Ended::Stopped;
     };
+    let Some(since) = since::resolve(rule, shared, stop).await else {
+        release(shared, &acquired.all);
+        return Ended::Stopped;
+    };
     let acquired_all = acquired.all;
     let wiring = Wiring {
+        since,
         primary: primary.clone(),
         children: acquired.children,
         related: acquired.related,
@@ -275,7 +306,7 @@ async fn run_resolved(
         refused: schema.refused.is_some(),
     };
     let refused = schema.refused;
-    let changed = schema_change(shared.client.clone(), schema.crd, schema.status);
+    let changed = schema_change(shared, schema.crd, schema.status);
     tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     if let Err(ended) = synced(rule, shared, &acquired_all, stop).await {
@@ -286,13 +317,7 @@ async fn run_resolved(
     *slot
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(controller.clone());
-    match &refused {
-        None => {
-            set_state(RuleState::Running);
-            tracing::info!(rule = %rule.name, primary = %rule.primary.gvk, "rule running");
-        }
-        Some(why) => set_state(RuleState::Refused(why.clone())),
-    }
+    announce(rule, refused.as_ref(), set_state);
     controller.enqueue_all();
 
     let mut workers = AbortOnDrop(Some({
@@ -309,7 +334,7 @@ async fn run_resolved(
                     break Ended::KindGone(gvk);
                 }
                 if let Some(why) = &refused
-                    && refusal_changed(rule, shared, &kinds[0], why).await
+                    && refusal_changed(rule, shared, kinds, why).await
                 {
                     break Ended::SchemaChanged;
                 }

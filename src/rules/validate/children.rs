@@ -4,6 +4,35 @@
 use super::*;
 
 impl<'a> Checker<'a> {
+    /// A child's `readyWhen`, compiled (`None` for `exists`, which is
+    /// told apart by the second value).
+    fn ready_when(
+        &mut self,
+        at: &[Step],
+        c: &RawChild,
+        roots: &[&str],
+        watches: &[String],
+        ids: &[String],
+    ) -> (Option<TemplateId>, bool) {
+        let ready_roots: Vec<&str> = roots.iter().copied().chain(["child"]).collect();
+        let on_exists = c
+            .ready_when
+            .as_deref()
+            .is_some_and(crate::readiness::is_exists);
+        let ready_when = c.ready_when.as_ref().filter(|_| !on_exists).and_then(|e| {
+            self.expr(
+                at,
+                e,
+                &Scope {
+                    roots: &ready_roots,
+                },
+                watches,
+                ids,
+            )
+        });
+        (ready_when, on_exists)
+    }
+
     pub(super) fn children(&mut self, watches: &[String], ids: &[String]) -> Vec<Child> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
@@ -35,19 +64,10 @@ impl<'a> Checker<'a> {
                 .for_each
                 .as_ref()
                 .and_then(|e| self.expr(&with("forEach"), e, &plain, watches, ids));
-            let ready_roots: Vec<&str> = roots.iter().copied().chain(["child"]).collect();
-            let ready_when = c.ready_when.as_ref().and_then(|e| {
-                self.expr(
-                    &with("readyWhen"),
-                    e,
-                    &Scope {
-                        roots: &ready_roots,
-                    },
-                    watches,
-                    ids,
-                )
-            });
+            let (ready_when, on_exists) =
+                self.ready_when(&with("readyWhen"), c, roots, watches, ids);
             let template = self.child_template(&with("template"), c, &scope, watches, ids);
+            let history = self.history(&at, c, watches, ids);
             if c.outside {
                 if c.for_each.is_some() {
                     self.error(
@@ -60,6 +80,11 @@ impl<'a> Checker<'a> {
                 }
             }
             let needs = self.needs(&at, c, ids);
+            let adopt_names = self.adopt_names(&at, c);
+            let (replace, problems) = crate::rules::child_options::check(c);
+            for (field, message) in problems {
+                self.error(&with(field), message);
+            }
             if let Some((gvk, template)) = template {
                 out.push(Child {
                     id: c.id.clone(),
@@ -68,12 +93,17 @@ impl<'a> Checker<'a> {
                     for_each,
                     template,
                     ready_when,
+                    ready_on_exists: on_exists,
                     adopt: c.adopt,
+                    adopt_names,
                     update_policy: c.update_policy,
+                    recreate: c.recreate,
+                    replace,
                     deletion_policy: c.deletion_policy,
                     outside: c.outside,
                     needs,
                     when_first,
+                    history,
                 });
             }
         }
@@ -287,11 +317,7 @@ impl<'a> Checker<'a> {
             return names;
         }
         let cluster_scoped = well_known_scope(&loose_gvk(&w.api_version, &w.kind)) == Some(false);
-        let primary_cluster_scoped = match (&self.raw.spec.api, self.for_()) {
-            (Some(api), _) => api.scope == crate::api::spec::ApiScope::Cluster,
-            (None, Some(f)) => well_known_scope(&loose_gvk(&f.api_version, &f.kind)) == Some(false),
-            (None, None) => false,
-        };
+        let primary_cluster_scoped = self.primary_cluster_scoped();
         if cluster_scoped && !primary_cluster_scoped && names.is_empty() {
             self.error(
                 &[at, &[key("target")]].concat(),

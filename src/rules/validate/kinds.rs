@@ -19,7 +19,10 @@ impl<'a> Checker<'a> {
             .unwrap_or_default();
         let at = [key("spec"), key("api")];
         match crate::api::compile(raw, &rule.metadata.name, &fields, &at) {
-            Ok(api) => Some(api),
+            Ok(mut api) => {
+                api.locate(|at| self.doc.diagnostic(at, "").location());
+                Some(api)
+            }
             Err(errors) => {
                 errors
                     .into_iter()
@@ -116,6 +119,7 @@ impl<'a> Checker<'a> {
             exclude_namespaces: f.exclude_namespaces.clone(),
             selector,
             namespace_selector,
+            take_existing: f.take_existing,
         })
     }
 

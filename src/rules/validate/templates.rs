@@ -148,6 +148,13 @@ impl<'a> Checker<'a> {
             if self.set.is_function(root) {
                 continue;
             }
+            if root == crate::rules::observed::ROOT {
+                let here = scope.roots.contains(&"children");
+                if let Some(m) = crate::rules::observed::problem(here, parts.next(), ids) {
+                    self.error(at, m);
+                }
+                continue;
+            }
             if !scope.roots.contains(&root) {
                 let allowed: Vec<String> = scope
                     .roots

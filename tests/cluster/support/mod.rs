@@ -459,12 +459,23 @@ impl KilnProcess {
     pub fn start_on(kubeconfig: &str, rule_yaml: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rule.yaml"), rule_yaml).unwrap();
+        let rules = dir.path().join("rule.yaml");
+        let mut args = vec!["--rules", rules.to_str().unwrap()];
+        args.extend(extra);
+        Self::spawn(dir, kubeconfig, &args)
+    }
+
+    /// Starts `kiln run ARGS…` (a rule source among them) on the test cluster.
+    pub fn run(args: &[&str]) -> Self {
+        Self::spawn(tempfile::tempdir().unwrap(), kubeconfig_yaml(), args)
+    }
+
+    fn spawn(dir: tempfile::TempDir, kubeconfig: &str, args: &[&str]) -> Self {
         std::fs::write(dir.path().join("kubeconfig"), kubeconfig).unwrap();
         let (metrics, health) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("kiln.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args(["run", "--rules"])
-            .arg(dir.path().join("rule.yaml"))
+            .arg("run")
             .arg("--kubeconfig")
             .arg(dir.path().join("kubeconfig"))
             .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
@@ -472,7 +483,7 @@ impl KilnProcess {
                 "--health-probe-bind-address",
                 &format!("127.0.0.1:{health}"),
             ])
-            .args(extra)
+            .args(args)
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
@@ -483,6 +494,11 @@ impl KilnProcess {
             health,
             dir,
         }
+    }
+
+    /// The kubeconfig file it runs with.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
     }
 
     /// Replaces its rule file (written then renamed, as editors do): a reload.

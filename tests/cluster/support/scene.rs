@@ -129,6 +129,19 @@ impl Scene {
         .await
     }
 
+    /// Deletes Widget `name` and waits (`within` at most) until it is gone.
+    pub async fn delete_widget(&self, name: &str, within: Duration) {
+        let (api_version, kind, _) = widget_at(name);
+        super::delete(&self.client, (api_version, kind), Some(self.ns()), name).await;
+        eventually(&format!("{name} gone"), within, || async {
+            self.get(api_version, kind, name)
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
     /// Waits until Widget `name` is `Ready=True`.
     pub async fn ready(&self, name: &str) -> Value {
         self.until(&format!("{name} to be ready"), widget_at(name), |w| {
@@ -207,6 +220,8 @@ async fn start_engine_with(
         concurrency: 2,
         kind_retry: Duration::from_millis(200),
         project_cache: project,
+        // What kiln keeps of its own stays in the test's namespace.
+        state_namespace: namespaces[0].clone(),
         ..Options::default()
     };
     let engine = Arc::new(Engine::new(client, options));

@@ -44,8 +44,13 @@ fn the_bench_rule_keeps_its_primary_whole_and_of_the_rest_what_it_sets_and_reads
             "spec": {"ports": [], "selector": {}, "clusterIP": "10.0.0.1", "type": "ClusterIP"},
             "status": {"loadBalancer": {}}});
     of(&all, "Service").apply(&mut s);
-    assert_eq!(s["spec"], json!({"ports": [], "selector": {}}));
-    assert!(s.get("status").is_none());
+    // No `readyWhen`: its type and status are kept, to judge its
+    // readiness by kind (a LoadBalancer waits for its address).
+    assert_eq!(
+        s["spec"],
+        json!({"ports": [], "selector": {}, "type": "ClusterIP"})
+    );
+    assert_eq!(s["status"], json!({"loadBalancer": {}}));
     // The Secret: templates read `related.credentials.data`.
     let mut secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
             "type": "Opaque", "data": {"password": "cA=="}});

@@ -39,6 +39,11 @@ impl RuleController {
                 return self.failed(obj, plan, failure, secrets).await;
             }
         }
+        for touch in &plan.touch {
+            if let Err(failure) = self.touch(obj, touch).await {
+                return self.failed(obj, plan, failure, secrets).await;
+            }
+        }
         let decorated = match (decorations, shared) {
             (_, Some(failure)) => Err(failure),
             (Ok(d), None) => self.decorate(obj, d).await,
@@ -126,6 +131,53 @@ impl RuleController {
         Some(Failure::new(Category::Conflict, message))
     }
 
+    /// What a write that went over budget targets, and the last other
+    /// field manager that changed it (who kiln keeps fighting with).
+    async fn fought_over(&self, written: &Written<'_>) -> (String, Option<String>) {
+        match *written {
+            Written::Child(child) => {
+                let other = match self.wiring.children.get(&child.gvk) {
+                    Some(informer) => {
+                        let ours = &self.shared.options.field_manager;
+                        let (ns, name) = (child.namespace.as_deref(), &child.name);
+                        self.last_other_manager(informer.kind(), ns, name, ours)
+                            .await
+                    }
+                    None => None,
+                };
+                (format!("{} {}", child.gvk.kind, plan::key_of(child)), other)
+            }
+            Written::Strip(gvk, key) => {
+                let other = match self.wiring.children.get(gvk) {
+                    Some(informer) => {
+                        let ours = &self.shared.options.field_manager;
+                        let ns = key.namespace.as_deref();
+                        self.last_other_manager(informer.kind(), ns, &key.name, ours)
+                            .await
+                    }
+                    None => None,
+                };
+                (format!("{} {key} (replace)", gvk.kind), other)
+            }
+            Written::Decoration(d) => {
+                let other = match self.shared.kinds.resolve(&d.gvk).await {
+                    Ok(kind) => {
+                        let ns = d.namespace.as_deref();
+                        self.last_other_manager(&kind, ns, &d.name, &d.manager)
+                            .await
+                    }
+                    Err(_) => None,
+                };
+                let at = d
+                    .namespace
+                    .as_ref()
+                    .map_or(String::new(), |n| format!("{n}/"));
+                let what = format!("{} {at}{} (decorated as {})", d.gvk.kind, d.name, d.manager);
+                (what, other)
+            }
+        }
+    }
+
     /// Spends the write budget of the primary on the plan's applies and the
     /// decorations (budget.rs: only writes repeating what kiln last wrote
     /// count), or says why its writes are paused (a fight with another
@@ -156,36 +208,7 @@ impl RuleController {
             }
         };
         // Over budget: find who keeps changing the object, then pause.
-        let (what, other) = match writes[first].1 {
-            Written::Child(child) => {
-                let other = match self.wiring.children.get(&child.gvk) {
-                    Some(informer) => {
-                        let ours = &self.shared.options.field_manager;
-                        let (ns, name) = (child.namespace.as_deref(), &child.name);
-                        self.last_other_manager(informer.kind(), ns, name, ours)
-                            .await
-                    }
-                    None => None,
-                };
-                (format!("{} {}", child.gvk.kind, plan::key_of(child)), other)
-            }
-            Written::Decoration(d) => {
-                let other = match self.shared.kinds.resolve(&d.gvk).await {
-                    Ok(kind) => {
-                        let ns = d.namespace.as_deref();
-                        self.last_other_manager(&kind, ns, &d.name, &d.manager)
-                            .await
-                    }
-                    Err(_) => None,
-                };
-                let at = d
-                    .namespace
-                    .as_ref()
-                    .map_or(String::new(), |n| format!("{n}/"));
-                let what = format!("{} {at}{} (decorated as {})", d.gvk.kind, d.name, d.manager);
-                (what, other)
-            }
-        };
+        let (what, other) = self.fought_over(&writes[first].1).await;
         let cool_down = self.rule.requeue.on_error.max;
         let why = format!(
             "{what} was rewritten more than {} times in {}s with what kiln last wrote: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
@@ -272,6 +295,8 @@ impl RuleController {
 pub(super) enum Written<'a> {
     Child(&'a DesiredChild),
     Decoration(&'a decorate::Decoration),
+    /// Keys removed under a child's `replace` fields (replace.rs).
+    Strip(&'a Gvk, &'a ObjKey),
 }
 
 /// Every write of a plan and its decorations, fingerprinted for the budget.
@@ -290,5 +315,15 @@ pub(super) fn planned_writes<'a>(
             let target = (d.gvk.to_string(), &d.namespace, &d.name, &d.manager);
             (budget::Write::of(target, &d.body), Written::Decoration(d))
         });
-    children.chain(decorated).collect()
+    // Removing keys another writer adds again and again is a fight too.
+    let stripped = plan.touch.iter().filter_map(|t| match t {
+        Touch::Strip {
+            gvk, key, desired, ..
+        } => {
+            let target = (gvk.to_string(), &key.namespace, &key.name, "replace");
+            Some((budget::Write::of(target, desired), Written::Strip(gvk, key)))
+        }
+        Touch::Remember { .. } => None,
+    });
+    children.chain(decorated).chain(stripped).collect()
 }

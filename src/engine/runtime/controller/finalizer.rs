@@ -9,12 +9,12 @@ impl RuleController {
     /// rule's label *and* a controller owner reference to a primary of the
     /// rule — a label alone anyone can write.
     pub async fn delete_all_children(&self) {
-        let primaries: std::collections::HashSet<String> = self
+        let primaries: HashMap<String, Value> = self
             .wiring
             .primary
             .list()
             .iter()
-            .filter_map(|p| p.uid())
+            .filter_map(|p| Some((p.uid()?, placed::identity(&p.metadata))))
             .collect();
         let gvk = &self.rule.primary.gvk;
         // An orphaned child outlives its rule as it outlives its primary.
@@ -23,7 +23,9 @@ impl RuleController {
                 m.rule == self.rule.name
                     && !m.orphaned()
                     && m.kind_is(&gvk.api_version(), &gvk.kind)
-                    && primaries.contains(&m.uid)
+                    && primaries
+                        .get(&m.uid)
+                        .is_some_and(|p| placed::believed(&self.rule, m, &ObjKey::of(child), p))
             })
         };
         for (gvk, informer) in &self.wiring.children {

@@ -29,6 +29,10 @@ impl RuleController {
                     self.enqueue(other);
                 }
                 self.shared.board.forget(&self.rule.primary.gvk, &key);
+                self.shared.ready.forget(&self.rule.name, &key);
+                self.shared
+                    .no_status
+                    .forget(obj.metadata.uid.as_deref().unwrap_or_default());
             }
         }
     }
@@ -74,11 +78,8 @@ impl RuleController {
         }
     }
 
-    pub(super) fn selects<L: LabelSource + ?Sized>(
-        &self,
-        namespace: Option<&str>,
-        labels: &L,
-    ) -> bool {
+    /// Whether the rule takes the object in `namespace` with `labels` as a primary.
+    pub fn selects<L: LabelSource + ?Sized>(&self, namespace: Option<&str>, labels: &L) -> bool {
         let primary = &self.rule.primary;
         primary.selects(namespace, labels)
             && namespace_takes(primary, namespace, self.wiring.namespaces.as_deref())

@@ -36,6 +36,15 @@ impl RuleController {
         let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
         let plan = match plan::draft(&self.rule, this, &observed, &scope_of) {
             Ok(draft) => {
+                let namespaces = &self.shared.options.namespaces;
+                if let Some(why) = unwatched::unseen(&self.rule, draft.rendered(), namespaces) {
+                    let generation = obj.metadata.generation;
+                    return (
+                        Plan::refused(reasons::NAMESPACE_NOT_ALLOWED, why, generation),
+                        Vec::new(),
+                        Ok(Decorations::default()),
+                    );
+                }
                 observed.occupants = self.occupants(&draft, &observed, obj);
                 draft.decide(&self.rule, &observed, &known)
             }
@@ -162,7 +171,7 @@ impl RuleController {
     }
 
     /// The mark of `child` when it is this rule's child of `primary`:
-    /// marked so, and where kiln can have put it (`ownership::in_place`).
+    /// marked so, and where kiln put it (`placed::believed`).
     pub(super) fn child_of(
         &self,
         child: &DynamicObject,
@@ -171,14 +180,8 @@ impl RuleController {
         let uid = primary.metadata.uid.as_deref().unwrap_or_default();
         let mark =
             crate::ownership::read(&child.metadata).filter(|m| m.of(&self.rule.name, uid))?;
-        let outside = self
-            .rule
-            .children
-            .iter()
-            .any(|c| c.id == mark.child && c.outside);
-        let ns = |o: &DynamicObject| o.metadata.namespace.clone();
-        crate::ownership::in_place(ns(child).as_deref(), ns(primary).as_deref(), outside)
-            .then_some(mark)
+        let identity = placed::identity(&primary.metadata);
+        placed::believed(&self.rule, &mark, &ObjKey::of(child), &identity).then_some(mark)
     }
 
     /// The caches of related and child kinds (and of Namespaces, when the

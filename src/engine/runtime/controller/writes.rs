@@ -71,6 +71,57 @@ impl RuleController {
         }
     }
 
+    /// Sends one of the plan's merge patches (touch.rs) to the object as
+    /// read now, if it still needs it.
+    pub(super) async fn touch(&self, obj: &DynamicObject, touch: &Touch) -> Result<(), Failure> {
+        let (informer, namespace, name, uid) = match touch {
+            Touch::Remember { .. } => (
+                Some(&self.wiring.primary),
+                obj.namespace(),
+                obj.name_any(),
+                obj.uid(),
+            ),
+            Touch::Strip { gvk, key, uid, .. } => (
+                self.wiring.children.get(gvk),
+                key.namespace.clone(),
+                key.name.clone(),
+                uid.clone(),
+            ),
+        };
+        let Some(informer) = informer else {
+            return Ok(());
+        };
+        let permit = self.fence(obj)?;
+        let api = self.api(informer.kind(), namespace.as_deref());
+        let what = touch.describe();
+        let live = match fenced(permit.as_ref(), api.get(&name)).await? {
+            Ok(live) => to_json(&live),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(Failure::of(&e, &what, false)),
+        };
+        let Some(patch) = touch
+            .patch(&live)
+            .filter(|_| live["metadata"]["uid"].as_str() == uid.as_deref())
+        else {
+            return Ok(());
+        };
+        let pp = PatchParams {
+            field_manager: Some(self.shared.options.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        self.shared.metrics.wrote(&self.rule.name, "patch");
+        match fenced(
+            permit.as_ref(),
+            api.patch(&name, &pp, &Patch::Merge(&patch)),
+        )
+        .await?
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Failure::of(&e, &what, false)),
+        }
+    }
+
     /// Server-side applies one child, and remembers how the server stored it.
     pub(super) async fn apply(
         &self,
@@ -207,7 +258,17 @@ impl RuleController {
         part: &Part,
     ) -> Result<(), Failure> {
         let kind = self.wiring.primary.kind();
+        if self.rule.read_only {
+            return Ok(());
+        }
         if !crate::engine::cache::kinds::writes_status(kind) {
+            let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+            if kind.gvk.is_custom() && self.shared.no_status.first(&self.rule.name, uid) {
+                let message = crate::engine::runtime::no_status::message(&kind.gvk.kind);
+                let reason = crate::engine::runtime::no_status::REASON;
+                self.publish(obj, EventType::Warning, reason, &message)
+                    .await;
+            }
             return Ok(());
         }
         let gvk = &self.rule.primary.gvk;
@@ -220,6 +281,7 @@ impl RuleController {
             .board
             .selecting(gvk, obj)
             .into_iter()
+            .filter(|r| !r.read_only)
             .filter(|r| {
                 namespace_takes(
                     &r.primary,
@@ -278,6 +340,9 @@ impl RuleController {
         ));
         let theirs = placing::theirs(&live, &owned, list);
         let desired = placing::place(composed, &live, list, &theirs);
+        self.shared
+            .ready
+            .record(&self.rule.name, &ObjKey::of(obj), &desired);
         if status::converged(&live, &desired, &owned) {
             return Ok(());
         }

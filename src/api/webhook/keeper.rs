@@ -1,0 +1,165 @@
+//! Keeps the webhook's certificates and the CRDs pointing at it: on every
+//! replica, each period (and when the rules change) it reads the Secret
+//! (making or renewing the certificates when due), makes sure every
+//! multi-version CRD the rules define has the `spec.conversion` of this
+//! bundle, and only then serves a new certificate, so the API server
+//! already trusts its CA.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::{Api as KubeApi, Client};
+use serde_json::{Value, json};
+
+use super::certs::Material;
+use super::server::{self, Certificate};
+use super::{RulesLookup, Settings, secret, set_conversion};
+use crate::reload::CurrentRules;
+
+/// The field manager kiln sets a CRD's `spec.conversion` with.
+pub const FIELD_MANAGER: &str = "kiln-conversion";
+
+/// How long the API server is given to take a new CA bundle before this
+/// replica serves a certificate only the new CA signed.
+const TAKE_UP: Duration = Duration::from_secs(2);
+
+/// How soon a CRD not created or not pointed at the webhook yet is looked at again.
+const UNSETTLED: Duration = Duration::from_secs(1);
+
+/// Serves conversion on `settings.addr` and keeps its certificates and the
+/// rules' CRDs in the background; returns the bound address.
+pub async fn start(
+    client: Client,
+    settings: Settings,
+    rules: CurrentRules,
+) -> std::io::Result<std::net::SocketAddr> {
+    let cert = Arc::new(Certificate::default());
+    let lookup = Arc::new(RulesLookup(rules.clone()));
+    let bound = server::spawn(settings.addr, cert.clone(), lookup).await?;
+    tokio::spawn(keep(client, settings, rules, cert));
+    Ok(bound)
+}
+
+/// How often the Secret is read: often enough to switch well before a
+/// certificate expires.
+fn period(validity: Duration) -> Duration {
+    (validity / 20).clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
+async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc<Certificate>) {
+    let secrets: KubeApi<Secret> = KubeApi::namespaced(client.clone(), &settings.namespace);
+    let crds: KubeApi<CustomResourceDefinition> = KubeApi::all(client);
+    let hosts = settings.endpoint.hosts();
+    let mut serving: Option<Material> = None;
+    let mut changes = rules.subscribe();
+    loop {
+        let mut settled = false;
+        match secret::ensure(&secrets, &settings.secret, &hosts, settings.validity).await {
+            Ok(material) => {
+                let conversion = settings.endpoint.conversion(&material.bundle);
+                set_conversion(conversion.clone());
+                settled = point_crds(&crds, &rules, &conversion).await;
+                if serving.as_ref() != Some(&material) {
+                    if serving.is_some() {
+                        tokio::time::sleep(TAKE_UP).await;
+                    }
+                    match cert.set(&material.cert, &material.key) {
+                        Ok(()) => {
+                            tracing::info!(
+                                not_after = material.not_after,
+                                "serving conversion with a new certificate"
+                            );
+                            serving = Some(material);
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "the webhook's certificate was not taken")
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the conversion webhook's certificates could not be read or made");
+            }
+        }
+        // A CRD not created (or not pointed) yet is looked at again soon.
+        let wait = if settled {
+            period(settings.validity)
+        } else {
+            UNSETTLED
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            changed = changes.changed() => if changed.is_err() {
+                tokio::time::sleep(period(settings.validity)).await;
+            },
+        }
+    }
+}
+
+/// Sets `spec.conversion` on every CRD of the running rules that has
+/// several versions, where it differs; whether every one is pointed (a CRD
+/// not created yet is not).
+async fn point_crds(
+    crds: &KubeApi<CustomResourceDefinition>,
+    rules: &CurrentRules,
+    conversion: &Value,
+) -> bool {
+    let mut settled = true;
+    let set = rules.get();
+    let names = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .filter(|a| a.conversions.is_some())
+        .map(|a| a.name());
+    for name in names {
+        let now = match crds.get_opt(&name).await {
+            Ok(Some(crd)) => serde_json::to_value(&crd.spec.conversion).unwrap_or(Value::Null),
+            Ok(None) => {
+                settled = false;
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(crd = %name, %error, "could not read the CRD to point it at the webhook");
+                settled = false;
+                continue;
+            }
+        };
+        if &now == conversion {
+            continue;
+        }
+        let patch = json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {"conversion": conversion},
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match crds.patch(&name, &params, &Patch::Apply(&patch)).await {
+            Ok(_) => tracing::info!(crd = %name, "pointed the CRD at the conversion webhook"),
+            Err(error) => {
+                tracing::warn!(crd = %name, %error, "could not point the CRD at the conversion webhook");
+                settled = false;
+            }
+        }
+    }
+    settled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_is_read_often_enough_to_switch_in_time() {
+        assert_eq!(period(Duration::from_secs(30)), Duration::from_millis(1500));
+        assert_eq!(period(Duration::from_secs(10)), Duration::from_secs(1));
+        assert_eq!(
+            period(Duration::from_secs(365 * 86400)),
+            Duration::from_secs(60)
+        );
+    }
+}

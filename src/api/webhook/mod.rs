@@ -1,0 +1,175 @@
+//! The CRD conversion webhook every replica serves (leader or not): an
+//! HTTPS listener answering `ConversionReview`s with the conversions of
+//! the rules running now ([`server`], [`review`]), its certificates made
+//! and kept in a Secret shared by the replicas ([`certs`], [`secret`]), and
+//! a keeper that renews them and points every multi-version CRD the rules
+//! define at the webhook (`spec.conversion`, with the CA bundle).
+//!
+//! ```text
+//! keeper ──ensure──▶ Secret (CA, serving cert) ──▶ CRDs' spec.conversion (caBundle)
+//!        ──then──▶ server's certificate          API server ──POST /convert──▶ review::answer
+//! ```
+
+pub mod certs;
+mod keeper;
+pub mod review;
+pub mod secret;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+pub use keeper::{FIELD_MANAGER, start};
+
+/// The Secret holding the webhook's certificates, unless told otherwise.
+pub const DEFAULT_SECRET: &str = "kiln-conversion-webhook";
+
+/// Where the API server reaches the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A URL (kiln outside the cluster), e.g. `https://127.0.0.1:9443`.
+    Url(String),
+    /// A Service in the cluster.
+    Service {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its port.
+        port: u16,
+    },
+}
+
+impl Endpoint {
+    /// The host names the serving certificate is for.
+    pub fn hosts(&self) -> Vec<String> {
+        match self {
+            Self::Url(url) => {
+                let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+                let authority = rest.split('/').next().unwrap_or_default();
+                let host = match authority.strip_prefix('[') {
+                    Some(v6) => v6.split(']').next().unwrap_or_default(),
+                    None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+                };
+                vec![host.to_string()]
+            }
+            Self::Service {
+                namespace, name, ..
+            } => vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+            ],
+        }
+    }
+
+    /// The CRD's `spec.conversion` pointing at it, trusting `bundle` (PEM).
+    pub fn conversion(&self, bundle: &str) -> Value {
+        let ca = base64::engine::general_purpose::STANDARD.encode(bundle);
+        let client = match self {
+            Self::Url(url) => json!({
+                "url": format!("{}{}", url.trim_end_matches('/'), server::PATH),
+                "caBundle": ca,
+            }),
+            Self::Service {
+                namespace,
+                name,
+                port,
+            } => json!({
+                "service": {"namespace": namespace, "name": name, "port": port, "path": server::PATH},
+                "caBundle": ca,
+            }),
+        };
+        json!({
+            "strategy": "Webhook",
+            "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client},
+        })
+    }
+}
+
+/// How `kiln run` serves conversion.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Where the API server reaches it.
+    pub endpoint: Endpoint,
+    /// kiln's namespace (the Secret's).
+    pub namespace: String,
+    /// The Secret's name.
+    pub secret: String,
+    /// How long a certificate is valid (renewed after two thirds).
+    pub validity: Duration,
+}
+
+/// The `spec.conversion` this process points CRDs at, once its
+/// certificates are known; the CRD installer writes it with the CRD.
+static CONVERSION: RwLock<Option<Value>> = RwLock::new(None);
+
+/// The `spec.conversion` multi-version CRDs get, when this process serves
+/// conversion and has its certificates.
+pub fn conversion() -> Option<Value> {
+    CONVERSION.read().ok()?.clone()
+}
+
+fn set_conversion(value: Value) {
+    if let Ok(mut slot) = CONVERSION.write() {
+        *slot = Some(value);
+    }
+}
+
+/// The running rules' conversions, found by group and kind.
+pub struct RulesLookup(pub crate::reload::CurrentRules);
+
+impl review::Lookup for RulesLookup {
+    fn conversions(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Option<Arc<crate::api::convert::Conversions>> {
+        self.0
+            .get()
+            .rules
+            .iter()
+            .filter_map(|r| r.api.as_ref())
+            .find(|a| a.group == group && a.kind == kind)
+            .and_then(|a| a.conversions.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_certificate_names_the_host_the_api_server_calls() {
+        assert_eq!(
+            Endpoint::Url("https://127.0.0.1:9443".into()).hosts(),
+            ["127.0.0.1"]
+        );
+        assert_eq!(Endpoint::Url("https://[::1]:9443/".into()).hosts(), ["::1"]);
+        let svc = Endpoint::Service {
+            namespace: "kiln-system".into(),
+            name: "kiln-webhook".into(),
+            port: 443,
+        };
+        assert_eq!(
+            svc.hosts(),
+            [
+                "kiln-webhook.kiln-system.svc",
+                "kiln-webhook.kiln-system.svc.cluster.local"
+            ]
+        );
+        let c = svc.conversion("PEM");
+        assert_eq!(c["webhook"]["clientConfig"]["service"]["path"], "/convert");
+        assert_eq!(c["webhook"]["clientConfig"]["caBundle"], "UEVN");
+        let u = Endpoint::Url("https://127.0.0.1:9443/".into()).conversion("PEM");
+        assert_eq!(
+            u["webhook"]["clientConfig"]["url"],
+            "https://127.0.0.1:9443/convert"
+        );
+    }
+}

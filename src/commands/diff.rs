@@ -1,0 +1,192 @@
+//! `kiln diff --rules DIR`: what the given rules would change in the
+//! cluster, before they run. For every primary the rules select: the
+//! children kiln would create, change (a YAML diff of the fields it would
+//! send against the live object's values) or prune, and the status it would
+//! write. The snapshot and plan are those of `kiln explain`
+//! (`super::observe`), the engine's own. It reads, never writes.
+//!
+//! Exit codes as `kubectl diff`: 0 nothing would change, 1 something
+//! would, 2 an error (invalid rules, a read that failed).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use kiln::engine::decision::plan::{ChildVerdict, Verdict};
+use kiln::engine::key::ObjKey;
+use kiln::rules::Rule;
+use kube::Client;
+use kube::api::ListParams;
+use kube::discovery::Scope;
+use serde_json::Value;
+
+use super::live_diff;
+use super::observe::{self, Reading};
+use crate::cli::DiffArgs;
+
+/// Exit code when something would change.
+const CHANGES: u8 = 1;
+/// Exit code of an error.
+const ERROR: u8 = 2;
+
+/// Prints what would change; see the module's exit codes.
+pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
+    let set = match super::render::load_rules(&args.rules) {
+        Ok(set) => set,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(ERROR));
+        }
+    };
+    let outcome = observe::with_client(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        async |client| {
+            let mut out = String::new();
+            let mut changed = false;
+            for rule in &set.rules {
+                changed |= diff_rule(&client, rule, args.namespace.as_deref(), &mut out).await?;
+            }
+            print!("{out}");
+            anyhow::Ok(changed)
+        },
+    );
+    Ok(match outcome {
+        Ok(false) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::from(CHANGES),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(ERROR)
+        }
+    })
+}
+
+/// Appends what `rule` would change to `out`; true when anything would.
+async fn diff_rule(
+    client: &Client,
+    rule: &Rule,
+    namespace: Option<&str>,
+    out: &mut String,
+) -> anyhow::Result<bool> {
+    let (ar, caps) = observe::capabilities(client, &rule.primary.gvk).await?;
+    let namespace = namespace.filter(|_| caps.scope == Scope::Namespaced);
+    let listed = observe::api(client, &ar, &caps.scope, namespace)
+        .list(&ListParams::default())
+        .await?;
+    let mut namespace_labels: BTreeMap<String, Option<BTreeMap<String, String>>> = BTreeMap::new();
+    let mut changed = false;
+    for object in listed.items {
+        let key = ObjKey::of(&object);
+        let labels = object.metadata.labels.clone().unwrap_or_default();
+        if rule
+            .primary
+            .refusal(key.namespace.as_deref(), &labels)
+            .is_some()
+        {
+            continue;
+        }
+        if let (Some(ns), Some(_)) = (&key.namespace, &rule.primary.namespace_selector) {
+            if !namespace_labels.contains_key(ns) {
+                let got = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                    .get_opt(ns)
+                    .await?
+                    .map(|n| n.metadata.labels.unwrap_or_default());
+                namespace_labels.insert(ns.clone(), got);
+            }
+            let labels = namespace_labels[ns].as_ref().map(|l| l as _);
+            if rule.primary.namespace_refusal(ns, labels).is_some() {
+                continue;
+            }
+        }
+        let primary = serde_json::to_value(&object)?;
+        let title = format!("{} {key} (rule {})", rule.primary.gvk.kind, rule.name);
+        let reading = match observe::read(client, rule, &primary, &key).await? {
+            Ok(reading) => reading,
+            Err(why) => anyhow::bail!("{title}: its watches cannot be read: {why}"),
+        };
+        // As the engine: only a custom kind's status subresource is written.
+        let has_status = rule.primary.gvk.is_custom()
+            && caps.subresources.iter().any(|(s, _)| s.plural == "status");
+        let text = primary_diff(rule, &reading, has_status)?;
+        if !text.is_empty() {
+            out.push_str(&format!("# {title}\n{text}"));
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+/// What the plan changes for one primary, as text (empty: nothing).
+fn primary_diff(rule: &Rule, reading: &Reading, has_status: bool) -> anyhow::Result<String> {
+    let plan = &reading.plan;
+    let mut out = String::new();
+    if plan.suspended {
+        return Ok(out);
+    }
+    for v in &plan.children {
+        out.push_str(&child_diff(reading, v)?);
+    }
+    for r in &plan.reown {
+        out.push_str(&format!(
+            "~ {} {}: ownership: {}\n",
+            r.gvk.kind,
+            r.key,
+            r.to.describe()
+        ));
+    }
+    if has_status {
+        out.push_str(&status_diff(rule, reading)?);
+    }
+    Ok(out)
+}
+
+/// One child's change, as text (empty: none).
+fn child_diff(reading: &Reading, v: &ChildVerdict) -> anyhow::Result<String> {
+    let head =
+        |sign: &str, what: &str| format!("{sign} {} {} ({}): {what}\n", v.gvk.kind, v.name, v.id);
+    Ok(match &v.verdict {
+        Verdict::Create => {
+            let Some((desired, _)) = live_diff::pair(reading, v) else {
+                return Ok(String::new());
+            };
+            let body = serde_norway::to_string(&desired.object)?;
+            head("+", "created") + &live_diff::line_diff("", &body)
+        }
+        Verdict::Change => {
+            let Some((desired, Some(live))) = live_diff::pair(reading, v) else {
+                return Ok(String::new());
+            };
+            let what = live_diff::changed_fields(reading, v).unwrap_or_default();
+            let before =
+                serde_norway::to_string(&live_diff::sent_fields_of(&live, &desired.object))?;
+            let after = serde_norway::to_string(&desired.object)?;
+            head("~", &format!("changed ({what})")) + &live_diff::line_diff(&before, &after)
+        }
+        Verdict::Prune => head("-", "pruned"),
+        _ => String::new(),
+    })
+}
+
+/// The primary's status as kiln would write it against the live one
+/// (transition times left out), as a diff (empty: the same).
+fn status_diff(rule: &Rule, reading: &Reading) -> anyhow::Result<String> {
+    let primary = &reading.observed.inputs.primary;
+    let patch = super::offline::status_patch(rule, primary, &reading.plan);
+    let mut after = patch["status"].clone();
+    let mut before = live_diff::sent_fields_of(&primary["status"], &after);
+    for status in [&mut before, &mut after] {
+        for c in status["conditions"].as_array_mut().into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("lastTransitionTime");
+            }
+        }
+    }
+    if kiln::engine::decision::diff::equal(&before, &after) {
+        return Ok(String::new());
+    }
+    let wrap = |s: Value| serde_json::json!({"status": s});
+    let diff = live_diff::line_diff(
+        &serde_norway::to_string(&wrap(before))?,
+        &serde_norway::to_string(&wrap(after))?,
+    );
+    Ok(format!("~ status:\n{diff}"))
+}

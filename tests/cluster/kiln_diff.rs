@@ -1,0 +1,138 @@
+//! `kiln diff` against the real control plane: an edited rule's changes
+//! (a child changed, one created, one pruned) are shown, with exit 1, and
+//! nothing in the namespace is written; the rules that run give exit 0.
+
+use std::collections::BTreeMap;
+
+use kube::api::{DynamicObject, ListParams};
+use kube::discovery::{Discovery, Scope, verbs};
+use serde_json::json;
+
+use crate::support::scene::Scene;
+use crate::support::{self, rule_from_yaml};
+
+/// The running rule: two ConfigMaps per Widget.
+const BEFORE: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: diffed}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  children:
+    - id: main
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-main"}
+        data: {color: blue, size: "1"}
+    - id: extra
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-extra"}
+"#;
+
+/// The edit under review: `main` changes colour, `extra` goes, `fresh` comes.
+fn after() -> String {
+    BEFORE
+        .replace("color: blue", "color: green")
+        .replace("extra", "fresh")
+}
+
+/// `kiln diff --rules DIR -n NS`: exit code and stdout.
+fn kiln_diff(rule: &str, namespace: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rule.yaml"), rule).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, support::kubeconfig_yaml()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["diff", "--rules"])
+        .arg(dir.path().join("rule.yaml"))
+        .args(["-n", namespace, "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    (out.status.code(), format!("{stdout}{stderr}"))
+}
+
+/// The resourceVersion of every object of every listable namespaced kind
+/// in `namespace`.
+async fn versions(client: &kube::Client, namespace: &str) -> BTreeMap<String, String> {
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let mut out = BTreeMap::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if caps.scope != Scope::Namespaced || !caps.supports_operation(verbs::LIST) {
+                continue;
+            }
+            let api: kube::Api<DynamicObject> =
+                kube::Api::namespaced_with(client.clone(), namespace, &ar);
+            let Ok(list) = api.list(&ListParams::default()).await else {
+                continue;
+            };
+            for o in list.items {
+                out.insert(
+                    format!("{} {}", ar.kind, o.metadata.name.unwrap_or_default()),
+                    o.metadata.resource_version.unwrap_or_default(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_diff_shows_an_edited_rule_s_changes_and_writes_nothing() {
+    let scene = Scene::new("diff").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[rule_from_yaml(BEFORE)]).await;
+    scene.ready("w").await;
+    scene
+        .until("extra", ("v1", "ConfigMap", "w-extra"), |_| true)
+        .await;
+    // kiln stops, so that only `kiln diff` could write.
+    scene.engine().shutdown().await;
+
+    let (code, out) = kiln_diff(BEFORE, scene.ns());
+    assert_eq!(code, Some(0), "the running rules change nothing:\n{out}");
+    assert!(out.is_empty(), "{out}");
+
+    let before = versions(&scene.client, scene.ns()).await;
+    assert!(before.contains_key("ConfigMap w-main"), "{before:?}");
+    let (code, out) = kiln_diff(&after(), scene.ns());
+    assert_eq!(code, Some(1), "{out}");
+    for line in [
+        format!("# Widget {}/w (rule diffed)", scene.ns()),
+        "~ ConfigMap w-main (main): changed (fields: data.color)".to_string(),
+        "-   color: blue".to_string(),
+        "+   color: green".to_string(),
+        "    size: '1'".to_string(),
+        "+ ConfigMap w-fresh (fresh): created".to_string(),
+        "- ConfigMap w-extra (extra): pruned".to_string(),
+    ] {
+        assert!(out.contains(&line), "no `{line}` in:\n{out}");
+    }
+    assert_eq!(
+        versions(&scene.client, scene.ns()).await,
+        before,
+        "kiln diff wrote to the namespace"
+    );
+
+    // `kiln explain` names the fields that would change.
+    let explained = support::kiln_explain(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{}/w", scene.ns()),
+        &[("rule.yaml", &after())],
+    );
+    assert!(
+        explained.contains("main ConfigMap w-main: would change: the live object lacks or differs in a field the rule sets (fields: data.color)"),
+        "{explained}"
+    );
+    scene.end().await;
+}
