@@ -107,3 +107,101 @@ async fn a_cronjob_wakes_at_each_scheduled_minute_and_creates_its_job_once() {
     assert_eq!(times, [first, first + 60], "one Job per scheduled time");
     scene.end().await;
 }
+
+/// Writes a Job's status as the job controller would when it succeeds (the
+/// test control plane runs no job controller).
+async fn complete(scene: &Scene, job: &DynamicObject) {
+    let name = job.metadata.name.as_deref().unwrap();
+    let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap();
+    let started = job
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_else(|| now.to_string());
+    let condition = |kind: &str| {
+        json!({"type": kind, "status": "True", "reason": kind, "message": "",
+               "lastProbeTime": now.to_string(), "lastTransitionTime": now.to_string()})
+    };
+    let body = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+    "status": {
+        "startTime": started,
+        "completionTime": now.to_string(),
+        "succeeded": 1,
+        "conditions": [condition("SuccessCriteriaMet"), condition("Complete")],
+    }});
+    scene
+        .api("batch/v1", "Job")
+        .await
+        .patch_status(
+            name,
+            &kube::api::PatchParams::apply("test-job-controller").force(),
+            &kube::api::Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
+}
+
+/// Sleeps until `at` (seconds since 1970) has passed.
+async fn sleep_until(at: i64) {
+    let now = jiff::Timestamp::now().as_second();
+    if at > now {
+        tokio::time::sleep(Duration::from_secs((at - now) as u64)).await;
+    }
+}
+
+/// What the kubebuilder book's CronJob does besides running each minute:
+/// `Forbid` skips a run while a Job is active, a run missed by more than
+/// `startingDeadlineSeconds` is skipped, and only the newest
+/// `successfulJobsHistoryLimit` finished Jobs are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cronjob_forbids_overlap_skips_a_missed_deadline_and_trims_its_history() {
+    let scene = Scene::new("cronjob-forbid")
+        .await
+        .with_crds("examples/ported/cronjob")
+        .await;
+    let mut tick = cronjob("tick");
+    tick["spec"]["concurrencyPolicy"] = json!("Forbid");
+    tick["spec"]["startingDeadlineSeconds"] = json!(10);
+    tick["spec"]["successfulJobsHistoryLimit"] = json!(1);
+    scene.apply(tick).await;
+    let rule = support::repo_root().join("examples/ported/cronjob/rule.yaml");
+    let rule = rule_from_yaml(&std::fs::read_to_string(rule).unwrap());
+    let scene = scene.running(&[rule]).await;
+
+    // The first Job stays active through the next scheduled minute: Forbid.
+    let (first, first_job) = job_for(&scene, None).await;
+    sleep_until(first + 60 + 15).await;
+    let times: Vec<i64> = jobs(&scene).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(times, [first], "no run beside an active Job");
+
+    // It finishes 15 s after that minute: the run it held back is past its
+    // 10 s deadline, so it is skipped, not run late.
+    complete(&scene, &first_job).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let times: Vec<i64> = jobs(&scene).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(
+        times,
+        [first],
+        "a run missed by more than its deadline is skipped"
+    );
+
+    // The minute after runs; the finished first Job is kept (limit 1).
+    let (second, second_job) = job_for(&scene, Some(first + 120)).await;
+    last_scheduled(&scene, second).await;
+    let times: Vec<i64> = jobs(&scene).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(times, [first, second], "the newest finished Job is kept");
+
+    // When the second finishes, only the newest finished Job stays.
+    complete(&scene, &second_job).await;
+    support::until("history trimmed to one finished Job", CONVERGE, || async {
+        let times: Vec<i64> = jobs(&scene).await.into_iter().map(|(t, _)| t).collect();
+        if times.first() == Some(&second) {
+            Ok(())
+        } else {
+            Err(format!("Jobs scheduled at {times:?}"))
+        }
+    })
+    .await;
+    scene.end().await;
+}
