@@ -19,6 +19,24 @@ const CONVERGE: Duration = Duration::from_secs(30);
 static RULES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RULE: (&str, &str) = ("kiln.dev/v1alpha1", "Rule");
 
+/// This test's turn: every Rule a test before it left behind (a failed one
+/// stops before deleting its own) is deleted first, so no kiln of this
+/// test runs another test's rules.
+async fn take_turn(client: &kube::Client) -> tokio::sync::MutexGuard<'static, ()> {
+    let turn = RULES.lock().await;
+    support::install_crds(client, "charts/kiln/crds").await;
+    let rules = support::dynamic_api(client, &json!(RULE.0), &json!(RULE.1), None).await;
+    let _ = rules
+        .delete_collection(&Default::default(), &Default::default())
+        .await;
+    eventually("no Rule left from an earlier test", CONVERGE, || async {
+        let left = rules.list(&Default::default()).await.ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    turn
+}
+
 fn rule_object(name: &str, children: Value) -> Value {
     json!({
         "apiVersion": "kiln.dev/v1alpha1",
@@ -52,8 +70,8 @@ fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_resource_runs_refuses_an_invalid_edit_and_stops_when_deleted() {
-    let _turn = RULES.lock().await;
     let client = support::admin_client().await;
+    let _turn = take_turn(&client).await;
     let ns = TestNamespace::new(&client, "ruleres").await;
     let n = ns.name();
     support::install_crds(&client, "tests/fixtures/crds").await;
@@ -190,8 +208,8 @@ fn table(text: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_resource_reports_its_primaries_children_and_events_as_kubectl_shows_them() {
-    let _turn = RULES.lock().await;
     let client = support::admin_client().await;
+    let _turn = take_turn(&client).await;
     let ns = TestNamespace::new(&client, "rulecensus").await;
     let n = ns.name();
     support::install_crds(&client, "tests/fixtures/crds").await;
@@ -201,7 +219,12 @@ async fn a_rule_resource_reports_its_primaries_children_and_events_as_kubectl_sh
     support::apply(&client, widget("b"), Some(n)).await;
     let kiln = from_cluster(n);
     support::apply(&client, rule_object(&name, child("first")), None).await;
-    wait_cm(&client, n, "b-one").await;
+    // A kiln process starting (and checking its rule against the cluster)
+    // on a loaded machine takes longer than a running engine's reconcile.
+    eventually("ConfigMap b-one", 3 * CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", n, "b-one").await
+    })
+    .await;
 
     // Its status counts what it does, each condition says since when.
     let status = eventually("Rule counts", CONVERGE, || async {
