@@ -475,9 +475,8 @@ async fn engine_did(scene: &Scene, s: &Scenario, before: &BTreeMap<String, Optio
             .await;
         return;
     }
-    // What the engine did to each child is the verdict compared here. (Its
-    // primary's `Ready` after a child it recreated is not waited for: once in
-    // about fifteen runs it stayed False past 30 s, a bug not found yet.)
+    scene.ready(s.name).await;
+    // What the engine did to each child is the verdict compared here.
     for (id, expect) in s.children {
         let (ns, name) = child_at(scene, s, id);
         let what = format!("{}: {id} {expect:?}", s.name);

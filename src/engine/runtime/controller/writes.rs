@@ -360,9 +360,34 @@ impl RuleController {
         let patch = Patch::Apply(&patch);
         let writing = api.patch_status(&key.name, &pp, &patch);
         match fenced(permit.as_ref(), writing).await? {
-            Ok(_) => Ok(()),
+            Ok(written) => {
+                self.wrote_status(&key, written.metadata.resource_version.as_deref());
+                Ok(())
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()), // deleted meanwhile
             Err(e) => Err(Failure::of(&e, "writing status", true).in_status()),
+        }
+    }
+
+    /// kiln wrote `key`'s status, now at `version`. A reconcile that runs
+    /// before the cache shows that write compares with the status before it,
+    /// and can take a status it must write (`Ready` back to True once a
+    /// recreated child shows up) for one already there; and the write's echo
+    /// changes only the status, which is no news to `on_primary`. So the
+    /// primary is reconciled once more against what it shows: now, when the
+    /// cache holds the write already (its echo was, or will be, no news);
+    /// else on the echo, by forgetting the fingerprint. Under the states
+    /// lock, which `on_primary` takes after the cache stored the change, so
+    /// the echo cannot slip between the two.
+    fn wrote_status(&self, key: &ObjKey, version: Option<&str>) {
+        let mut states = lock(&self.states);
+        let cached = self.wiring.primary.get(key);
+        let shown = cached.and_then(|o| o.metadata.resource_version.clone());
+        if version.is_some() && shown.as_deref() == version {
+            drop(states);
+            self.enqueue(key.clone());
+        } else if let Some(state) = states.get_mut(key) {
+            state.fingerprint = None;
         }
     }
 
