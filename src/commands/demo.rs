@@ -121,6 +121,7 @@ fn kubectl_hint() -> String {
 
 /// Applies every CRD under `dir`, waits until each is served, then every
 /// other object (namespaced ones without a namespace go to `default`).
+/// YAML documents that are not Kubernetes objects are left out.
 async fn install_examples(client: &Client, dir: &Path, on_node: bool) -> anyhow::Result<()> {
     let mut objects = Vec::new();
     let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)?
@@ -134,7 +135,13 @@ async fn install_examples(client: &Client, dir: &Path, on_node: bool) -> anyhow:
             let text = std::fs::read_to_string(&file)?;
             let docs = kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default())
                 .map_err(|e| anyhow::anyhow!("{}:{}: {}", file.display(), e.pos, e.message))?;
-            objects.extend(docs.iter().map(kiln::yaml::Node::to_json));
+            // Kubernetes objects only: an example may also hold other YAML
+            // (my-platform's Helm values file).
+            objects.extend(
+                docs.iter()
+                    .map(kiln::yaml::Node::to_json)
+                    .filter(|o| o["apiVersion"].is_string() && o["kind"].is_string()),
+            );
         }
     }
     if on_node {
@@ -174,7 +181,10 @@ const NODE_WEB_IMAGE: &str = "kiln.local/httpd:1.35";
 
 /// Makes an example runnable on the local node: `shop` gets the local image.
 fn adapt_for_node(object: &mut Value) {
-    if object["kind"] == "WebApp" && object["metadata"]["name"] == "shop" {
+    if object["apiVersion"] == "demo.kiln.dev/v1"
+        && object["kind"] == "WebApp"
+        && object["metadata"]["name"] == "shop"
+    {
         object["spec"]["image"] = Value::from(NODE_WEB_IMAGE);
     }
 }
