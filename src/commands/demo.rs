@@ -244,11 +244,18 @@ mod tests {
 
     #[test]
     fn on_the_node_only_shop_gets_the_local_image() {
-        let mut shop = serde_json::json!({"kind": "WebApp", "metadata": {"name": "shop"}, "spec": {"image": "nginx:1.27"}});
-        let mut other = serde_json::json!({"kind": "WebApp", "metadata": {"name": "blog"}, "spec": {"image": "nginx:1.27"}});
+        let mut shop = serde_json::json!({"apiVersion": "demo.kiln.dev/v1", "kind": "WebApp", "metadata": {"name": "shop"}, "spec": {"image": "nginx:1.27"}});
+        let mut other = serde_json::json!({"apiVersion": "demo.kiln.dev/v1", "kind": "WebApp", "metadata": {"name": "blog"}, "spec": {"image": "nginx:1.27"}});
+        let image = serde_json::json!({"repository": "nginx", "tag": "1.27"});
+        let mut api_shop = serde_json::json!({"apiVersion": "apps.demo.kiln.dev/v1", "kind": "WebApp", "metadata": {"name": "shop"}, "spec": {"image": image}});
         adapt_for_node(&mut shop);
         adapt_for_node(&mut other);
+        adapt_for_node(&mut api_shop);
         assert_eq!(shop["spec"]["image"], NODE_WEB_IMAGE);
         assert_eq!(other["spec"]["image"], "nginx:1.27");
+        assert_eq!(
+            api_shop["spec"]["image"], image,
+            "webapp-api's shop keeps its map"
+        );
     }
 }
