@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use kiln::engine::decision::decorate;
 use kiln::engine::decision::plan::Plan;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
@@ -117,7 +118,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         match decided {
             Ok((rendered, plan)) => {
                 print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
-                if !args.children_only && !print_decorations(rule, &inputs)? {
+                if !args.children_only && !print_decorations(rule, &inputs, &plan)? {
                     failed = true;
                 }
             }
@@ -196,21 +197,20 @@ fn print_rendered(
 }
 
 /// Prints what each decorator would apply to the objects given (the
-/// primary, `--related` ones); false when a decorator fails to render.
-fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
-    if rule.decorators.is_empty() {
-        return Ok(true);
-    }
+/// primary, `--related` ones), and the engine's verdict on each object
+/// decorated; false when a decorator fails to render.
+fn print_decorations(rule: &Rule, inputs: &Inputs, plan: &Plan) -> anyhow::Result<bool> {
     let this = kiln::template::to_jinja(&inputs.primary);
-    let plan = kiln::template::limits::render_stack(|| {
-        kiln::engine::decision::decorate::plan(
+    let decorations = kiln::template::limits::render_stack(|| {
+        decorate::of_plan(
+            plan,
             rule,
             "kiln",
             || render::context(rule, &this, inputs),
             inputs,
         )
     });
-    let decorations = match plan {
+    let decorations = match decorations {
         Ok(d) => d,
         Err(e) => {
             eprintln!("rule `{}`: decorating: {e}", rule.name);
@@ -227,6 +227,9 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
             if d.force { ", forced" } else { "" }
         );
         print!("{}", kiln::yaml_out::to_string(&d.body)?);
+    }
+    for v in &decorations.verdicts {
+        println!("# plan: {}", super::verdict::decoration(v));
     }
     Ok(true)
 }

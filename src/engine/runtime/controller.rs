@@ -48,7 +48,7 @@ use crate::engine::decision::plan::{
 use crate::engine::decision::related::{self, Found, Refusal, Target};
 use crate::engine::decision::reown::{self, Reown};
 use crate::engine::decision::schema::StatusSchema;
-use crate::engine::decision::status::{self, Contributor, Outcome, Part, reasons};
+use crate::engine::decision::status::{self, Contributor, Part, reasons};
 use crate::engine::decision::touch::Touch;
 use crate::engine::key::ObjKey;
 use crate::metrics;
