@@ -1,4 +1,4 @@
-//! A status too large fails visibly (issue 13, item 4): a huge spec value
+//! A status too large fails visibly: a huge spec value
 //! copied to status is refused by the server; the primary shows why (with
 //! the smaller status it can take) and gets an Event, and it is not retried
 //! in a hot loop.
