@@ -1,4 +1,4 @@
-//! Controller fights are bounded (issue 13, item 8): another controller that
+//! Controller fights are bounded: another controller that
 //! keeps rewriting a field kiln sets gets a bounded number of answers, the
 //! primary says who it fights with, and kiln's writes resume after a
 //! cool-down.

@@ -1,4 +1,4 @@
-//! Decorators (issue 15, item 2): fields kiln sets on objects it does not
+//! Decorators: fields kiln sets on objects it does not
 //! own — the primary itself, or related objects — each decorator as a field
 //! manager of its own (`kiln.<rule>.<id>`), so server-side apply keeps its
 //! fields apart from everyone else's: without `force` a field another

@@ -395,9 +395,9 @@ mod tests {
 
     #[test]
     fn a_primary_of_a_held_bucket_is_never_dropped_while_the_lease_is_late() {
-        // Issue 17: a reconcile (the resync after a take-over, or any event)
-        // that ran while the renew was late was done for good, and the
-        // primary was never reconciled after the renew.
+        // A reconcile (the resync after a take-over, or any event) that runs
+        // while the renew is late is put off, not done for good: the primary
+        // is reconciled after the renew.
         assert_eq!(
             not_mine(Whose::Unsure),
             Some(Next::After(crate::shard::UNSURE_RETRY))
