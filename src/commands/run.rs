@@ -95,16 +95,29 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 tracing::info!(%bound, "serving {what}");
             }
         }
+        let mut webhook = None;
         if let Some(settings) = conversion {
-            let bound = kiln::api::webhook::start(client.clone(), settings, active.rules.clone())
-                .await
-                .context("serving the conversion webhook")?;
-            tracing::info!(%bound, "serving CRD conversion");
+            let rules = active.rules.clone();
+            let serving =
+                kiln::api::webhook::start(client.clone(), settings, rules, active.metrics.clone())
+                    .await
+                    .context("serving the conversion webhook")?;
+            tracing::info!(bound = %serving.bound, "serving CRD conversion");
+            webhook = Some(serving);
         }
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let signals = tokio::spawn(async move {
             let result = super::shutdown_signal().await;
             let _ = stop_tx.send(());
+            // While the engine stops: no new conversion connection, the
+            // reviews in flight answered (the API server's list with them).
+            if let Some(serving) = webhook {
+                if serving.drain(WEBHOOK_DRAIN).await {
+                    tracing::info!("the conversion webhook answered every review in flight");
+                } else {
+                    tracing::warn!(grace = ?WEBHOOK_DRAIN, "reviews still in flight when the conversion webhook stopped");
+                }
+            }
             result
         });
         match lease {
@@ -120,7 +133,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
         loading.abort();
-        signals.abort();
+        // Stopped by a signal: the webhook's drain ends within its grace.
+        if tokio::time::timeout(WEBHOOK_DRAIN + Duration::from_secs(1), signals)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the conversion webhook did not stop in time");
+        }
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -139,6 +158,10 @@ fn rule_source(args: &RunArgs, client: &Client) -> (Box<dyn RuleSource>, Option<
     };
     (source, None)
 }
+
+/// How long the conversion webhook answers the reviews in flight after a
+/// shutdown signal.
+const WEBHOOK_DRAIN: Duration = Duration::from_secs(10);
 
 /// A burst of file events is one reload once quiet this long.
 const RELOAD_DEBOUNCE: Duration = Duration::from_millis(300);
