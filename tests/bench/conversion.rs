@@ -256,8 +256,18 @@ async fn converting(admin: &Client) -> anyhow::Result<()> {
     let crds = Api::<CustomResourceDefinition>::all(admin.clone());
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
+        // Pointed at the webhook, and served at both versions (a CRD just
+        // created answers 404 for a moment).
         if let Ok(Some(crd)) = crds.get_opt(&format!("webapps.{GROUP}")).await
             && crd.spec.conversion.is_some_and(|c| c.strategy == "Webhook")
+            && webapps(admin, "v1")
+                .list(&ListParams::default())
+                .await
+                .is_ok()
+            && webapps(admin, "v1alpha1")
+                .list(&ListParams::default())
+                .await
+                .is_ok()
         {
             return Ok(());
         }
