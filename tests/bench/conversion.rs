@@ -455,29 +455,6 @@ impl Served {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reviews_objects_and_durations_are_read_from_kilns_metrics() {
-        let text = "# TYPE kiln_conversion_reviews counter\n\
-            kiln_conversion_reviews_total{crd=\"webapps.x\",result=\"success\"} 4\n\
-            kiln_conversion_reviews_total{crd=\"webapps.x\",result=\"failure\"} 1\n\
-            kiln_conversion_objects_total{crd=\"webapps.x\"} 3004\n\
-            kiln_conversion_duration_seconds_bucket{le=\"0.001\",crd=\"webapps.x\"} 2\n\
-            kiln_conversion_duration_seconds_bucket{le=\"0.002\",crd=\"webapps.x\"} 4\n\
-            kiln_conversion_duration_seconds_bucket{le=\"+Inf\",crd=\"webapps.x\"} 5\n";
-        let now = Served::parse(text);
-        assert_eq!((now.reviews, now.failures, now.objects), (5.0, 1.0, 3004.0));
-        let p50 = now.quantile(0.5).unwrap();
-        assert!((p50 - 0.001_25).abs() < 1e-12, "{p50}");
-        let delta = now.since(&Served::parse(&text.replace("} 4\n", "} 2\n")));
-        assert_eq!(delta.reviews, 2.0);
-        assert_eq!(delta.buckets[1], (0.002, 2.0));
-    }
-}
-
 struct Rules(kiln::rules::RuleSet);
 
 impl Lookup for Rules {
@@ -516,4 +493,27 @@ async fn reviews(admin: &Client, rule: &str, times: usize) -> anyhow::Result<Vec
         drop(json);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reviews_objects_and_durations_are_read_from_kilns_metrics() {
+        let text = "# TYPE kiln_conversion_reviews counter\n\
+            kiln_conversion_reviews_total{crd=\"webapps.x\",result=\"success\"} 4\n\
+            kiln_conversion_reviews_total{crd=\"webapps.x\",result=\"failure\"} 1\n\
+            kiln_conversion_objects_total{crd=\"webapps.x\"} 3004\n\
+            kiln_conversion_duration_seconds_bucket{le=\"0.001\",crd=\"webapps.x\"} 2\n\
+            kiln_conversion_duration_seconds_bucket{le=\"0.002\",crd=\"webapps.x\"} 4\n\
+            kiln_conversion_duration_seconds_bucket{le=\"+Inf\",crd=\"webapps.x\"} 5\n";
+        let now = Served::parse(text);
+        assert_eq!((now.reviews, now.failures, now.objects), (5.0, 1.0, 3004.0));
+        let p50 = now.quantile(0.5).unwrap();
+        assert!((p50 - 0.001_25).abs() < 1e-12, "{p50}");
+        let delta = now.since(&Served::parse(&text.replace("} 4\n", "} 2\n")));
+        assert_eq!(delta.reviews, 2.0);
+        assert_eq!(delta.buckets[1], (0.002, 2.0));
+    }
 }
