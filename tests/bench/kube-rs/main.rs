@@ -7,6 +7,11 @@
 //! and a status written only when it changes. Secrets are read from a
 //! reflector cache, never with a GET; the Deployment's readiness comes from
 //! the object its apply returns.
+//!
+//! With `--rules R` it does the rules axis's job instead (`apps.rs`): one
+//! controller per kind of `App0` … `App(--kinds - 1)`.
+
+mod apps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -116,6 +121,18 @@ struct Args {
     /// Server-side apply field manager.
     #[arg(long, default_value = "kube-rs-bench")]
     field_manager: String,
+    /// The rules axis: do the job of this many bench rules over `App0` … (0: WebApps).
+    #[arg(long, default_value_t = 0)]
+    rules: usize,
+    /// The rules axis: rule `i` is on kind `App(i mod kinds)`, at most 10.
+    #[arg(long, default_value_t = 10)]
+    kinds: usize,
+    /// The rules axis: the generation label of every rule's children.
+    #[arg(long, default_value = "g0")]
+    generation: String,
+    /// The rules axis: other generations of some rules, `r000=e1,…`.
+    #[arg(long, default_value = "")]
+    generation_of: String,
 }
 
 /// Why a reconcile failed.
@@ -371,6 +388,19 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let client = Client::try_default().await?;
     let ns = args.namespace.as_str();
+    if args.rules > 0 {
+        let job = apps::Job {
+            rules: args.rules,
+            kinds: args.kinds.min(10).min(args.rules).max(1),
+            generation: args.generation.clone(),
+            generation_of: apps::parse_generations(&args.generation_of)?,
+            manager: args.field_manager.clone(),
+            resync: Duration::from_secs(args.resync_seconds),
+            concurrency: args.concurrency,
+        };
+        apps::run(client, ns, job).await;
+        return Ok(());
+    }
     let webapps = Api::<WebApp>::namespaced(client.clone(), ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
 
