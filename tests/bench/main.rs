@@ -40,8 +40,9 @@ use crate::workload::{NAMESPACE, UPDATED_REPLICAS};
 enum Cli {
     /// Runs the benchmark and writes results.md and results.json.
     Run(RunArgs),
-    /// The rules axis: kiln with R rules over N primaries and ten CRDs, for
-    /// each R (`rules.rs`); writes results-rules.md.
+    /// The rules axis: kiln, kube-rs and controller-runtime with R rules
+    /// over N primaries and ten CRDs, for each R, then the cost of a kind
+    /// (`rules.rs`); writes results-rules.md.
     Rules(rules::RulesArgs),
     /// Puts several runs' results.json side by side (one per N) and prints
     /// each contender's peak RSS per N and its cost per primary.
