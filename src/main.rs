@@ -12,7 +12,7 @@ use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 /// jemalloc instead of glibc's malloc: at the benchmark's N=3000 kiln's
 /// peak RSS was 61.7 MiB with glibc (its per-thread arenas keep the holes
 /// that convergence's short-lived objects leave between cached ones) and
-/// about 52 MiB with jemalloc, the same work done (issue 16).
+/// about 52 MiB with jemalloc, the same work done.
 #[cfg(unix)]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -179,178 +179,203 @@ impl Metrics {
             shard_lookups: Counter::default(),
             registry: Registry::default(),
         };
-        let r = &mut registry;
-        r.register(
+        m.register_controller_runtime(&mut registry);
+        m.register_writes(&mut registry);
+        m.register_cache(&mut registry);
+        m.register_rules(&mut registry);
+        m.register_election(&mut registry);
+        Self { registry, ..m }
+    }
+
+    /// controller-runtime's reconcile and work-queue metrics, under its names.
+    fn register_controller_runtime(&self, registry: &mut Registry) {
+        registry.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
-            m.reconcile_total.clone(),
+            self.reconcile_total.clone(),
         );
-        r.register(
+        registry.register(
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
-            m.reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
-        r.register(
+        registry.register(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
-            m.reconcile_time.clone(),
+            self.reconcile_time.clone(),
         );
-        r.register(
+        registry.register(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
-            m.active_workers.clone(),
+            self.active_workers.clone(),
         );
-        r.register(
+        registry.register(
             "workqueue_depth",
             "Current depth of workqueue",
-            m.queue_depth.clone(),
+            self.queue_depth.clone(),
         );
-        r.register(
+        registry.register(
             "workqueue_adds",
             "Total number of adds handled by workqueue",
-            m.queue_adds.clone(),
+            self.queue_adds.clone(),
         );
-        r.register(
+        registry.register(
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
-            m.queue_duration.clone(),
+            self.queue_duration.clone(),
         );
-        r.register(
+        registry.register(
             "workqueue_retries",
             "Total number of retries handled by workqueue",
-            m.queue_retries.clone(),
+            self.queue_retries.clone(),
         );
-        r.register(
+    }
+
+    /// What reconciles send to the API server.
+    fn register_writes(&self, registry: &mut Registry) {
+        registry.register(
             "kiln_apply",
             "Server-side applies of children per rule and result",
-            m.apply_total.clone(),
+            self.apply_total.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_writes",
             "Writes sent to the API server per rule and verb (apply, patch, status, delete)",
-            m.writes.clone(),
+            self.writes.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_write_budget_exhausted",
             "Times a primary's children were rewritten too often and kiln paused its writes",
-            m.budget_exhausted.clone(),
+            self.budget_exhausted.clone(),
         );
-        r.register(
+    }
+
+    /// What the caches hold and leave out.
+    fn register_cache(&self, registry: &mut Registry) {
+        registry.register(
             "kiln_undecodable_objects",
             "Objects kiln cannot decode (too deeply nested), left out of its cache",
-            m.undecodable.clone(),
+            self.undecodable.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_watches",
             "Watches running (one per kind, shared by all rules)",
-            m.watches.clone(),
+            self.watches.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_cached_objects",
             "Objects held in the cache per kind",
-            m.cached_objects.clone(),
+            self.cached_objects.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_cached_bytes",
             "Bytes of the cached objects' strings per kind: compact JSON text, namespace, name and labels (the fixed record of each object not counted)",
-            m.cached_bytes.clone(),
+            self.cached_bytes.clone(),
         );
-        r.register(
+    }
+
+    /// How each rule is doing (waiting, failing, refused, its primaries) and
+    /// how the rule set loads.
+    fn register_rules(&self, registry: &mut Registry) {
+        registry.register(
             "kiln_rule_waiting_for_kinds",
             "1 while a rule waits for kinds the API server does not serve",
-            m.waiting_for_kinds.clone(),
+            self.waiting_for_kinds.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_reconcile_failures",
             "Reconciles that ended failed, by condition reason",
-            m.reconcile_failures.clone(),
+            self.reconcile_failures.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_rule_refused",
             "1 while a rule is refused because the primary's status schema does not declare what it writes",
-            m.rule_refused.clone(),
+            self.rule_refused.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_rule_edit_refused",
             "1 while a rule's latest version is refused on reload (its last good version keeps running)",
-            m.rule_edit_refused.clone(),
+            self.rule_edit_refused.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_primaries",
             "Primaries of each rule by the status of their Ready condition (True, False, Unknown), as kiln last composed it",
-            m.primaries.clone(),
+            self.primaries.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_rules_loaded",
             "Rules in the running rule set",
-            m.rules_loaded.clone(),
+            self.rules_loaded.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_rules_reload",
             "Rule set reloads per result",
-            m.reload_total.clone(),
+            self.reload_total.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_rules_pending",
             "1 while a valid rule set waits for the cluster to let it run (kinds, status schema, permissions)",
-            m.rules_pending.clone(),
+            self.rules_pending.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_rules_last_good_load_timestamp_seconds",
             "Unix time of the last rule set that loaded",
-            m.last_good_load.clone(),
+            self.last_good_load.clone(),
         );
-        r.register(
+    }
+
+    /// Leadership and the shard group.
+    fn register_election(&self, registry: &mut Registry) {
+        registry.register(
             "kiln_leader",
             "1 while this replica is the leader (or runs without leader election)",
-            m.leader.clone(),
+            self.leader.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_members",
             "Live members of the shard group, this replica included (0 unless sharded)",
-            m.shard_members.clone(),
+            self.shard_members.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_buckets",
             "Buckets (of 64) this replica holds (0 unless sharded)",
-            m.shard_buckets.clone(),
+            self.shard_buckets.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_primaries",
             "Primaries in this replica's share (0 unless sharded)",
-            m.shard_primaries.clone(),
+            self.shard_primaries.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_handovers",
             "Buckets this replica took over (in) and handed away (out)",
-            m.shard_handovers.clone(),
+            self.shard_handovers.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_server_filtered",
             "1 when the API server applied the shard selector on the kind's last list (KEP-5866), 0 when it ignored it",
-            m.shard_server_filtered.clone(),
+            self.shard_server_filtered.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_dropped_objects",
             "Objects received that are not in this replica's share, dropped at ingest",
-            m.shard_dropped.clone(),
+            self.shard_dropped.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_rescopes",
             "Times the caches were listed again for a new share, or after the Lease was lost",
-            m.shard_rescopes.clone(),
+            self.shard_rescopes.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_put_off_reconciles",
             "Reconciles of a primary in a bucket this replica holds, put off and retried because its Lease renew was late",
-            m.shard_put_off.clone(),
+            self.shard_put_off.clone(),
         );
-        r.register(
+        registry.register(
             "kiln_shard_lookups",
             "Children looked up on the API server before being written, because the cache left out (as another replica's) an object of their name",
-            m.shard_lookups.clone(),
+            self.shard_lookups.clone(),
         );
-        Self { registry, ..m }
     }
 
     /// A write of `verb` is sent for `rule` (`kiln_writes_total`).

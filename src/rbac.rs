@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use crate::rules::{Gvk, RuleSet};
+use crate::rules::{Gvk, Rule, RuleSet};
 use crate::template::Tree;
 
 /// Verbs to read and watch a kind.
@@ -42,63 +42,81 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
             .cloned()
             .unwrap_or_else(|| plural(g))
     };
-    let mut grants: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
-    let mut named: BTreeMap<(String, String, String), BTreeSet<&'static str>> = BTreeMap::new();
-    let mut grant = |g: &Gvk, resource: String, verbs: &[&'static str]| {
-        grants
+    let mut grants = Grants::default();
+    for rule in &set.rules {
+        grants.for_primary(rule, &plural);
+        grants.for_related(rule, &plural);
+        grants.for_children(rule, &plural);
+    }
+    grants
+}
+
+/// The CRDs' resource, in their group.
+const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
+
+impl Grants {
+    /// `verbs` on every object of `g`'s `resource`.
+    fn grant(&mut self, g: &Gvk, resource: String, verbs: &[&'static str]) {
+        self.all
             .entry((g.group.clone(), resource))
             .or_default()
             .extend(verbs);
-    };
-    for rule in &set.rules {
+    }
+
+    /// `verbs` on the object `name` of `resource` in `group`.
+    fn grant_named(
+        &mut self,
+        (group, resource): (&str, &str),
+        name: String,
+        verbs: &[&'static str],
+    ) {
+        self.named
+            .entry((group.into(), resource.into(), name))
+            .or_default()
+            .extend(verbs);
+    }
+
+    /// What `rule` needs on its primary's kind and its CRD.
+    fn for_primary(&mut self, rule: &Rule, plural: &dyn Fn(&Gvk) -> String) {
         let p = &rule.primary.gvk;
-        grant(p, plural(p), READ);
+        self.grant(p, plural(p), READ);
         // kiln writes status only to custom resources, and reads (and
         // watches) their CRD for the status schema.
         if p.is_custom() {
             // (A read-only rule writes nothing on its primary.)
             if !rule.read_only {
-                grant(p, format!("{}/status", plural(p)), &["patch"]);
+                self.grant(p, format!("{}/status", plural(p)), &["patch"]);
             }
-            named
-                .entry((
-                    "apiextensions.k8s.io".into(),
-                    "customresourcedefinitions".into(),
-                    format!("{}.{}", plural(p), p.group),
-                ))
-                .or_default()
-                .extend(READ);
+            self.grant_named(CRDS, format!("{}.{}", plural(p), p.group), READ);
         }
         // A rule that defines its API applies its CRD and reads it back.
         // Server-side apply that creates the CRD is authorized as `create`
         // too, with the name known, so even that is granted by name.
         if let Some(api) = &rule.api {
-            named
-                .entry((
-                    "apiextensions.k8s.io".into(),
-                    "customresourcedefinitions".into(),
-                    api.name(),
-                ))
-                .or_default()
-                .extend(["get", "create", "patch"]);
+            self.grant_named(CRDS, api.name(), &["get", "create", "patch"]);
         }
         if rule.ordered_deletion {
             // Its ordered-deletion finalizer, applied to the primary itself.
-            grant(p, plural(p), &["patch"]);
+            self.grant(p, plural(p), &["patch"]);
         }
         // blockOwnerDeletion on children's owner references.
-        grant(p, format!("{}/finalizers", plural(p)), &["update"]);
-        for w in &rule.watches {
-            grant(&w.gvk, plural(&w.gvk), READ);
-        }
+        self.grant(p, format!("{}/finalizers", plural(p)), &["update"]);
         // A finalizer on the primary while the rule has `outside` children.
         if !rule.read_only && rule.children.iter().any(|c| c.outside) {
-            grant(p, plural(p), &["patch"]);
+            self.grant(p, plural(p), &["patch"]);
+        }
+    }
+
+    /// What `rule` needs on what it watches besides its primary and
+    /// children: related objects (patched by decorators too) and namespaces.
+    fn for_related(&mut self, rule: &Rule, plural: &dyn Fn(&Gvk) -> String) {
+        for w in &rule.watches {
+            self.grant(&w.gvk, plural(&w.gvk), READ);
         }
         // Decorators patch the primary or related objects they do not own.
         for d in &rule.decorators {
             let target = match &d.target {
-                crate::rules::DecoratorTarget::Primary => Some(p),
+                crate::rules::DecoratorTarget::Primary => Some(&rule.primary.gvk),
                 crate::rules::DecoratorTarget::Related(name) => rule
                     .watches
                     .iter()
@@ -106,30 +124,31 @@ pub fn rule_grants(set: &RuleSet, plural: &dyn Fn(&Gvk) -> String) -> Grants {
                     .map(|w| &w.gvk),
             };
             if let Some(gvk) = target {
-                grant(gvk, plural(gvk), &["patch"]);
+                self.grant(gvk, plural(gvk), &["patch"]);
             }
         }
         if rule.primary.namespace_selector.is_some() {
             let ns = crate::rules::namespace_gvk();
-            grant(&ns, plural(&ns), READ);
+            self.grant(&ns, plural(&ns), READ);
         }
+    }
+
+    /// What `rule` needs on its children's kinds, and to bind the roles its
+    /// RoleBindings name.
+    fn for_children(&mut self, rule: &Rule, plural: &dyn Fn(&Gvk) -> String) {
         for c in &rule.children {
-            grant(&c.gvk, plural(&c.gvk), READ);
-            grant(&c.gvk, plural(&c.gvk), WRITE);
+            self.grant(&c.gvk, plural(&c.gvk), READ);
+            self.grant(&c.gvk, plural(&c.gvk), WRITE);
             if let Some((kind, role)) = bound_role(&c.gvk, &c.template) {
                 let resource = if kind == "ClusterRole" {
                     "clusterroles"
                 } else {
                     "roles"
                 };
-                named
-                    .entry(("rbac.authorization.k8s.io".into(), resource.into(), role))
-                    .or_default()
-                    .insert("bind");
+                self.grant_named(("rbac.authorization.k8s.io", resource), role, &["bind"]);
             }
         }
     }
-    Grants { all: grants, named }
 }
 
 /// The ClusterRole `name` for `set`; `plural` names each kind's resource.

@@ -4,13 +4,16 @@
 //! the engine applies.
 
 use minijinja::Value as JinjaValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::rules::{Gvk, Rule};
+use crate::rules::{Child, Gvk, Rule};
 use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
+mod finish;
 pub mod history;
+
+use finish::{Owner, finish_child};
 
 /// Label every child carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -298,223 +301,368 @@ fn render_on_stack(
     inputs: &Inputs,
     scope_of: ScopeOf<'_>,
 ) -> Result<Rendered, RenderFailure> {
-    let now = now_of(inputs);
-    let live_ctx = context_with(rule, this, inputs, &inputs.observed, now);
-    let set = &rule.templates;
-    let mut budget = Budget::default();
-    let vars = eval_vars(rule, &live_ctx, &mut budget)?;
-    // Children as later children see them: the live ones, plus each child
-    // created with values drawn now (so a template can key a hash with a
-    // generated key on the first render too). Copied only once a value is
-    // drawn: at steady state nothing is copied.
-    let mut seen: Option<Map<String, Value>> = None;
-    let mut base = live_ctx.clone();
-    let owner = Owner::of(&inputs.primary, &rule.primary.gvk);
-    let mut children = Vec::new();
-    let mut readiness = Vec::new();
-    // Per child id: `ready.<id>`, whether all of it is there to be read,
-    // and the children left out (by `when`, or because what they wait for is).
-    let mut ready = Map::new();
-    let mut present: Vec<&str> = Vec::new();
-    let mut left_out: Vec<&str> = Vec::new();
-    let mut waiting = Vec::new();
-
+    let mut walk = Walk::start(rule, this, inputs, scope_of)?;
     for child in rule.order.iter().filter_map(|&i| rule.children.get(i)) {
-        ready.insert(child.id.clone(), Value::Bool(false));
-        let switched_off = |ctx: &JinjaValue| match &child.when {
-            Some(when) => set.eval_bool(when, ctx).map(|on| !on),
+        walk.child(child)?;
+    }
+    walk.finish()
+}
+
+/// What stays the same through one render.
+struct Frame<'a> {
+    rule: &'a Rule,
+    this: &'a JinjaValue,
+    inputs: &'a Inputs,
+    scope_of: ScopeOf<'a>,
+    now: jiff::Timestamp,
+    owner: Owner,
+    /// The context with the live children.
+    live: JinjaValue,
+    /// The rule's `vars`, evaluated.
+    vars: JinjaValue,
+}
+
+impl Frame<'_> {
+    /// The context with `children` as the children.
+    fn with_children(&self, children: &Map<String, Value>) -> JinjaValue {
+        context_with(self.rule, self.this, self.inputs, children, self.now)
+    }
+}
+
+/// A render going through the rule's children in order: what is rendered so
+/// far, and what the children after see of it.
+struct Walk<'a> {
+    frame: Frame<'a>,
+    budget: Budget,
+    /// Children as later children see them: the live ones, plus each child
+    /// created with values drawn now (so a template can key a hash with a
+    /// generated key on the first render too). Copied only once a value is
+    /// drawn: at steady state nothing is copied.
+    seen: Option<Map<String, Value>>,
+    /// The context of the next child, before `vars` and `ready`.
+    base: JinjaValue,
+    children: Vec<DesiredChild>,
+    readiness: Vec<ChildReadiness>,
+    waiting: Vec<ChildWait>,
+    /// Per child id: `ready.<id>`.
+    ready: Map<String, Value>,
+    /// The children all of which are there to be read.
+    present: Vec<&'a str>,
+    /// The children left out (by `when`, or because what they wait for is).
+    left_out: Vec<&'a str>,
+}
+
+/// What one rendered item of a child adds to the child's readiness.
+struct ItemDone {
+    /// It drew values (it does not exist yet).
+    drew: bool,
+    /// It exists, or is created now with values drawn.
+    there: bool,
+    ready: bool,
+}
+
+impl<'a> Walk<'a> {
+    /// Before the first child: the rule's `vars` evaluated.
+    fn start(
+        rule: &'a Rule,
+        this: &'a JinjaValue,
+        inputs: &'a Inputs,
+        scope_of: ScopeOf<'a>,
+    ) -> Result<Self, RenderFailure> {
+        let now = now_of(inputs);
+        let live = context_with(rule, this, inputs, &inputs.observed, now);
+        let mut budget = Budget::default();
+        let vars = eval_vars(rule, &live, &mut budget)?;
+        Ok(Self {
+            base: live.clone(),
+            frame: Frame {
+                rule,
+                this,
+                inputs,
+                scope_of,
+                now,
+                owner: Owner::of(&inputs.primary, &rule.primary.gvk),
+                live,
+                vars,
+            },
+            budget,
+            seen: None,
+            children: Vec::new(),
+            readiness: Vec::new(),
+            waiting: Vec::new(),
+            ready: Map::new(),
+            present: Vec::new(),
+            left_out: Vec::new(),
+        })
+    }
+
+    /// The context of the next child.
+    fn context(&self) -> JinjaValue {
+        with_vars(&self.base, &self.frame.vars, &self.ready)
+    }
+
+    /// Whether `child`'s `when` is false in `ctx`.
+    fn switched_off(&self, child: &Child, ctx: &JinjaValue) -> Result<bool, RenderFailure> {
+        match &child.when {
+            Some(when) => Ok(!self.frame.rule.templates.eval_bool(when, ctx)?),
             None => Ok(false),
-        };
-        if child
+        }
+    }
+
+    /// Renders `child` (each item of its `forEach`), or leaves it out, or
+    /// records what it waits for.
+    fn child(&mut self, child: &'a Child) -> Result<(), RenderFailure> {
+        self.ready.insert(child.id.clone(), Value::Bool(false));
+        let after_left_out = child
             .needs
             .iter()
-            .any(|n| left_out.contains(&n.id.as_str()))
-            || (child.when_first && switched_off(&with_vars(&base, &vars, &ready))?)
-        {
-            left_out.push(&child.id);
-            continue;
+            .any(|n| self.left_out.contains(&n.id.as_str()));
+        if after_left_out || (child.when_first && self.switched_off(child, &self.context())?) {
+            self.left_out.push(&child.id);
+            return Ok(());
         }
-        let waits_for: Vec<String> = child
+        let waits_for = self.waits_for(child);
+        if !waits_for.is_empty() {
+            self.waiting.push(ChildWait {
+                id: child.id.clone(),
+                waits_for,
+            });
+            return Ok(());
+        }
+        let ctx = self.context();
+        if !child.when_first && self.switched_off(child, &ctx)? {
+            self.left_out.push(&child.id);
+            return Ok(());
+        }
+        let items = items_of(child, &self.frame.rule.templates, &ctx, &mut self.budget)?;
+        let (mut drew, mut all_there, mut all_ready) = (false, true, true);
+        for (item_ctx, item) in items {
+            let done = self.item(child, &item_ctx, item.as_ref())?;
+            drew |= done.drew;
+            all_there &= done.there;
+            all_ready &= done.ready;
+        }
+        if drew && let Some(seen) = &self.seen {
+            self.base = self.frame.with_children(seen);
+        }
+        self.ready.insert(child.id.clone(), Value::Bool(all_ready));
+        if all_there {
+            self.present.push(&child.id);
+        }
+        Ok(())
+    }
+
+    /// What `child` waits for among the children before it, for humans:
+    /// "`service` to exist", "`db` to be ready".
+    fn waits_for(&self, child: &Child) -> Vec<String> {
+        child
             .needs
             .iter()
             .filter(|n| {
                 if n.ready {
-                    ready.get(&n.id) != Some(&Value::Bool(true))
+                    self.ready.get(&n.id) != Some(&Value::Bool(true))
                 } else {
-                    !present.contains(&n.id.as_str())
+                    !self.present.contains(&n.id.as_str())
                 }
             })
             .map(|n| {
                 let what = if n.ready { "be ready" } else { "exist" };
                 format!("`{}` to {what}", n.id)
             })
-            .collect();
-        if !waits_for.is_empty() {
-            waiting.push(ChildWait {
-                id: child.id.clone(),
-                waits_for,
-            });
-            continue;
-        }
-        let ctx = with_vars(&base, &vars, &ready);
-        if !child.when_first && switched_off(&ctx)? {
-            left_out.push(&child.id);
-            continue;
-        }
-        let items: Vec<(JinjaValue, Option<Value>)> = match &child.for_each {
-            None => vec![(ctx.clone(), None)],
-            Some(list) => {
-                let value = set.eval(list, &ctx, &mut budget)?;
-                let Value::Array(items) = value else {
-                    return Err(RenderFailure::child(
-                        &child.id,
-                        format!(
-                            "forEach must give a list, got {}",
-                            crate::template::tree::kind_of(&value)
-                        ),
-                    ));
-                };
-                if items.len() > MAX_FOR_EACH {
-                    return Err(RenderFailure::child(
-                        &child.id,
-                        format!(
-                            "forEach gave {} items; at most {MAX_FOR_EACH} are allowed",
-                            items.len()
-                        ),
-                    ));
-                }
-                items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, item)| {
-                        let c = minijinja::context! { item => to_jinja(&item), index => i, ..ctx.clone() };
-                        (c, Some(item))
-                    })
-                    .collect()
-            }
-        };
-        let mut drew = false;
-        let (mut all_there, mut all_ready) = (true, true);
-        for (item_ctx, item) in items {
-            let (object, generated) = generate::drawing(inputs.draw, || {
-                child.template.render(set, &item_ctx, &mut budget)
-            });
-            let (object, namespace, name) = finish_child(rule, child, object?, &owner, scope_of)?;
-            let live = observed_named(inputs.observed.get(&child.id), &name);
-            if !generated.is_empty() {
-                if live.is_some() {
-                    return Err(draws_again(&child.id, &name, "exists"));
-                }
-                // Rendered again as if it existed, it must read its values
-                // back, or the next reconcile would fail (or draw again).
-                let listed = child.for_each.is_some();
-                let before = seen.as_ref().unwrap_or(&inputs.observed);
-                let as_live = with_child(before, &child.id, listed, &object);
-                let again_base = context_with(rule, this, inputs, &as_live, now);
-                let again_base = with_vars(&again_base, &vars, &ready);
-                let again_ctx = match &item {
-                    None => again_base,
-                    Some(item) => {
-                        let index = item_ctx.get_attr("index").unwrap_or_default();
-                        minijinja::context! { item => to_jinja(item), index => index, ..again_base }
-                    }
-                };
-                let (again, more) = generate::drawing(inputs.draw, || {
-                    child.template.render(set, &again_ctx, &mut budget)
-                });
-                again?;
-                if !more.is_empty() {
-                    return Err(draws_again(&child.id, &name, "will exist"));
-                }
-                seen = Some(as_live);
-                drew = true;
-            }
-            let ready_now = match (live, &child.ready_when) {
-                (None, _) => false,
-                (Some(_), None) if child.ready_on_exists => true,
-                (Some(live), None) => crate::readiness::judge(&child.gvk, live).is_ok(),
-                (Some(live), Some(expr)) => {
-                    let c = minijinja::context! { child => to_jinja(live), ..item_ctx.clone() };
-                    set.eval_bool(expr, &c)?
-                }
-            };
-            all_there &= live.is_some() || !generated.is_empty();
-            all_ready &= ready_now;
-            readiness.push(ChildReadiness {
-                id: child.id.clone(),
-                name: name.clone(),
-                ready: ready_now,
-            });
-            if children.iter().any(|c: &DesiredChild| {
-                c.gvk == child.gvk && c.name == name && c.namespace == namespace
-            }) {
-                return Err(RenderFailure::child(
-                    &child.id,
-                    format!("renders `{name}` twice; names must differ per item"),
-                ));
-            }
-            children.push(DesiredChild {
-                id: child.id.clone(),
-                gvk: child.gvk.clone(),
-                namespace,
-                name,
-                object,
-                generated,
-            });
-        }
-        if drew && let Some(seen) = &seen {
-            base = context_with(rule, this, inputs, seen, now);
-        }
-        ready.insert(child.id.clone(), Value::Bool(all_ready));
-        if all_there {
-            present.push(&child.id);
-        }
+            .collect()
     }
 
-    // Status sees the live children of a `forEach` in the order it renders
-    // them (KRO keeps list order); templates before it see them by name.
-    let ordered = match in_rendered_order(rule, &inputs.observed, &children) {
-        Some(observed) => minijinja::context! {
-            children => JinjaValue::from(minijinja::value::Serde(&observed)),
-            ..live_ctx.clone()
-        },
-        None => live_ctx.clone(),
-    };
-    let status_ctx = with_vars(&ordered, &vars, &ready);
-    let mut status = Map::new();
-    for (name, tree) in &rule.status_fields {
-        // A field that renders `none` is left out: a schema refuses `null`
-        // (and with it the whole status), and a field kiln wrote before
-        // leaves the object when kiln no longer sends it.
-        let value = tree.render(set, &status_ctx, &mut budget)?;
-        if !value.is_null() {
-            status.insert(name.clone(), value);
+    /// Renders one item of `child` (the child itself, without `forEach`).
+    fn item(
+        &mut self,
+        child: &Child,
+        item_ctx: &JinjaValue,
+        item: Option<&Value>,
+    ) -> Result<ItemDone, RenderFailure> {
+        let (rule, inputs) = (self.frame.rule, self.frame.inputs);
+        let (object, generated) = generate::drawing(inputs.draw, || {
+            child
+                .template
+                .render(&rule.templates, item_ctx, &mut self.budget)
+        });
+        let (object, namespace, name) =
+            finish_child(rule, child, object?, &self.frame.owner, self.frame.scope_of)?;
+        let live = observed_named(inputs.observed.get(&child.id), &name);
+        let drew = !generated.is_empty();
+        if drew {
+            if live.is_some() {
+                return Err(draws_again(&child.id, &name, "exists"));
+            }
+            self.reads_back(child, &name, &object, item_ctx, item)?;
         }
+        let ready = is_ready(child, live, item_ctx, &rule.templates)?;
+        self.readiness.push(ChildReadiness {
+            id: child.id.clone(),
+            name: name.clone(),
+            ready,
+        });
+        if self.children.iter().any(|c: &DesiredChild| {
+            c.gvk == child.gvk && c.name == name && c.namespace == namespace
+        }) {
+            return Err(RenderFailure::child(
+                &child.id,
+                format!("renders `{name}` twice; names must differ per item"),
+            ));
+        }
+        self.children.push(DesiredChild {
+            id: child.id.clone(),
+            gvk: child.gvk.clone(),
+            namespace,
+            name,
+            object,
+            generated,
+        });
+        Ok(ItemDone {
+            drew,
+            there: live.is_some() || drew,
+            ready,
+        })
     }
-    let mut conditions = Vec::new();
-    for c in &rule.conditions {
-        conditions.push(render_condition(c, set, &status_ctx, &mut budget)?);
+
+    /// A child that draws values now, rendered again as if it existed,
+    /// must read its values back, or the next reconcile would fail (or
+    /// draw again). The children after see it as live.
+    fn reads_back(
+        &mut self,
+        child: &Child,
+        name: &str,
+        object: &Value,
+        item_ctx: &JinjaValue,
+        item: Option<&Value>,
+    ) -> Result<(), RenderFailure> {
+        let frame = &self.frame;
+        let before = self.seen.as_ref().unwrap_or(&frame.inputs.observed);
+        let as_live = with_child(before, &child.id, child.for_each.is_some(), object);
+        let again_base = with_vars(&frame.with_children(&as_live), &frame.vars, &self.ready);
+        let again_ctx = match item {
+            None => again_base,
+            Some(item) => {
+                let index = item_ctx.get_attr("index").unwrap_or_default();
+                minijinja::context! { item => to_jinja(item), index => index, ..again_base }
+            }
+        };
+        let (again, more) = generate::drawing(frame.inputs.draw, || {
+            child
+                .template
+                .render(&frame.rule.templates, &again_ctx, &mut self.budget)
+        });
+        again?;
+        if !more.is_empty() {
+            return Err(draws_again(&child.id, name, "will exist"));
+        }
+        self.seen = Some(as_live);
+        Ok(())
     }
-    let wake = match &rule.requeue_at {
-        Some(tree) => wake_at(&tree.render(set, &status_ctx, &mut budget)?, now)?,
-        None => None,
+
+    /// Once every child is rendered: the status, the rule's conditions, the
+    /// wake and the history.
+    fn finish(mut self) -> Result<Rendered, RenderFailure> {
+        let frame = &self.frame;
+        let (rule, set) = (frame.rule, &frame.rule.templates);
+        let observed = &frame.inputs.observed;
+        // Status sees the live children of a `forEach` in the order it renders
+        // them (KRO keeps list order); templates before it see them by name.
+        let ordered = match in_rendered_order(rule, observed, &self.children) {
+            Some(observed) => minijinja::context! {
+                children => JinjaValue::from(minijinja::value::Serde(&observed)),
+                ..frame.live.clone()
+            },
+            None => frame.live.clone(),
+        };
+        let status_ctx = with_vars(&ordered, &frame.vars, &self.ready);
+        let budget = &mut self.budget;
+        let mut status = Map::new();
+        for (name, tree) in &rule.status_fields {
+            // A field that renders `none` is left out: a schema refuses `null`
+            // (and with it the whole status), and a field kiln wrote before
+            // leaves the object when kiln no longer sends it.
+            let value = tree.render(set, &status_ctx, budget)?;
+            if !value.is_null() {
+                status.insert(name.clone(), value);
+            }
+        }
+        let mut conditions = Vec::new();
+        for c in &rule.conditions {
+            conditions.push(render_condition(c, set, &status_ctx, budget)?);
+        }
+        let wake = match &rule.requeue_at {
+            Some(tree) => wake_at(&tree.render(set, &status_ctx, budget)?, frame.now)?,
+            None => None,
+        };
+        let history = history::file(rule, set, &status_ctx, observed, &self.children, budget)?;
+        Ok(Rendered {
+            children: self.children,
+            readiness: self.readiness,
+            waiting: self.waiting,
+            status,
+            conditions,
+            wake,
+            history,
+        })
+    }
+}
+
+/// The contexts `child` renders in: `ctx`, or one per item of its `forEach`
+/// (with `item` and `index`), each with the item.
+fn items_of(
+    child: &Child,
+    set: &crate::template::TemplateSet,
+    ctx: &JinjaValue,
+    budget: &mut Budget,
+) -> Result<Vec<(JinjaValue, Option<Value>)>, RenderFailure> {
+    let Some(list) = &child.for_each else {
+        return Ok(vec![(ctx.clone(), None)]);
     };
-    let history = history::file(
-        rule,
-        set,
-        &status_ctx,
-        &inputs.observed,
-        &children,
-        &mut budget,
-    )?;
-    Ok(Rendered {
-        children,
-        readiness,
-        waiting,
-        status,
-        conditions,
-        wake,
-        history,
+    let value = set.eval(list, ctx, budget)?;
+    let Value::Array(items) = value else {
+        return Err(RenderFailure::child(
+            &child.id,
+            format!(
+                "forEach must give a list, got {}",
+                crate::template::tree::kind_of(&value)
+            ),
+        ));
+    };
+    if items.len() > MAX_FOR_EACH {
+        return Err(RenderFailure::child(
+            &child.id,
+            format!(
+                "forEach gave {} items; at most {MAX_FOR_EACH} are allowed",
+                items.len()
+            ),
+        ));
+    }
+    Ok(items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let c = minijinja::context! { item => to_jinja(&item), index => i, ..ctx.clone() };
+            (c, Some(item))
+        })
+        .collect())
+}
+
+/// Whether a child is ready: it exists, and its `readyWhen` holds (without
+/// one: it exists, or its kind says it is ready).
+fn is_ready(
+    child: &Child,
+    live: Option<&Value>,
+    item_ctx: &JinjaValue,
+    set: &crate::template::TemplateSet,
+) -> Result<bool, RenderFailure> {
+    Ok(match (live, &child.ready_when) {
+        (None, _) => false,
+        (Some(_), None) if child.ready_on_exists => true,
+        (Some(live), None) => crate::readiness::judge(&child.gvk, live).is_ok(),
+        (Some(live), Some(expr)) => {
+            let c = minijinja::context! { child => to_jinja(live), ..item_ctx.clone() };
+            set.eval_bool(expr, &c)?
+        }
     })
 }
 
@@ -635,182 +783,6 @@ pub fn observed_named<'a>(observed: Option<&'a Value>, name: &str) -> Option<&'a
         one if one["metadata"]["name"] == name => Some(one),
         _ => None,
     }
-}
-
-/// The primary, as its children's marks name it.
-struct Owner {
-    namespace: Option<String>,
-    name: String,
-    /// Empty when the primary has none (a file given to `kiln render`).
-    uid: String,
-    api_version: String,
-    kind: String,
-}
-
-impl Owner {
-    fn of(primary: &Value, gvk: &Gvk) -> Self {
-        let meta = &primary["metadata"];
-        Self {
-            namespace: meta["namespace"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(str::to_string),
-            name: meta["name"].as_str().unwrap_or_default().to_string(),
-            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
-            api_version: gvk.api_version(),
-            kind: gvk.kind.clone(),
-        }
-    }
-
-    /// The mark of its child `id` of `rule`, placed as the rule says.
-    fn mark(&self, rule: &Rule, child: &crate::rules::Child) -> crate::ownership::Mark {
-        use crate::ownership::Placement;
-        let placement = if child.deletion_policy == crate::rules::DeletionPolicy::Orphan {
-            Placement::Orphaned
-        } else if child.outside {
-            Placement::Outside {
-                api_version: self.api_version.clone(),
-                kind: self.kind.clone(),
-                namespace: self.namespace.clone(),
-            }
-        } else {
-            Placement::Owned {
-                api_version: self.api_version.clone(),
-                kind: self.kind.clone(),
-            }
-        };
-        crate::ownership::Mark {
-            rule: rule.name.clone(),
-            child: child.id.clone(),
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-            placement,
-        }
-    }
-}
-
-/// Checks a rendered child and adds what kiln owns: namespace, labels, owner,
-/// and the hash of it all. Returns the object, its namespace and its name.
-fn finish_child(
-    rule: &Rule,
-    child: &crate::rules::Child,
-    mut object: Value,
-    owner: &Owner,
-    scope_of: ScopeOf<'_>,
-) -> Result<(Value, Option<String>, String), RenderFailure> {
-    let (id, gvk) = (child.id.as_str(), &child.gvk);
-    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(RenderFailure::child(id, "metadata must render to a map"));
-    };
-    match meta.get("name") {
-        Some(Value::String(n)) if !n.is_empty() => {}
-        Some(other) => {
-            return Err(RenderFailure::child(
-                id,
-                format!("metadata.name rendered to {other}, not a non-empty string"),
-            ));
-        }
-        None => return Err(RenderFailure::child(id, "metadata.name is missing")),
-    }
-    let namespaced = scope_of(gvk).unwrap_or(true);
-    let rendered_ns = meta
-        .get("namespace")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string);
-    use crate::rules::scope::{Misplaced, placement};
-    let outside = child.outside;
-    // An `outside` child goes where its template says (its name and
-    // namespace come from the primary's identity only, checked at load).
-    let here = if outside && rendered_ns.is_some() {
-        rendered_ns.as_deref()
-    } else {
-        owner.namespace.as_deref()
-    };
-    let placed = placement(here, namespaced, rendered_ns.as_deref())
-        .or_else(|m| match m {
-            Misplaced::ClusterScopedChild if outside => Ok(None),
-            m => Err(m),
-        })
-        .map_err(|m| {
-            let message = match m {
-                Misplaced::OtherNamespace { child, primary } => format!(
-                    "would be created in namespace `{child}`, but its primary is in `{primary}`: a namespaced primary may only own children in its own namespace"
-                ),
-                Misplaced::ClusterScopedChild => format!(
-                    "{gvk} is cluster-scoped; a namespaced primary cannot own cluster-scoped children"
-                ),
-                Misplaced::NamespaceMissing => {
-                    format!("{gvk} is namespaced and the primary is not: set metadata.namespace")
-                }
-                Misplaced::NamespaceOnClusterScoped => {
-                    format!("{gvk} is cluster-scoped: remove metadata.namespace")
-                }
-            };
-            RenderFailure::child(id, message)
-        })?;
-    if let Some(ns) = placed {
-        meta.insert("namespace".into(), Value::String(ns));
-    }
-    crate::ownership::stamp(meta, &owner.mark(rule, child))
-        .map_err(|e| RenderFailure::child(id, e.to_string()))?;
-    let namespace = meta
-        .get("namespace")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let name = meta
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    check_names(id, gvk, namespace.as_deref(), &name)?;
-    stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
-    Ok((object, namespace, name))
-}
-
-/// Refuses a name or namespace the API server would not take, before it
-/// becomes part of a URL.
-fn check_names(
-    id: &str,
-    gvk: &Gvk,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<(), RenderFailure> {
-    use crate::rules::names::{dns_label, object_name, shown};
-    let refuse = |what: &str, value: &str, why: String| RenderFailure::Name {
-        id: id.to_string(),
-        message: format!("{what} `{}` is not valid: it {why}", shown(value)),
-    };
-    if let Some(ns) = namespace {
-        dns_label(ns).map_err(|why| refuse("metadata.namespace", ns, why))?;
-    }
-    object_name(gvk, name).map_err(|why| refuse("metadata.name", name, why))
-}
-
-/// Sets [`APPLIED_ANNOTATION`] to a hash of the object without it.
-fn stamp(object: &mut Value) -> Result<(), &'static str> {
-    use sha2::Digest;
-    let annotations = object
-        .get_mut("metadata")
-        .and_then(Value::as_object_mut)
-        .map(|m| m.entry("annotations").or_insert_with(|| json!({})))
-        .and_then(Value::as_object_mut)
-        .ok_or("metadata.annotations must render to a map")?;
-    annotations.remove(APPLIED_ANNOTATION);
-    if annotations.is_empty() {
-        // Keep the object as rendered: no empty map the template did not ask for.
-        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("annotations");
-        }
-    }
-    let digest = sha2::Sha256::digest(object.to_string().as_bytes());
-    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    object["metadata"]
-        .as_object_mut()
-        .ok_or("metadata must render to a map")?
-        .entry("annotations")
-        .or_insert_with(|| json!({}))[APPLIED_ANNOTATION] = Value::String(hash);
-    Ok(())
 }
 
 pub use crate::rules::scope::well_known_scope;

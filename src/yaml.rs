@@ -160,13 +160,14 @@ enum Frame {
 
 /// Parses every document of a YAML stream. Empty documents are skipped.
 pub fn parse_documents(text: &str, limits: Limits) -> Result<Vec<Node>, Error> {
-    let mut docs = Vec::new();
-    let mut stack: Vec<Frame> = Vec::new();
-    // Anchor id -> (node, node count), for aliases.
-    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
-    let mut doc_nodes = 0usize;
-    let mut root: Option<Node> = None;
-
+    let mut builder = Builder {
+        limits,
+        docs: Vec::new(),
+        stack: Vec::new(),
+        anchors: HashMap::new(),
+        doc_nodes: 0,
+        root: None,
+    };
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(|e| {
             let m = e.marker();
@@ -178,103 +179,122 @@ pub fn parse_documents(text: &str, limits: Limits) -> Result<Vec<Node>, Error> {
                 e.info().to_string(),
             )
         })?;
-        let pos = Pos::from(&span);
+        builder.event(event, Pos::from(&span))?;
+    }
+    Ok(builder.docs)
+}
+
+/// A YAML stream built into documents one parser event at a time.
+struct Builder {
+    limits: Limits,
+    /// The documents finished.
+    docs: Vec<Node>,
+    /// The collections open in the current document, innermost last.
+    stack: Vec<Frame>,
+    /// Anchor id -> (node, node count), for aliases.
+    anchors: HashMap<usize, (Node, usize)>,
+    /// Nodes in the current document so far, aliases counted in full.
+    doc_nodes: usize,
+    /// The current document's root, once finished.
+    root: Option<Node>,
+}
+
+impl Builder {
+    fn event(&mut self, event: Event<'_>, pos: Pos) -> Result<(), Error> {
         let done: Option<(Node, usize, usize)> = match event {
             Event::DocumentStart(_) => {
-                anchors.clear();
-                doc_nodes = 0;
-                root = None;
+                self.anchors.clear();
+                self.doc_nodes = 0;
+                self.root = None;
                 None
             }
             Event::DocumentEnd => {
-                if let Some(node) = root.take()
+                if let Some(node) = self.root.take()
                     && node.kind != Kind::Null
                 {
-                    docs.push(node);
+                    self.docs.push(node);
                 }
                 None
             }
             Event::Scalar(value, style, anchor, tag) => {
-                count_nodes(&mut doc_nodes, 1, limits, pos)?;
+                count_nodes(&mut self.doc_nodes, 1, self.limits, pos)?;
                 let kind = resolve_scalar(&value, style, tag.as_deref(), pos)?;
                 Some((Node { pos, kind }, anchor, 1))
             }
             Event::Alias(id) => {
-                let (node, count) = anchors
+                let (node, count) = self
+                    .anchors
                     .get(&id)
                     .cloned()
                     .ok_or_else(|| Error::at(pos, "alias to an unknown anchor"))?;
-                count_nodes(&mut doc_nodes, count, limits, pos)?;
+                count_nodes(&mut self.doc_nodes, count, self.limits, pos)?;
                 Some((node, 0, count))
             }
             Event::SequenceStart(anchor, _) => {
-                count_nodes(&mut doc_nodes, 1, limits, pos)?;
-                push(
-                    &mut stack,
+                let items = Vec::new();
+                self.open(
                     Frame::Seq {
                         pos,
                         anchor,
-                        items: Vec::new(),
+                        items,
                         nodes: 1,
                     },
-                    limits,
                     pos,
                 )?;
                 None
             }
             Event::MappingStart(anchor, _) => {
-                count_nodes(&mut doc_nodes, 1, limits, pos)?;
-                let frame = Frame::Map {
+                let (entries, key) = (Vec::new(), None);
+                self.open(
+                    Frame::Map {
+                        pos,
+                        anchor,
+                        entries,
+                        key,
+                        nodes: 1,
+                    },
                     pos,
-                    anchor,
-                    entries: Vec::new(),
-                    key: None,
-                    nodes: 1,
-                };
-                push(&mut stack, frame, limits, pos)?;
+                )?;
                 None
             }
-            Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
-                Some(Frame::Seq {
-                    pos,
-                    anchor,
-                    items,
-                    nodes,
-                }) => Some((
-                    Node {
-                        pos,
-                        kind: Kind::Seq(items),
-                    },
-                    anchor,
-                    nodes,
-                )),
-                Some(Frame::Map {
-                    pos,
-                    anchor,
-                    entries,
-                    nodes,
-                    ..
-                }) => Some((
-                    Node {
-                        pos,
-                        kind: Kind::Map(entries),
-                    },
-                    anchor,
-                    nodes,
-                )),
-                None => return Err(Error::at(pos, "unbalanced end of a collection")),
-            },
+            Event::SequenceEnd | Event::MappingEnd => Some(self.close(pos)?),
             Event::StreamStart | Event::StreamEnd | Event::Nothing => None,
         };
-        let Some((node, anchor, count)) = done else {
-            continue;
-        };
-        if anchor != 0 {
-            anchors.insert(anchor, (node.clone(), count));
+        if let Some((node, anchor, count)) = done {
+            if anchor != 0 {
+                self.anchors.insert(anchor, (node.clone(), count));
+            }
+            attach(&mut self.stack, &mut self.root, node, count)?;
         }
-        attach(&mut stack, &mut root, node, count)?;
+        Ok(())
     }
-    Ok(docs)
+
+    /// A collection starts: it counts as a node and nests one level deeper.
+    fn open(&mut self, frame: Frame, pos: Pos) -> Result<(), Error> {
+        count_nodes(&mut self.doc_nodes, 1, self.limits, pos)?;
+        push(&mut self.stack, frame, self.limits, pos)
+    }
+
+    /// The innermost collection ends: its node, anchor and node count.
+    fn close(&mut self, pos: Pos) -> Result<(Node, usize, usize), Error> {
+        let (pos, anchor, kind, nodes) = match self.stack.pop() {
+            Some(Frame::Seq {
+                pos,
+                anchor,
+                items,
+                nodes,
+            }) => (pos, anchor, Kind::Seq(items), nodes),
+            Some(Frame::Map {
+                pos,
+                anchor,
+                entries,
+                nodes,
+                ..
+            }) => (pos, anchor, Kind::Map(entries), nodes),
+            None => return Err(Error::at(pos, "unbalanced end of a collection")),
+        };
+        Ok((Node { pos, kind }, anchor, nodes))
+    }
 }
 
 fn count_nodes(total: &mut usize, add: usize, limits: Limits, pos: Pos) -> Result<(), Error> {

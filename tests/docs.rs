@@ -285,7 +285,8 @@ fn looks_like_a_commit(word: &str) -> bool {
         && w.chars().any(|c| c.is_ascii_alphabetic())
 }
 
-/// `issue 12`, `issues 3 and 4`, `(#12)`.
+/// A line naming an issue: `issue` or `issues` before a number, or `(#`
+/// and a number.
 fn names_an_issue(line: &str) -> bool {
     let lower = line.to_lowercase();
     let after_word = ["issue ", "issues "].iter().any(|w| {

@@ -210,8 +210,7 @@ fn webapp_without_its_required_secret_waits() {
     );
 }
 
-/// forEach over a product, each(), quantity, Python-style split, hashes
-/// (issue 15, item 7).
+/// forEach over a product, each(), quantity, Python-style split, hashes.
 #[test]
 fn fleet_renders_every_region_and_tier_in_list_order() {
     insta::assert_snapshot!(render_fixture(
@@ -221,7 +220,7 @@ fn fleet_renders_every_region_and_tier_in_list_order() {
 }
 
 /// Metacontroller's service-per-pod, ported: a Service per Pod, and each
-/// Pod decorated with its own label (issue 15, item 2).
+/// Pod decorated with its own label.
 #[test]
 fn service_per_pod_decorates_each_pod() {
     let dir = "examples/ported/service-per-pod";
@@ -237,7 +236,7 @@ fn service_per_pod_decorates_each_pod() {
 }
 
 /// Children outside the primary's namespace: no owner reference, kiln's
-/// owner label and annotation instead (issue 15, item 5).
+/// owner label and annotation instead.
 #[test]
 fn outside_children_carry_the_owner_label_not_a_reference() {
     insta::assert_snapshot!(render_fixture(

@@ -60,6 +60,35 @@ async fn explain(
     args: &ExplainArgs,
     rules: &[std::sync::Arc<Rule>],
 ) -> anyhow::Result<String> {
+    let found = find(client, args).await?;
+    let uid = found.primary["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default();
+    let mut out = format!("{} {} (uid {uid})\n", found.gvk.kind, found.key);
+    let taking: Vec<&Rule> = rules
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|r| r.primary.gvk == found.gvk)
+        .collect();
+    out.push_str(&rules_section(client, &found, &taking).await?);
+    let no_status = found.gvk.is_custom() && !found.status_subresource && !taking.is_empty();
+    out.push_str(&conditions_section(&found, no_status));
+    let events = events(client, found.key.namespace.as_deref(), uid).await?;
+    out.push_str(&events_section(&events));
+    Ok(out)
+}
+
+/// The object explained, as the API server holds it.
+struct Found {
+    gvk: Gvk,
+    key: ObjKey,
+    primary: Value,
+    /// Its kind has a status subresource.
+    status_subresource: bool,
+}
+
+/// Reads the object the arguments name (`namespace/name` or `name`).
+async fn find(client: &Client, args: &ExplainArgs) -> anyhow::Result<Found> {
     let gvk = parse_gvk(&args.api_version, &args.kind)?;
     let (namespace, name) = match args.object.split_once('/') {
         Some((ns, name)) => (Some(ns.to_string()), name.to_string()),
@@ -79,22 +108,24 @@ async fn explain(
         .get_opt(&key.name)
         .await?
         .with_context(|| format!("{} {key} not found", gvk.kind))?;
-    let primary = serde_json::to_value(&primary)?;
-    let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
-    let mut out = format!("{} {key} (uid {uid})\n", gvk.kind);
+    Ok(Found {
+        primary: serde_json::to_value(&primary)?,
+        gvk,
+        key,
+        status_subresource,
+    })
+}
 
+/// The rules taking the object's kind: whether each selects it (and why
+/// not), and each selecting rule's plan for its children.
+async fn rules_section(client: &Client, found: &Found, taking: &[&Rule]) -> anyhow::Result<String> {
+    let (key, primary) = (&found.key, &found.primary);
+    let mut out = "\nRules:\n".to_string();
+    if taking.is_empty() {
+        out.push_str(&format!("  no rule takes {}\n", found.gvk));
+    }
     let labels: BTreeMap<String, String> =
         serde_json::from_value(primary["metadata"]["labels"].clone()).unwrap_or_default();
-    let taking: Vec<&Rule> = rules
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|r| r.primary.gvk == gvk)
-        .collect();
-    let no_status = gvk.is_custom() && !status_subresource && !taking.is_empty();
-    out.push_str("\nRules:\n");
-    if taking.is_empty() {
-        out.push_str(&format!("  no rule takes {}\n", gvk));
-    }
     // The labels of the object's namespace, for `spec.for.namespaceSelector`.
     let namespace_labels = match &key.namespace {
         Some(ns)
@@ -125,19 +156,23 @@ async fn explain(
                 if rule.read_only {
                     out.push_str(&format!("  {}: spec.for.readOnly: kiln writes nothing on this object (no condition, observedGeneration, status field, finalizer, label or annotation)\n", rule.name));
                 }
-                out.push_str(&children(client, rule, &primary, &key).await?);
+                out.push_str(&children(client, rule, primary, key).await?);
             }
         }
     }
+    Ok(out)
+}
 
-    out.push_str("\nConditions:\n");
+/// The object's conditions, and why kiln writes none when `no_status`.
+fn conditions_section(found: &Found, no_status: bool) -> String {
+    let mut out = "\nConditions:\n".to_string();
     if no_status {
         out.push_str(&format!(
             "  kiln writes no status: {} has no status subresource (add `subresources: {{status: {{}}}}` to its CustomResourceDefinition)\n",
-            gvk.kind
+            found.gvk.kind
         ));
     }
-    let conditions = primary["status"]["conditions"].as_array();
+    let conditions = found.primary["status"]["conditions"].as_array();
     for c in conditions.into_iter().flatten() {
         let message = c["message"].as_str().unwrap_or_default();
         out.push_str(&format!(
@@ -151,10 +186,13 @@ async fn explain(
     if conditions.is_none_or(Vec::is_empty) {
         out.push_str("  none\n");
     }
+    out
+}
 
-    out.push_str("\nEvents (kiln's, latest last):\n");
-    let events = events(client, key.namespace.as_deref(), uid).await?;
-    for e in &events {
+/// kiln's Events about the object, latest last.
+fn events_section(events: &[Event]) -> String {
+    let mut out = "\nEvents (kiln's, latest last):\n".to_string();
+    for e in events {
         out.push_str(&format!(
             "  {} {} x{}: {}\n",
             e.type_.as_deref().unwrap_or_default(),
@@ -166,7 +204,7 @@ async fn explain(
     if events.is_empty() {
         out.push_str("  none\n");
     }
-    Ok(out)
+    out
 }
 
 /// One rule's children of the primary: the engine's plan, from what the
@@ -179,9 +217,12 @@ async fn children(
 ) -> anyhow::Result<String> {
     Ok(match observe::read(client, rule, primary, key).await? {
         Err(m) => format!("    its watches cannot be read: {m}\n"),
-        Ok(reading) => super::verdict::lines_with(&reading.plan, "    ", |v| {
-            super::live_diff::changed_fields(&reading, v)
-        }),
+        Ok(reading) => {
+            let children = super::verdict::lines_with(&reading.plan, "    ", |v| {
+                super::live_diff::changed_fields(&reading, v)
+            });
+            children + &super::verdict::decorations(&reading.decorations, "    ")
+        }
     })
 }
 

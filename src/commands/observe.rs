@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context as _;
+use kiln::engine::decision::decorate::{self, Decorations};
 use kiln::engine::decision::placed;
 use kiln::engine::decision::plan::{self, LiveChild, Observed, Plan};
 use kiln::engine::decision::related::{self, Found, Refusal, Target};
@@ -46,6 +47,9 @@ pub struct Reading {
     pub observed: Observed,
     /// The engine's plan.
     pub plan: Plan,
+    /// What the engine's decorators would do (as field managers under
+    /// kiln's default `kiln`), or why they cannot render.
+    pub decorations: Result<Decorations, String>,
 }
 
 /// Reads the primary's snapshot for `rule` from the API server and plans
@@ -95,7 +99,18 @@ pub async fn read(
         }
         Err(plan) => *plan,
     };
-    Ok(Ok(Reading { observed, plan }))
+    let decorations = decorate::of_plan(
+        &plan,
+        rule,
+        "kiln",
+        || render::context(rule, &this, &observed.inputs),
+        &observed.inputs,
+    );
+    Ok(Ok(Reading {
+        observed,
+        plan,
+        decorations,
+    }))
 }
 
 /// The rule's related objects for the primary, read as the engine reads

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use kiln::engine::decision::decorate;
 use kiln::engine::decision::plan::Plan;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
@@ -31,27 +32,7 @@ pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let set = load_rules(&args.rules)?;
     let mut primary = read_one(&args.object)?;
-    let api_version = primary["apiVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let kind = primary["kind"].as_str().unwrap_or_default().to_string();
-    let matching = offline::matching(&set, &primary, args.rule.as_deref());
-    if matching.is_empty() {
-        let known: Vec<String> = set
-            .rules
-            .iter()
-            .map(|r| format!("{} ({})", r.name, r.primary.gvk))
-            .collect();
-        bail!(
-            "no rule takes {api_version}/{kind}{}; rules: {}",
-            args.rule
-                .as_ref()
-                .map(|r| format!(" named `{r}`"))
-                .unwrap_or_default(),
-            known.join(", ")
-        );
-    }
+    let matching = matching(&set, &primary, args.rule.as_deref())?;
     // The API server fills in the schema's defaults before anyone reads
     // the object; so does render.
     let mut crds = Vec::new();
@@ -65,21 +46,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             args.object.display()
         );
     }
-
-    let mut inputs = Inputs {
-        primary,
-        // No cluster keeps a drawn value here, and the output must not
-        // change from run to run: `random_secret(n)` prints a placeholder.
-        draw: Draw::Placeholder,
-        now: Some(args.now.unwrap_or_else(kiln::template::time::current)),
-        ..Inputs::default()
-    };
-    for (name, file) in &args.related {
-        inputs.related.insert(name.clone(), read_value(file)?);
-    }
-    for (id, file) in &args.observed {
-        inputs.observed.insert(id.clone(), read_value(file)?);
-    }
+    let inputs = inputs_of(args, primary)?;
 
     let mut failed = false;
     let namespace = inputs.primary["metadata"]["namespace"].as_str();
@@ -106,38 +73,87 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
                 rule.name
             );
         }
-        println!("# rule: {}", rule.name);
-        let inputs = offline::with_empty_selections(rule, &inputs);
-        let (decided, as_rendered) = offline::decide_reading_rendered(rule, &inputs);
-        for id in &as_rendered {
-            println!(
-                "# note: children.{id} is read as rendered (no --observed {id}=FILE given): the children that wait for it render as they will once it exists"
-            );
-        }
-        match decided {
-            Ok((rendered, plan)) => {
-                print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
-                if !args.children_only && !print_decorations(rule, &inputs)? {
-                    failed = true;
-                }
-            }
-            Err(plan) => {
-                eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
-                if let kiln::engine::decision::status::Outcome::Failed { message, .. } =
-                    &plan.status.outcome
-                    && let Some(at) = super::render_at::locate(rule, message)
-                {
-                    eprintln!("{at}");
-                }
-                failed = true;
-            }
-        }
+        failed |= !render_rule(rule, &inputs, args)?;
     }
     Ok(if failed || selected == 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The rules on the object's kind (only the one `--rule` names, if given);
+/// an error naming every rule when none is.
+fn matching<'a>(
+    set: &'a rules::RuleSet,
+    primary: &Value,
+    only: Option<&str>,
+) -> anyhow::Result<Vec<&'a Rule>> {
+    let matching = offline::matching(set, primary, only);
+    if matching.is_empty() {
+        let api_version = primary["apiVersion"].as_str().unwrap_or_default();
+        let kind = primary["kind"].as_str().unwrap_or_default();
+        let known: Vec<String> = set
+            .rules
+            .iter()
+            .map(|r| format!("{} ({})", r.name, r.primary.gvk))
+            .collect();
+        bail!(
+            "no rule takes {api_version}/{kind}{}; rules: {}",
+            only.map(|r| format!(" named `{r}`")).unwrap_or_default(),
+            known.join(", ")
+        );
+    }
+    Ok(matching)
+}
+
+/// What rendering reads: the primary, and the related objects and live
+/// children given as files.
+fn inputs_of(args: &RenderArgs, primary: Value) -> anyhow::Result<Inputs> {
+    let mut inputs = Inputs {
+        primary,
+        // No cluster keeps a drawn value here, and the output must not
+        // change from run to run: `random_secret(n)` prints a placeholder.
+        draw: Draw::Placeholder,
+        now: Some(args.now.unwrap_or_else(kiln::template::time::current)),
+        ..Inputs::default()
+    };
+    for (name, file) in &args.related {
+        inputs.related.insert(name.clone(), read_value(file)?);
+    }
+    for (id, file) in &args.observed {
+        inputs.observed.insert(id.clone(), read_value(file)?);
+    }
+    Ok(inputs)
+}
+
+/// Prints what `rule`, which selects the object, renders and plans for it;
+/// false when it fails.
+fn render_rule(rule: &Rule, inputs: &Inputs, args: &RenderArgs) -> anyhow::Result<bool> {
+    println!("# rule: {}", rule.name);
+    let inputs = offline::with_empty_selections(rule, inputs);
+    let (decided, as_rendered) = offline::decide_reading_rendered(rule, &inputs);
+    for id in &as_rendered {
+        println!(
+            "# note: children.{id} is read as rendered (no --observed {id}=FILE given): the children that wait for it render as they will once it exists"
+        );
+    }
+    match decided {
+        Ok((rendered, plan)) => {
+            print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
+            Ok(args.children_only || print_decorations(rule, &inputs, &plan)?)
+        }
+        Err(plan) => {
+            eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
+            if let kiln::engine::decision::status::Outcome::Failed { message, .. } =
+                &plan.status.outcome
+                && let Some(at) = super::render_at::locate(rule, message)
+            {
+                eprintln!("{at}");
+            }
+            Ok(false)
+        }
+    }
 }
 
 fn print_rendered(
@@ -196,21 +212,20 @@ fn print_rendered(
 }
 
 /// Prints what each decorator would apply to the objects given (the
-/// primary, `--related` ones); false when a decorator fails to render.
-fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
-    if rule.decorators.is_empty() {
-        return Ok(true);
-    }
+/// primary, `--related` ones), and the engine's verdict on each object
+/// decorated; false when a decorator fails to render.
+fn print_decorations(rule: &Rule, inputs: &Inputs, plan: &Plan) -> anyhow::Result<bool> {
     let this = kiln::template::to_jinja(&inputs.primary);
-    let plan = kiln::template::limits::render_stack(|| {
-        kiln::engine::decision::decorate::plan(
+    let decorations = kiln::template::limits::render_stack(|| {
+        decorate::of_plan(
+            plan,
             rule,
             "kiln",
             || render::context(rule, &this, inputs),
             inputs,
         )
     });
-    let decorations = match plan {
+    let decorations = match decorations {
         Ok(d) => d,
         Err(e) => {
             eprintln!("rule `{}`: decorating: {e}", rule.name);
@@ -227,6 +242,9 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
             if d.force { ", forced" } else { "" }
         );
         print!("{}", kiln::yaml_out::to_string(&d.body)?);
+    }
+    for v in &decorations.verdicts {
+        println!("# plan: {}", super::verdict::decoration(v));
     }
     Ok(true)
 }

@@ -32,8 +32,6 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let conversion = super::webhook::settings(&args.conversion, own_namespace())?;
-    let metrics_addr = args.serving.metrics_bind_address.0;
-    let health_addr = args.serving.health_probe_bind_address.0;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -48,36 +46,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         let first = source.first().await?;
         let metrics = Arc::new(Metrics::new());
         let probe = Arc::new(RunProbe::new(metrics.clone()));
-        let teller = Teller::new(&client, args.source.rules_configmap.clone(), probe.speaks());
-        let mut options = reload_options(&args.reload);
-        // Deleting every Rule resource is a choice, not a vanished file.
-        options.allow_empty |= args.source.rules_from_cluster;
-        let loader = match Loader::first(first, options, metrics.clone(), teller) {
-            Ok(loader) => {
-                let loader =
-                    loader.checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
-                match status {
-                    Some(status) => {
-                        let census = probe.census(loader.rules());
-                        let status = status.counting(census).telling(&client, probe.speaks());
-                        loader.reporting(status)
-                    }
-                    None => loader,
-                }
-            }
+        let loader = match first_loader(args, &client, &probe, first, status) {
+            Ok(loader) => loader,
             Err(refusal) => return Ok(first_load_refused(&refusal)),
-        };
-        let options = Options {
-            field_manager: args.engine.field_manager.clone(),
-            namespaces: args.engine.namespaces.clone(),
-            concurrency: args.engine.concurrency,
-            shutdown_grace: args.engine.shutdown_timeout,
-            state_namespace: lease_place(&args.election).0,
-            ..Options::default()
         };
         let active = Active {
             client: client.clone(),
-            options,
+            options: engine_options(args),
             scope: None,
             rules: loader.rules(),
             metrics,
@@ -86,21 +61,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         // One loader for the whole process, leading or not: the current
         // rules are the last good ones whenever an engine starts.
         let loading = tokio::spawn(loader.run(source, std::future::pending()));
-
-        for (what, addr) in [("metrics", metrics_addr), ("health probes", health_addr)] {
-            if let Some(addr) = addr {
-                let bound = bind(addr, probe.clone())
-                    .await
-                    .with_context(|| format!("serving {what} on {addr}"))?;
-                tracing::info!(%bound, "serving {what}");
-            }
-        }
-        if let Some(settings) = conversion {
-            let bound = kiln::api::webhook::start(client.clone(), settings, active.rules.clone())
-                .await
-                .context("serving the conversion webhook")?;
-            tracing::info!(%bound, "serving CRD conversion");
-        }
+        let serving = Serving {
+            metrics: args.serving.metrics_bind_address.0,
+            health: args.serving.health_probe_bind_address.0,
+            conversion,
+        };
+        serving.start(&probe, &client, &active.rules).await?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let signals = tokio::spawn(async move {
             let result = super::shutdown_signal().await;
@@ -123,6 +89,80 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         signals.abort();
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The loader of the first rules (`Err` when they are refused): it checks
+/// each later version against the cluster, and writes the status of the Rule
+/// resources when they are the source (`status`).
+fn first_loader(
+    args: &RunArgs,
+    client: &Client,
+    probe: &Arc<RunProbe>,
+    first: reload::Version,
+    status: Option<StatusWriter>,
+) -> Result<Loader, Refusal> {
+    let teller = Teller::new(client, args.source.rules_configmap.clone(), probe.speaks());
+    let mut options = reload_options(&args.reload);
+    // Deleting every Rule resource is a choice, not a vanished file.
+    options.allow_empty |= args.source.rules_from_cluster;
+    let loader = Loader::first(first, options, probe.metrics.clone(), teller)?
+        .checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
+    Ok(match status {
+        Some(status) => {
+            let census = probe.census(loader.rules());
+            let status = status.counting(census).telling(client, probe.speaks());
+            loader.reporting(status)
+        }
+        None => loader,
+    })
+}
+
+/// The engine's settings from the command line.
+fn engine_options(args: &RunArgs) -> Options {
+    Options {
+        field_manager: args.engine.field_manager.clone(),
+        namespaces: args.engine.namespaces.clone(),
+        concurrency: args.engine.concurrency,
+        shutdown_grace: args.engine.shutdown_timeout,
+        state_namespace: lease_place(&args.election).0,
+        ..Options::default()
+    }
+}
+
+/// What a `kiln run` process serves besides the engine, each when asked for.
+struct Serving {
+    /// `/metrics`.
+    metrics: Option<SocketAddr>,
+    /// `/healthz` and `/readyz`.
+    health: Option<SocketAddr>,
+    /// The CRD conversion webhook.
+    conversion: Option<kiln::api::webhook::Settings>,
+}
+
+impl Serving {
+    /// Binds every listener asked for and starts serving.
+    async fn start(
+        self,
+        probe: &Arc<RunProbe>,
+        client: &Client,
+        rules: &CurrentRules,
+    ) -> anyhow::Result<()> {
+        for (what, addr) in [("metrics", self.metrics), ("health probes", self.health)] {
+            if let Some(addr) = addr {
+                let bound = bind(addr, probe.clone())
+                    .await
+                    .with_context(|| format!("serving {what} on {addr}"))?;
+                tracing::info!(%bound, "serving {what}");
+            }
+        }
+        if let Some(settings) = self.conversion {
+            let bound = kiln::api::webhook::start(client.clone(), settings, rules.clone())
+                .await
+                .context("serving the conversion webhook")?;
+            tracing::info!(%bound, "serving CRD conversion");
+        }
+        Ok(())
+    }
 }
 
 /// Where the rules are read from: the Rule resources, else the files, else

@@ -236,17 +236,7 @@ fn run_case(
     dir: &Path,
     case: &Case,
 ) -> anyhow::Result<Got> {
-    let mut primary = match (&case.primary, &case.primary_file) {
-        (Some(p), None) => p.clone(),
-        (None, Some(f)) => {
-            let mut docs = documents(&dir.join(f))?;
-            if docs.len() != 1 {
-                bail!("{}: expected one object", f.display());
-            }
-            docs.remove(0)
-        }
-        _ => bail!("give exactly one of `primary` and `primaryFile`"),
-    };
+    let mut primary = primary_of(case, dir)?;
     let matching = offline::matching(set, &primary, case.rule.as_deref());
     if matching.is_empty() {
         bail!(
@@ -276,40 +266,61 @@ fn run_case(
         serde_json::from_value(inputs.primary["metadata"]["labels"].clone()).unwrap_or_default();
     let mut got = Got::default();
     for rule in matching {
-        if let Some(why) = rule.primary.refusal(namespace, &labels) {
-            got.errors.push(format!(
+        match rule.primary.refusal(namespace, &labels) {
+            Some(why) => got.errors.push(format!(
                 "rule `{}` does not select the primary: {why}",
                 rule.name
-            ));
-            continue;
+            )),
+            None => got.add(rule, &inputs),
         }
-        let inputs = offline::with_empty_selections(rule, &inputs);
+    }
+    Ok(got)
+}
+
+/// The case's primary: given inline (`primary`) or as a file (`primaryFile`).
+fn primary_of(case: &Case, dir: &Path) -> anyhow::Result<Value> {
+    match (&case.primary, &case.primary_file) {
+        (Some(p), None) => Ok(p.clone()),
+        (None, Some(f)) => {
+            let mut docs = documents(&dir.join(f))?;
+            if docs.len() != 1 {
+                bail!("{}: expected one object", f.display());
+            }
+            Ok(docs.remove(0))
+        }
+        _ => bail!("give exactly one of `primary` and `primaryFile`"),
+    }
+}
+
+impl Got {
+    /// Adds what the plan of `rule`, which selects the primary, makes of it.
+    fn add(&mut self, rule: &kiln::rules::Rule, inputs: &Inputs) {
+        let inputs = offline::with_empty_selections(rule, inputs);
         let plan = match offline::decide(rule, &inputs) {
             Ok((rendered, plan)) => {
-                got.children
+                self.children
                     .extend(rendered.children.into_iter().map(|c| c.object));
                 plan
             }
             Err(plan) => *plan,
         };
         if !matches!(plan.status.outcome, Outcome::Applied { .. }) {
-            got.errors.push(format!(
+            self.errors.push(format!(
                 "rule `{}`: {}",
                 rule.name,
                 super::verdict::lines(&plan, "").trim_end()
             ));
         }
-        got.pruned.extend(
+        self.pruned.extend(
             plan.prune
                 .iter()
                 .map(|p| (p.gvk.kind.clone(), p.key.name.clone())),
         );
         let patch = offline::status_patch(rule, &inputs.primary, &plan);
         if let Value::Object(status) = &patch["status"] {
-            got.status.extend(status.clone());
+            self.status.extend(status.clone());
         }
     }
-    Ok(got)
 }
 
 /// Every way `got` falls short of `expect`.

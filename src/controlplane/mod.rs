@@ -238,32 +238,17 @@ impl ControlPlane {
     /// Starts etcd, kube-apiserver and kube-controller-manager and waits until
     /// the API server is ready and the `default` namespace exists.
     pub async fn start(opts: Options) -> Result<Self, Error> {
-        let (dir, tempdir) = match &opts.dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|source| Error::io("create", dir, source))?;
-                (dir.clone(), None)
-            }
-            None => {
-                sweep_stale_tempdirs();
-                let tmp = tempfile::Builder::new()
-                    .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
-                    .tempdir()
-                    .map_err(|source| Error::io("create", &std::env::temp_dir(), source))?;
-                (tmp.path().to_path_buf(), Some(tmp))
-            }
-        };
+        let (dir, tempdir) = work_dir(opts.dir.as_deref())?;
         if let Some(reason) = opts.node.as_ref().and_then(|_| node::unsupported()) {
             return Err(Error::Node(reason));
         }
         let pki = pki::Pki::generate(&dir.join("pki"))?;
-        let etcd_port = ports::free_port()?;
-        let peer_port = ports::free_port()?;
-        let api_port = ports::free_port()?;
+        let ports = Ports::pick()?;
         let api_host = match opts.node {
             Some(_) => pki::NODE_BRIDGE_IP.to_string(),
             None => "127.0.0.1".to_string(),
         };
-        let server = format!("https://{api_host}:{api_port}");
+        let server = format!("https://{api_host}:{}", ports.api);
         let kubeconfig = dir.join("kubeconfig");
         let kubeconfig_yaml =
             kubeconfig::render(&server, &pki).map_err(|e| Error::Kubeconfig(e.to_string()))?;
@@ -278,18 +263,52 @@ impl ControlPlane {
             node: opts.node.clone(),
             _tempdir: tempdir,
         };
-        let deadline = Instant::now() + opts.start_timeout;
-        let bins = &opts.binaries;
+        let launch = Launch {
+            dir: &dir,
+            bins: &opts.binaries,
+            tether: opts.tether,
+            deadline: Instant::now() + opts.start_timeout,
+        };
         if let Some(node) = &opts.node {
             // First: the lock, the bridge the apiserver binds, containerd.
-            this.start_guard(node, &dir, bins, opts.tether).await?;
+            this.start_guard(node, &dir, launch.bins, opts.tether)
+                .await?;
         }
+        this.start_etcd(&launch, &ports).await?;
+        let client = this
+            .start_apiserver(&launch, &ports, &pki.files, &opts)
+            .await?;
+        this.start_controller_manager(&launch, &pki.files, opts.node.as_ref())
+            .await?;
+        if let Some(node) = &opts.node {
+            this.start_node(node, &dir, launch.bins, opts.tether, &client)
+                .await?;
+        }
+        Ok(this)
+    }
 
-        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let etcd_args = vec![
+    /// Starts component `name` (its binary of that name) with `args`.
+    fn launch(
+        &mut self,
+        launch: &Launch<'_>,
+        name: &'static str,
+        args: &[String],
+    ) -> Result<(), Error> {
+        self.spawn(
+            name,
+            &launch.bins.path(name),
+            args,
+            launch.dir,
+            launch.tether,
+        )
+    }
+
+    /// Starts etcd and waits until it is healthy.
+    async fn start_etcd(&mut self, launch: &Launch<'_>, ports: &Ports) -> Result<(), Error> {
+        let (etcd_url, peer_url) = (ports.etcd_url(), ports.peer_url());
+        let args = vec![
             "--name=default".to_string(),
-            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--data-dir={}", launch.dir.join("etcd").display()),
             format!("--listen-client-urls={etcd_url}"),
             format!("--advertise-client-urls={etcd_url}"),
             format!("--listen-peer-urls={peer_url}"),
@@ -298,19 +317,29 @@ impl ControlPlane {
             "--unsafe-no-fsync=true".to_string(),
             "--log-level=warn".to_string(),
         ];
-        this.spawn("etcd", &bins.path("etcd"), &etcd_args, &dir, opts.tether)?;
-        this.wait_for("etcd", deadline, || etcd_healthy(etcd_port))
-            .await?;
+        self.launch(launch, "etcd", &args)?;
+        self.wait_for("etcd", launch.deadline, || etcd_healthy(ports.etcd))
+            .await
+    }
 
-        let f = &pki.files;
-        let mut api_args = vec![
-            format!("--etcd-servers={etcd_url}"),
+    /// Starts kube-apiserver and waits until it is ready and the `default`
+    /// namespace exists; returns an admin client.
+    async fn start_apiserver(
+        &mut self,
+        launch: &Launch<'_>,
+        ports: &Ports,
+        f: &pki::PkiFiles,
+        opts: &Options,
+    ) -> Result<Client, Error> {
+        let api_port = ports.api;
+        let mut args = vec![
+            format!("--etcd-servers={}", ports.etcd_url()),
             "--bind-address=127.0.0.1".to_string(),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", f.serving_cert.display()),
             format!("--tls-private-key-file={}", f.serving_key.display()),
             format!("--client-ca-file={}", f.ca_cert.display()),
-            format!("--cert-dir={}", dir.join("pki").display()),
+            format!("--cert-dir={}", launch.dir.join("pki").display()),
             "--authorization-mode=RBAC".to_string(),
             format!("--service-account-issuer=https://127.0.0.1:{api_port}/"),
             format!("--service-account-key-file={}", f.sa_public_key.display()),
@@ -330,50 +359,45 @@ impl ControlPlane {
         ];
         match opts.node {
             // Pods get their ServiceAccount token, and reach the apiserver.
-            Some(_) => api_args.extend(node::apiserver_overrides()),
+            Some(_) => args.extend(node::apiserver_overrides()),
             // No pods run: no token controller is needed to admit them.
-            None => api_args.push("--disable-admission-plugins=ServiceAccount".to_string()),
+            None => args.push("--disable-admission-plugins=ServiceAccount".to_string()),
         }
-        api_args.extend(opts.apiserver_args.iter().cloned());
-        this.spawn(
-            "kube-apiserver",
-            &bins.path("kube-apiserver"),
-            &api_args,
-            &dir,
-            opts.tether,
-        )?;
-        let client = this.client().await?;
-        this.wait_for("kube-apiserver", deadline, || readyz(&client))
+        args.extend(opts.apiserver_args.iter().cloned());
+        self.launch(launch, "kube-apiserver", &args)?;
+        let client = self.client().await?;
+        self.wait_for("kube-apiserver", launch.deadline, || readyz(&client))
             .await?;
-        this.wait_for("kube-apiserver", deadline, || default_namespace(&client))
-            .await?;
+        self.wait_for("kube-apiserver", launch.deadline, || {
+            default_namespace(&client)
+        })
+        .await?;
+        Ok(client)
+    }
 
-        let mut kcm_args = vec![
-            format!("--kubeconfig={}", this.kubeconfig.display()),
+    /// Starts kube-controller-manager and checks it is still running half a
+    /// second later.
+    async fn start_controller_manager(
+        &mut self,
+        launch: &Launch<'_>,
+        files: &pki::PkiFiles,
+        node: Option<&NodePaths>,
+    ) -> Result<(), Error> {
+        let mut args = vec![
+            format!("--kubeconfig={}", self.kubeconfig.display()),
             "--controllers=garbagecollector,namespace,serviceaccount".to_string(),
             "--leader-elect=false".to_string(),
             "--secure-port=0".to_string(),
         ];
-        if let Some(node) = &opts.node {
+        if let Some(node) = node {
             // Later flags win: the node's controller list replaces the above.
-            kcm_args.extend(node::controller_manager_args(&pki.files, node));
+            args.extend(node::controller_manager_args(files, node));
         }
-        this.spawn(
-            "kube-controller-manager",
-            &bins.path("kube-controller-manager"),
-            &kcm_args,
-            &dir,
-            opts.tether,
-        )?;
+        self.launch(launch, "kube-controller-manager", &args)?;
         // The controller manager has no port to probe when serving is off;
         // it must at least survive its own flag parsing and first sync.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        this.ensure_running()?;
-        if let Some(node) = &opts.node {
-            this.start_node(node, &dir, bins, opts.tether, &client)
-                .await?;
-        }
-        Ok(this)
+        self.ensure_running()
     }
 
     /// Starts `node/guard.sh` (lock, leftover teardown, prepare, containerd)
@@ -677,6 +701,62 @@ async fn default_namespace(client: &Client) -> Result<(), String> {
         .await
         .map(drop)
         .map_err(|e| e.to_string())
+}
+
+/// What starting each component needs: where it runs, its binaries, how
+/// it is tied to this process, and when waiting for it ends.
+struct Launch<'a> {
+    dir: &'a Path,
+    bins: &'a Binaries,
+    tether: Tether,
+    deadline: Instant,
+}
+
+/// The loopback ports a control plane listens on.
+struct Ports {
+    /// etcd's clients.
+    etcd: u16,
+    /// etcd's peers.
+    peer: u16,
+    /// The API server.
+    api: u16,
+}
+
+impl Ports {
+    fn pick() -> Result<Self, Error> {
+        Ok(Self {
+            etcd: ports::free_port()?,
+            peer: ports::free_port()?,
+            api: ports::free_port()?,
+        })
+    }
+
+    fn etcd_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.etcd)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer)
+    }
+}
+
+/// The directory the control plane keeps its files in: `dir` (created), or
+/// a new temporary one (after removing those of processes gone).
+fn work_dir(dir: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>), Error> {
+    match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|source| Error::io("create", dir, source))?;
+            Ok((dir.to_path_buf(), None))
+        }
+        None => {
+            sweep_stale_tempdirs();
+            let tmp = tempfile::Builder::new()
+                .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
+                .tempdir()
+                .map_err(|source| Error::io("create", &std::env::temp_dir(), source))?;
+            Ok((tmp.path().to_path_buf(), Some(tmp)))
+        }
+    }
 }
 
 /// Removes temporary directories left by earlier processes that died without

@@ -15,8 +15,8 @@ pub struct Options {
     pub kind_retry: Duration,
     /// How long in-flight reconciles may take to finish on shutdown.
     pub shutdown_grace: Duration,
-    /// Cache of each child and watched kind only what rules set and read
-    /// (issue 16); on unless `KILN_CACHE_PROJECTION=0` (for debugging:
+    /// Cache of each child and watched kind only what rules set and read;
+    /// on unless `KILN_CACHE_PROJECTION=0` (for debugging:
     /// whole objects in the cache).
     pub project_cache: bool,
     /// kiln's own namespace, where it keeps what tenants may not write

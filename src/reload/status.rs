@@ -239,24 +239,7 @@ fn now() -> String {
 /// `running` runs, after `outcome`.
 pub fn status_of(name: &str, seen: &Seen, running: Option<i64>, outcome: Outcome<'_>) -> Value {
     let current = running == Some(seen.generation);
-    let (mine, others): (Vec<String>, Vec<String>) = match outcome {
-        Outcome::Running => (Vec::new(), Vec::new()),
-        Outcome::Refused(diagnostics) => {
-            let file = file_of(name);
-            let (mine, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = diagnostics
-                .iter()
-                .partition(|d| d.rule.as_deref() == Some(name) || d.file == file);
-            (describe(&mine), describe(&others))
-        }
-        Outcome::Waiting(findings) => {
-            let mine = findings
-                .iter()
-                .filter(|f| f.blocks() && f.rule() == name)
-                .map(ToString::to_string)
-                .collect();
-            (mine, Vec::new())
-        }
-    };
+    let (mine, others) = problems(name, outcome);
     let keeps = match running {
         Some(g) => format!("generation {g} keeps running"),
         None => "no generation of it runs".to_string(),
@@ -317,6 +300,29 @@ pub fn status_of(name: &str, seen: &Seen, running: Option<i64>, outcome: Outcome
         status["observedGeneration"] = json!(g);
     }
     status
+}
+
+/// What `outcome` holds against the Rule `name` (its own problems), and
+/// against the other rules of the set, each described.
+fn problems(name: &str, outcome: Outcome<'_>) -> (Vec<String>, Vec<String>) {
+    match outcome {
+        Outcome::Running => (Vec::new(), Vec::new()),
+        Outcome::Refused(diagnostics) => {
+            let file = file_of(name);
+            let (mine, others): (Vec<&Diagnostic>, Vec<&Diagnostic>) = diagnostics
+                .iter()
+                .partition(|d| d.rule.as_deref() == Some(name) || d.file == file);
+            (describe(&mine), describe(&others))
+        }
+        Outcome::Waiting(findings) => {
+            let mine = findings
+                .iter()
+                .filter(|f| f.blocks() && f.rule() == name)
+                .map(ToString::to_string)
+                .collect();
+            (mine, Vec::new())
+        }
+    }
 }
 
 fn describe(diagnostics: &[&Diagnostic]) -> Vec<String> {

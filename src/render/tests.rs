@@ -1,5 +1,6 @@
 use super::*;
 use crate::rules;
+use serde_json::json;
 
 fn rule(children: &str) -> Rule {
     rule_with("", children)

@@ -128,51 +128,18 @@ fn file_error(file: &Path, message: String) -> Diagnostic {
 /// Parses the rule documents of one file.
 pub fn parse(source: &Source) -> (Vec<Document>, Vec<Diagnostic>) {
     let text: std::sync::Arc<str> = source.text.as_str().into();
-    let error = |pos, path: &[Step], message: String| {
-        Diagnostic::new(
-            &source.file,
-            &source.text,
-            Some(pos),
-            yaml::path_string(path),
-            message,
-        )
-    };
     let nodes = match yaml::parse_documents(&source.text, Limits::default()) {
         Ok(nodes) => nodes,
         Err(e) => {
-            return (
-                Vec::new(),
-                vec![error(e.pos, &[], format!("invalid YAML: {}", e.message))],
-            );
+            let message = format!("invalid YAML: {}", e.message);
+            return (Vec::new(), vec![diagnostic(source, e.pos, &[], message)]);
         }
     };
     let mut docs = Vec::new();
     let mut diagnostics = Vec::new();
     for node in nodes {
-        if !matches!(node.kind, Kind::Map(_)) {
-            diagnostics.push(error(
-                node.pos,
-                &[],
-                "a rule must be a mapping with apiVersion, kind, metadata and spec".into(),
-            ));
-            continue;
-        }
-        let field = |k: &str| node.get(&[Step::Key(k.into())]).map(Node::to_json);
-        let (api_version, kind) = (field("apiVersion"), field("kind"));
-        if api_version.as_ref().and_then(|v| v.as_str()) != Some(API_VERSION)
-            || kind.as_ref().and_then(|v| v.as_str()) != Some(KIND)
-        {
-            let show =
-                |v: Option<serde_json::Value>| v.map_or("nothing".to_string(), |v| v.to_string());
-            diagnostics.push(error(
-                node.pos,
-                &[],
-                format!(
-                    "not a kiln rule: expected apiVersion `{API_VERSION}` and kind `{KIND}`, found {} and {}",
-                    show(api_version),
-                    show(kind)
-                ),
-            ));
+        if let Some(message) = not_a_rule(&node) {
+            diagnostics.push(diagnostic(source, node.pos, &[], message));
             continue;
         }
         match serde_path_to_error::deserialize::<_, RawRule>(node.to_json()) {
@@ -182,30 +149,69 @@ pub fn parse(source: &Source) -> (Vec<Document>, Vec<Diagnostic>) {
                 node,
                 raw,
             }),
-            Err(e) => {
-                let mut path = steps(e.path());
-                // serde names our internal types ("struct RawFor"); users wrote YAML.
-                let message = plain_types(&e.inner().to_string());
-                // Point at the offending key itself, not at its parent map.
-                if let Some(field) = message
-                    .strip_prefix("unknown field `")
-                    .and_then(|m| m.split('`').next())
-                    && path.last() != Some(&Step::Key(field.to_string()))
-                {
-                    path.push(Step::Key(field.to_string()));
-                }
-                let name = node
-                    .get(&[Step::Key("metadata".into()), Step::Key("name".into())])
-                    .map(Node::to_json);
-                let mut d = error(node.locate(&path), &path, message);
-                if let Some(serde_json::Value::String(name)) = name {
-                    d = d.in_rule(&name);
-                }
-                diagnostics.push(d);
-            }
+            Err(e) => diagnostics.push(undecodable(source, &node, &e)),
         }
     }
     (docs, diagnostics)
+}
+
+/// A problem at `pos` (and `path`) of `source`.
+fn diagnostic(source: &Source, pos: yaml::Pos, path: &[Step], message: String) -> Diagnostic {
+    Diagnostic::new(
+        &source.file,
+        &source.text,
+        Some(pos),
+        yaml::path_string(path),
+        message,
+    )
+}
+
+/// Why a document is not a kiln rule at all, if it is not.
+fn not_a_rule(node: &Node) -> Option<String> {
+    if !matches!(node.kind, Kind::Map(_)) {
+        return Some("a rule must be a mapping with apiVersion, kind, metadata and spec".into());
+    }
+    let field = |k: &str| node.get(&[Step::Key(k.into())]).map(Node::to_json);
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    if api_version.as_ref().and_then(|v| v.as_str()) == Some(API_VERSION)
+        && kind.as_ref().and_then(|v| v.as_str()) == Some(KIND)
+    {
+        return None;
+    }
+    let show = |v: Option<serde_json::Value>| v.map_or("nothing".to_string(), |v| v.to_string());
+    Some(format!(
+        "not a kiln rule: expected apiVersion `{API_VERSION}` and kind `{KIND}`, found {} and {}",
+        show(api_version),
+        show(kind)
+    ))
+}
+
+/// A rule document that does not decode: where, and why, in the words of
+/// the YAML its author wrote.
+fn undecodable(
+    source: &Source,
+    node: &Node,
+    e: &serde_path_to_error::Error<serde_json::Error>,
+) -> Diagnostic {
+    let mut path = steps(e.path());
+    // serde names our internal types ("struct RawFor"); users wrote YAML.
+    let message = plain_types(&e.inner().to_string());
+    // Point at the offending key itself, not at its parent map.
+    if let Some(field) = message
+        .strip_prefix("unknown field `")
+        .and_then(|m| m.split('`').next())
+        && path.last() != Some(&Step::Key(field.to_string()))
+    {
+        path.push(Step::Key(field.to_string()));
+    }
+    let name = node
+        .get(&[Step::Key("metadata".into()), Step::Key("name".into())])
+        .map(Node::to_json);
+    let d = diagnostic(source, node.locate(&path), &path, message);
+    match name {
+        Some(serde_json::Value::String(name)) => d.in_rule(&name),
+        _ => d,
+    }
 }
 
 fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {

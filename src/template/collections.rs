@@ -1,5 +1,5 @@
 //! Filters for building lists, hashing the way other tools do, and
-//! comparing Kubernetes quantities (issue 15, item 7), and the Python-style
+//! comparing Kubernetes quantities, and the Python-style
 //! methods (`s.split('.')`) that KRO and Kyverno users write. Each is pure
 //! and bounded before it allocates: a result that would pass the template
 //! value limit is refused up front, never built.

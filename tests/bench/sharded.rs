@@ -1,4 +1,4 @@
-//! The sharded contender (issue 17): `kiln-sharded`, three `kiln run
+//! The sharded contender: `kiln-sharded`, three `kiln run
 //! --shards` processes sharing the WebApps. Its CPU is the sum of the three;
 //! its peak RSS is the sum of each one's peak (an upper bound of the three
 //! together), and each replica's peak is reported beside it.

@@ -1,4 +1,4 @@
-//! Admission denials are retried (issue 13, item 7): a policy that denies a
+//! Admission denials are retried: a policy that denies a
 //! child is `Denied`, retried with backoff, and the child converges once the
 //! policy is lifted — with no change to the primary.
 
@@ -168,7 +168,7 @@ spec:
 
 /// A status write the server keeps refusing backs off on its own count:
 /// a child that fails later is retried from the first step, not from the
-/// status's (issue 13, item 9).
+/// status's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_the_server_keeps_refusing_never_slows_a_childs_retries() {
     let scene = Scene::new("frozen").await.with_widgets().await;

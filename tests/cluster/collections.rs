@@ -1,4 +1,4 @@
-//! Collections and filters (issue 15, item 7): a forEach over a product of
+//! Collections and filters: a forEach over a product of
 //! two lists, values built with each(), a quantity compared, a Python-style
 //! split and hashes as other tools write them — and the status lists the
 //! children in forEach order, not in name order.

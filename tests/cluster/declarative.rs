@@ -1,4 +1,4 @@
-//! Declarative correctness (issue 12): children and status hold exactly what
+//! Declarative correctness: children and status hold exactly what
 //! the rules and primaries say now — a field either stops rendering leaves —
 //! rules sharing a primary keep their parts apart, and values the API server
 //! stores differently cost no writes at steady state.

@@ -1,4 +1,4 @@
-//! Decorators (issue 15, item 2): a rule patches objects it does not own —
+//! Decorators: a rule patches objects it does not own —
 //! related Pods, the primary itself — as a field manager of its own, never
 //! taking a field another manager owns unless forced, and taking back
 //! exactly its fields when it stops setting them. The first test is

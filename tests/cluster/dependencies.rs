@@ -1,5 +1,5 @@
-//! Named expressions and dependencies between children (issue 15, items 6
-//! and 1): `vars` reach every template, a child waits for the children it
+//! Named expressions and dependencies between children: `vars` reach
+//! every template, a child waits for the children it
 //! refers to (until they exist, or are ready), the primary says so, and a
 //! child waiting again is kept, not pruned.
 

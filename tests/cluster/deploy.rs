@@ -236,7 +236,7 @@ fn kustomize_sharded() -> Vec<Value> {
     kustomize_dir(dir.path())
 }
 
-/// Issue 17: the sharded component runs three replicas with `--shards`
+/// The sharded component runs three replicas with `--shards`
 /// instead of `--leader-elect`, and its RBAC is enough for a member to join
 /// the group as the kiln ServiceAccount (create its Lease, list the group's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,8 +150,8 @@ async fn fault_during_convergence(component: &str) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     cp.stop_component(component);
     if component == "kube-apiserver" {
-        // While the API server is down kiln is not ready (issue 13, item
-        // 15), and says which watch fails.
+        // While the API server is down kiln is not ready, and says
+        // which watch fails.
         let why = eventually("kiln to turn unready", Duration::from_secs(30), || async {
             engine.readiness().err()
         })

@@ -1,4 +1,4 @@
-//! Predictable "generated" secrets (issue 13, item 14). Someone with `view`
+//! Predictable "generated" secrets. Someone with `view`
 //! on a Database could recompute its password from `uid` and
 //! `creationTimestamp`; someone with `view` on a Deployment could test
 //! guessed passwords against the plain sha256 of the Secret's data in its

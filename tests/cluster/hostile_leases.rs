@@ -1,4 +1,4 @@
-//! Fencing (issue 13, item 5): a leader paused past its Lease (SIGSTOP)
+//! Fencing: a leader paused past its Lease (SIGSTOP)
 //! wakes to find work queued; it must write nothing before it re-checks the
 //! Lease, because another replica may hold it by then.
 

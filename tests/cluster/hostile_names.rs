@@ -1,4 +1,4 @@
-//! Names are checked before requests (issue 13, item 3): a rendered name that
+//! Names are checked before requests: a rendered name that
 //! would change the request's URL (`x/../../../kube-system/configmaps/evil`,
 //! `e4/status`) is `Invalid` for its object, sent nowhere and not retried.
 

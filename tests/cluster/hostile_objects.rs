@@ -1,4 +1,4 @@
-//! One object kiln cannot decode never stops its kind (issue 13, item 1): a
+//! One object kiln cannot decode never stops its kind: a
 //! Widget whose spec nests 140 levels deep (the CRD preserves unknown
 //! fields) is past serde's recursion limit. It is left out and reported
 //! once; every other Widget, listed beside it or created later, converges,

@@ -1,4 +1,4 @@
-//! Secret values never appear in messages (issue 13): a template that fails
+//! Secret values never appear in messages: a template that fails
 //! on a value read from a Secret leaves no trace of it in the primary's
 //! conditions or Events.
 

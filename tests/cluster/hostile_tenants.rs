@@ -1,4 +1,4 @@
-//! Tenant boundaries (issue 13, item 2): whoever writes a primary decides
+//! Tenant boundaries: whoever writes a primary decides
 //! values, not where kiln reads. A tenant who may only create primaries in
 //! its own namespace cannot make kiln copy a Secret out of another one.
 

@@ -1,4 +1,4 @@
-//! Child lifecycle (issue 15, item 3): `updatePolicy: CreateOnce` creates a
+//! Child lifecycle: `updatePolicy: CreateOnce` creates a
 //! child and then leaves it to its users; `deletionPolicy: Orphan` leaves a
 //! child behind when its primary goes or stops rendering it. And the
 //! ported Kyverno `add-networkpolicy` example built on them.

@@ -1,4 +1,4 @@
-//! Never act on missing information (issue 13, item 10): a cache kiln may
+//! Never act on missing information: a cache kiln may
 //! not fill (RBAC) or has not filled yet is not "absent", so it never turns
 //! a `when` false or prunes a child; the primary says why it waits.
 

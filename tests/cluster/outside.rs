@@ -1,4 +1,4 @@
-//! Children outside the primary's namespace (issue 15, item 5): a
+//! Children outside the primary's namespace: a
 //! namespaced Widget gets a Namespace of its own and a ConfigMap in it, as
 //! KRO's saas-multi-tenant example does. No owner reference can cross
 //! namespaces: kiln tracks them by label, holds a finalizer on the primary,

@@ -1,4 +1,4 @@
-//! Own only what you created (issue 13, item 12): kiln deletes nothing it
+//! Own only what you created: kiln deletes nothing it
 //! did not make, whatever labels the object carries.
 
 use serde_json::json;

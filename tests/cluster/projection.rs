@@ -1,5 +1,5 @@
-//! The cache keeps of child and watched kinds only what rules set and read
-//! (issue 16): a change to anything else wakes no one, and a rule reloaded
+//! The cache keeps of child and watched kinds only what rules set and read:
+//! a change to anything else wakes no one, and a rule reloaded
 //! to read a field it did not read before sees it (the kind is listed
 //! again) without rewriting any child.
 

@@ -554,7 +554,7 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
     ns.delete().await;
 }
 
-/// Issue 13, item 11: a rules ConfigMap whose only key is mistyped
+/// A rules ConfigMap whose only key is mistyped
 /// (`rules.yaml.bak`) would stop every rule and, with pruning on, delete
 /// every child. It is refused like an invalid set, unless allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Selecting primaries and related objects (issue 15, item 4): label
+//! Selecting primaries and related objects: label
 //! selectors with expressions in watches, a watch across all namespaces when
 //! the rule says so literally, and namespaces a rule never takes.
 

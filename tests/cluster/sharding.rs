@@ -1,4 +1,4 @@
-//! Sharding (issue 17): several `kiln run --shards` processes share 300
+//! Sharding: several `kiln run --shards` processes share 300
 //! Widgets. Each replica runs with a field manager of its own, so every
 //! write names its writer: a child's `data` owned by two kiln managers at
 //! once means both applied it (a double write), and the history of the

@@ -1,4 +1,4 @@
-//! Status written per the primary's schema (issue 14): CRDs as kubebuilder
+//! Status written per the primary's schema: CRDs as kubebuilder
 //! and Metacontroller publish them declare only their own status fields, and
 //! server-side apply refuses a whole status holding one undeclared field.
 

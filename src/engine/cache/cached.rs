@@ -1,4 +1,4 @@
-//! One cached object in a compact form (issue 16).
+//! One cached object in a compact form.
 //!
 //! A `serde_json::Value` tree with `preserve_order` holds an `IndexMap` per
 //! JSON object, and a typed `ObjectMeta` a map node per label set and a

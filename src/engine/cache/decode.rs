@@ -5,7 +5,7 @@
 //! `x-kubernetes-preserve-unknown-fields` takes a spec nested 140 levels
 //! deep, and serde_json refuses anything past 128. Decoded as part of a list,
 //! one such object failed the whole list, and with it every object of its
-//! kind (issue 13, item 1). Here each item is taken as raw JSON first (which
+//! kind. Here each item is taken as raw JSON first (which
 //! serde_json skips over without recursing) and decoded on its own, so the
 //! one that fails is set apart and the rest of the list flows.
 

@@ -1,5 +1,5 @@
 //! The names a sharded replica's cache received but left out: objects of
-//! other replicas' shares (sharding, issue 17).
+//! other replicas' shares (sharding).
 //!
 //! A sharded cache shows only this replica's share of kiln's children, so
 //! "not in the cache" alone does not say a name is free: the object may be

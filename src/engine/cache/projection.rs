@@ -1,6 +1,6 @@
 //! What of a cached object the engine needs: the paths rules set (their
 //! child templates) and read (`readyWhen`, `children.<id>.…` in templates),
-//! everything else dropped at ingest (issue 16).
+//! everything else dropped at ingest.
 //!
 //! A projection is a tree of field names; a leaf keeps the whole subtree
 //! under it. `apiVersion`, `kind` and `metadata` are always kept (names,

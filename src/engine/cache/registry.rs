@@ -35,7 +35,7 @@ pub struct Registry {
     select: Option<Select>,
     /// The scope epoch: bumped each time the scope changes.
     epoch: AtomicU64,
-    /// Whether informers keep only what rules set and read (issue 16);
+    /// Whether informers keep only what rules set and read;
     /// otherwise whole objects.
     project: bool,
 }

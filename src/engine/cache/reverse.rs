@@ -27,8 +27,7 @@ pub struct SelectorRef {
 type Target = Arc<(Box<str>, ObjKey)>;
 
 /// What one primary's watches point at; boxed slices, so a primary that
-/// names one object holds one entry, not a grown vector's spare capacity
-/// (issue 16).
+/// names one object holds one entry, not a grown vector's spare capacity.
 #[derive(Debug, Default)]
 struct Targets {
     refs: Box<[Target]>,
@@ -37,8 +36,8 @@ struct Targets {
 
 /// Watch name + related key → primaries, and the way back for cleanup.
 /// Each primary's key is held once, shared by both maps, and each target
-/// once however many primaries name it (issue 16: at the bench's N=3000
-/// the copies of keys and watch names were about 0.8 MB).
+/// once however many primaries name it (at the bench's N=3000
+/// copies of keys and watch names would take about 0.8 MB).
 #[derive(Debug, Default)]
 pub struct Reverse {
     by_target: HashMap<Target, HashSet<Arc<ObjKey>>>,

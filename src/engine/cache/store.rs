@@ -1,5 +1,5 @@
 //! The informer's store: every cached object ([`Cached`], compact), indexed
-//! by namespace and name and by owner uid (issue 16).
+//! by namespace and name and by owner uid.
 //!
 //! Each object is held once, shared (`Arc`) by both indexes: the key table
 //! hashes the key inside the object (no second copy of namespace and name

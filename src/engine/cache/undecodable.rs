@@ -2,7 +2,7 @@
 //! Warning Event on the object, and `kiln_undecodable_objects_total{gvk}` —
 //! once per object, never its body. The object is left out of the cache, so
 //! it is neither reconciled nor mistaken for a child; every other object of
-//! its kind goes on (issue 13, item 1).
+//! its kind goes on.
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! kube's own stream backoff resets on every `Ok` item, and its watcher emits
 //! `Init` before each list, so a list that keeps failing (403, a body it
 //! cannot decode) was retried about once a second for ever and logged every
-//! time (issue 13, items 6 and 15). Here only progress resets the backoff —
+//! time. Here only progress resets the backoff —
 //! a finished list, or a change — and a failing watch logs once, then at
 //! most once a [`LOG_EVERY`] with the count it kept quiet.
 

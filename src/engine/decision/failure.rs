@@ -62,8 +62,7 @@ impl Category {
 }
 
 /// Which writes of a reconcile failed. Each has its own retry count, so a
-/// status the server keeps refusing never slows the retries of a child
-/// (issue 13, item 9).
+/// status the server keeps refusing never slows the retries of a child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Stage {
     /// Applying or pruning children.

@@ -4,7 +4,7 @@
 //! afterwards), and a delayed add keeps only the earliest due time.
 //!
 //! Each waiting key is stored once, behind an `Arc`: the ready list, the
-//! sets and the timers share it instead of holding copies (issue 16).
+//! sets and the timers share it instead of holding copies.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;

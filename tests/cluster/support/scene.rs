@@ -62,7 +62,7 @@ impl Scene {
         self
     }
 
-    /// The engine will cache only what rules set and read (issue 16).
+    /// The engine will cache only what rules set and read.
     pub fn projecting(mut self) -> Self {
         self.project = true;
         self

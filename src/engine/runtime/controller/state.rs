@@ -4,7 +4,7 @@ use super::*;
 
 /// What the controller keeps per primary between reconciles; dropped with it.
 /// Kept small (48 bytes): what most primaries never need sits behind
-/// [`PrimaryState::rare`], allocated only while in use (issue 16).
+/// [`PrimaryState::rare`], allocated only while in use.
 #[derive(Debug, Default)]
 pub(super) struct PrimaryState {
     /// Fingerprint of spec and metadata last queued, so status-only updates
@@ -24,7 +24,7 @@ pub(super) struct PrimaryState {
 /// The part of [`PrimaryState`] that is empty for most primaries most of the time.
 /// Every primary that writes holds one for [`budget::WINDOW`] (all of them
 /// while the bench converges), so what fewer need sits behind `rarer`:
-/// 40 bytes instead of 120 (issue 16).
+/// 40 bytes instead of 120.
 #[derive(Debug, Default)]
 pub(super) struct Rare {
     /// The writes made within the last [`budget::WINDOW`].
@@ -59,6 +59,18 @@ impl Rare {
                 self.rarer = None;
             }
         }
+    }
+
+    /// What the budget says of `writes` made `now` (budget.rs), the pause
+    /// in force and the writes that fell out of the window forgotten first.
+    pub(super) fn judge(
+        &mut self,
+        now: std::time::Instant,
+        writes: &[budget::Write],
+    ) -> budget::Verdict {
+        self.expire(now);
+        let paused = self.paused().map(|(_, why)| why.clone());
+        self.window.judge(now, paused.as_deref(), writes)
     }
 
     pub(super) fn is_empty(&self) -> bool {
