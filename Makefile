@@ -49,11 +49,11 @@ bench-conversion: controlplane ## A rule-defined API listed at the version kiln 
 RULES ?= 1,50,200
 
 bench-rules: controlplane ## kiln, kube-rs and controller-runtime with RULES rules (1,50,200) over N primaries and ten CRDs: RSS per rule and per kind, one-rule edit
-	$(CARGO) build --locked --release --bin kiln --example bench --example bench-kube-rs
+	$(CARGO) build --locked --release --bin kiln --example bench --example bench-kube-rs-rules
 	cd tests/bench/controller-runtime && go build -mod=readonly -o "$(BENCH_BIN_DIR)/controller-runtime-bench" .
 	$(TARGET_DIR)/release/examples/bench rules --rules $(RULES) --n $(N) --out target/bench \
 		--kiln $(TARGET_DIR)/release/kiln \
-		--kube-rs $(TARGET_DIR)/release/examples/bench-kube-rs \
+		--kube-rs $(TARGET_DIR)/release/examples/bench-kube-rs-rules \
 		--controller-runtime "$(BENCH_BIN_DIR)/controller-runtime-bench"
 
 lint: ## rustfmt and clippy (warnings are errors); go vet of the benchmark's Go controller

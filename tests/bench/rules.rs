@@ -74,8 +74,8 @@ pub struct RulesArgs {
     /// The kiln binary.
     #[arg(long, default_value = "target/release/kiln")]
     pub kiln: PathBuf,
-    /// The kube-rs controller.
-    #[arg(long, default_value = "target/release/examples/bench-kube-rs")]
+    /// The kube-rs controller of the rules axis.
+    #[arg(long, default_value = "target/release/examples/bench-kube-rs-rules")]
     pub kube_rs: PathBuf,
     /// The controller-runtime controller.
     #[arg(long)]

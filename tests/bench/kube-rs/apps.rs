@@ -28,9 +28,18 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::{Condition, Error, INITIAL_BACKOFF, MAX_BACKOFF, set_condition};
+use crate::common::{Condition, INITIAL_BACKOFF, MANAGED_BY, MAX_BACKOFF, set_condition};
 
 const RULE_LABEL: &str = "bench.kiln.dev/rule";
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("App has no {0}")]
+    Incomplete(&'static str),
+}
 const GEN_LABEL: &str = "bench.kiln.dev/gen";
 
 /// What the rules write: `observedGeneration`, the conditions and one
@@ -168,7 +177,7 @@ async fn reconcile<K: App>(app: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Action, Erro
             name: Some(config_name.clone()),
             namespace: app.namespace(),
             labels: Some(BTreeMap::from([
-                (crate::MANAGED_BY.to_string(), ctx.job.manager.clone()),
+                (MANAGED_BY.to_string(), ctx.job.manager.clone()),
                 (RULE_LABEL.to_string(), rule),
                 (GEN_LABEL.to_string(), ctx.job.generation(i).to_string()),
             ])),

@@ -7,11 +7,8 @@
 //! and a status written only when it changes. Secrets are read from a
 //! reflector cache, never with a GET; the Deployment's readiness comes from
 //! the object its apply returns.
-//!
-//! With `--rules R` it does the rules axis's job instead (`apps.rs`): one
-//! controller per kind of `App0` … `App(--kinds - 1)`.
 
-mod apps;
+mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,14 +34,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::common::{Condition, INITIAL_BACKOFF, MANAGED_BY, MAX_BACKOFF, set_condition};
+
 /// Requeue delay while a WebApp waits for its Secret or its Deployment.
 const WAITING: Duration = Duration::from_secs(5);
-/// First retry delay after a failed reconcile; doubles per failure up to `MAX_BACKOFF`.
-const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest retry delay after failed reconciles.
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// Label key every child carries, naming the controller that manages it.
-const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// A container image served behind a Service, configured from a ConfigMap,
 /// with its credentials in a Secret the user provides.
@@ -95,17 +88,6 @@ pub struct WebAppStatus {
     ready_replicas: Option<i32>,
 }
 
-/// A status condition (the subset of `metav1.Condition` this controller sets).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-    reason: String,
-    last_transition_time: String,
-}
-
 /// Command-line flags, the same for every contender.
 #[derive(Parser, Debug)]
 struct Args {
@@ -121,18 +103,6 @@ struct Args {
     /// Server-side apply field manager.
     #[arg(long, default_value = "kube-rs-bench")]
     field_manager: String,
-    /// The rules axis: do the job of this many bench rules over `App0` … (0: WebApps).
-    #[arg(long, default_value_t = 0)]
-    rules: usize,
-    /// The rules axis: rule `i` is on kind `App(i mod kinds)`, at most 10.
-    #[arg(long, default_value_t = 10)]
-    kinds: usize,
-    /// The rules axis: the generation label of every rule's children.
-    #[arg(long, default_value = "g0")]
-    generation: String,
-    /// The rules axis: other generations of some rules, `r000=e1,…`.
-    #[arg(long, default_value = "")]
-    generation_of: String,
 }
 
 /// Why a reconcile failed.
@@ -163,23 +133,6 @@ struct Ctx {
 
 fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
-}
-
-/// `conditions` with `(type, status, reason)` set, keeping `lastTransitionTime`
-/// when the condition's status did not change.
-fn set_condition(conditions: &mut Vec<Condition>, type_: &str, ok: bool, reason: &str, now: &str) {
-    let status = if ok { "True" } else { "False" };
-    let condition = Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        last_transition_time: now.into(),
-    };
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) if c.status == status => c.reason = condition.reason,
-        Some(c) => *c = condition,
-        None => conditions.push(condition),
-    }
 }
 
 /// Writes `status` to the status subresource unless the WebApp already has it.
@@ -388,19 +341,6 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let client = Client::try_default().await?;
     let ns = args.namespace.as_str();
-    if args.rules > 0 {
-        let job = apps::Job {
-            rules: args.rules,
-            kinds: args.kinds.min(10).min(args.rules).max(1),
-            generation: args.generation.clone(),
-            generation_of: apps::parse_generations(&args.generation_of)?,
-            manager: args.field_manager.clone(),
-            resync: Duration::from_secs(args.resync_seconds),
-            concurrency: args.concurrency,
-        };
-        apps::run(client, ns, job).await;
-        return Ok(());
-    }
     let webapps = Api::<WebApp>::namespaced(client.clone(), ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
 

@@ -1,0 +1,48 @@
+//! What both kube-rs contenders share (`main.rs`, the WebApp controller;
+//! `rules.rs`, the rules axis's): conditions, backoff, the managed-by label.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// First retry delay after a failed reconcile; doubles per failure up to `MAX_BACKOFF`.
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest retry delay after failed reconciles.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Label key every child carries, naming the controller that manages it.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// A status condition (the subset of `metav1.Condition` this controller sets).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: String,
+    last_transition_time: String,
+}
+
+/// `conditions` with `(type, status, reason)` set, keeping `lastTransitionTime`
+/// when the condition's status did not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    now: &str,
+) {
+    let status = if ok { "True" } else { "False" };
+    let condition = Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        last_transition_time: now.into(),
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => c.reason = condition.reason,
+        Some(c) => *c = condition,
+        None => conditions.push(condition),
+    }
+}
