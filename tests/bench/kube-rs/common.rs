@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -45,4 +46,31 @@ pub fn set_condition(
         Some(c) => *c = condition,
         None => conditions.push(condition),
     }
+}
+
+/// Command-line flags, the same for every contender.
+#[derive(Parser, Debug)]
+pub struct Contract {
+    /// Watch and write only in this namespace.
+    #[arg(long)]
+    pub namespace: String,
+    /// Reconcile at most this many WebApps at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u16,
+    /// After a successful reconcile with everything ready, reconcile again after this many seconds.
+    #[arg(long, default_value_t = 90)]
+    pub resync_seconds: u64,
+    /// Server-side apply field manager.
+    #[arg(long, default_value = "kube-rs-bench")]
+    pub field_manager: String,
+}
+
+/// Logs at `warn` unless `RUST_LOG` says otherwise.
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
 }

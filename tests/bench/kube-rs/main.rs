@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::common::{Condition, INITIAL_BACKOFF, MANAGED_BY, MAX_BACKOFF, set_condition};
+use crate::common::{Condition, Contract, INITIAL_BACKOFF, MANAGED_BY, MAX_BACKOFF, set_condition};
 
 /// Requeue delay while a WebApp waits for its Secret or its Deployment.
 const WAITING: Duration = Duration::from_secs(5);
@@ -86,23 +86,6 @@ pub struct WebAppStatus {
     url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ready_replicas: Option<i32>,
-}
-
-/// Command-line flags, the same for every contender.
-#[derive(Parser, Debug)]
-struct Args {
-    /// Watch and write only in this namespace.
-    #[arg(long)]
-    namespace: String,
-    /// Reconcile at most this many WebApps at once.
-    #[arg(long, default_value_t = 16)]
-    concurrency: u16,
-    /// After a successful reconcile with everything ready, reconcile again after this many seconds.
-    #[arg(long, default_value_t = 90)]
-    resync_seconds: u64,
-    /// Server-side apply field manager.
-    #[arg(long, default_value = "kube-rs-bench")]
-    field_manager: String,
 }
 
 /// Why a reconcile failed.
@@ -332,13 +315,8 @@ impl Ctx {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    let args = Args::parse();
+    common::init_tracing();
+    let args = Contract::parse();
     let client = Client::try_default().await?;
     let ns = args.namespace.as_str();
     let webapps = Api::<WebApp>::namespaced(client.clone(), ns);

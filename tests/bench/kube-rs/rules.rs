@@ -15,18 +15,8 @@ use kube::Client;
 /// Command-line flags: the contract's, then the rules axis's.
 #[derive(Parser, Debug)]
 struct Args {
-    /// Watch and write only in this namespace.
-    #[arg(long)]
-    namespace: String,
-    /// Reconcile at most this many primaries of a kind at once.
-    #[arg(long, default_value_t = 16)]
-    concurrency: u16,
-    /// Reconcile a primary again this many seconds after a success.
-    #[arg(long, default_value_t = 90)]
-    resync_seconds: u64,
-    /// Server-side apply field manager.
-    #[arg(long, default_value = "kube-rs-bench")]
-    field_manager: String,
+    #[command(flatten)]
+    contract: common::Contract,
     /// Do the job of this many bench rules over `App0` ….
     #[arg(long, default_value_t = 1)]
     rules: usize,
@@ -43,23 +33,19 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    common::init_tracing();
     let args = Args::parse();
+    let rules = args.rules.max(1);
     let client = Client::try_default().await?;
     let job = apps::Job {
-        rules: args.rules.max(1),
-        kinds: args.kinds.min(10).min(args.rules).max(1),
+        rules,
+        kinds: args.kinds.min(10).min(rules).max(1),
         generation: args.generation,
         generation_of: apps::parse_generations(&args.generation_of)?,
-        manager: args.field_manager,
-        resync: Duration::from_secs(args.resync_seconds),
-        concurrency: args.concurrency,
+        manager: args.contract.field_manager,
+        resync: Duration::from_secs(args.contract.resync_seconds),
+        concurrency: args.contract.concurrency,
     };
-    apps::run(client, &args.namespace, job).await;
+    apps::run(client, &args.contract.namespace, job).await;
     Ok(())
 }
