@@ -32,10 +32,12 @@ chart: ## helm lint of charts/kiln (Helm built from its Go module, cached; the c
 fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
 	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --profile fuzz --test fuzz
 
-bench: controlplane ## Benchmark kiln against kube-rs, controller-runtime and the API server's ceiling (N=100; make bench N=1000)
+CONTENDERS ?= kiln,kiln-sharded,kube-rs,controller-runtime,ceiling
+
+bench: controlplane ## Benchmark kiln against kube-rs, controller-runtime and the API server's ceiling (N=100; make bench N=10000 CONTENDERS=kiln,kube-rs,controller-runtime)
 	$(CARGO) build --locked --release --bin kiln --example bench --example bench-kube-rs
 	cd tests/bench/controller-runtime && go build -mod=readonly -o "$(BENCH_BIN_DIR)/controller-runtime-bench" .
-	$(TARGET_DIR)/release/examples/bench run --n $(N) --out target/bench \
+	$(TARGET_DIR)/release/examples/bench run --n $(N) --contenders $(CONTENDERS) --out target/bench \
 		--kiln $(TARGET_DIR)/release/kiln \
 		--kube-rs $(TARGET_DIR)/release/examples/bench-kube-rs \
 		--controller-runtime "$(BENCH_BIN_DIR)/controller-runtime-bench"
@@ -46,10 +48,13 @@ bench-conversion: controlplane ## A rule-defined API listed at the version kiln 
 
 RULES ?= 1,50,200
 
-bench-rules: controlplane ## kiln with RULES rules (1,50,200) over N primaries and ten CRDs: RSS per rule, one-rule edit, ten full reloads
-	$(CARGO) build --locked --release --bin kiln --example bench
+bench-rules: controlplane ## kiln, kube-rs and controller-runtime with RULES rules (1,50,200) over N primaries and ten CRDs: RSS per rule and per kind, one-rule edit
+	$(CARGO) build --locked --release --bin kiln --example bench --example bench-kube-rs-rules
+	cd tests/bench/controller-runtime && go build -mod=readonly -o "$(BENCH_BIN_DIR)/controller-runtime-bench" .
 	$(TARGET_DIR)/release/examples/bench rules --rules $(RULES) --n $(N) --out target/bench \
-		--kiln $(TARGET_DIR)/release/kiln
+		--kiln $(TARGET_DIR)/release/kiln \
+		--kube-rs $(TARGET_DIR)/release/examples/bench-kube-rs-rules \
+		--controller-runtime "$(BENCH_BIN_DIR)/controller-runtime-bench"
 
 lint: ## rustfmt and clippy (warnings are errors); go vet of the benchmark's Go controller
 	$(CARGO) fmt --check

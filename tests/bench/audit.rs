@@ -104,11 +104,16 @@ pub fn read(path: &Path) -> Result<Vec<Request>, Error> {
         .collect();
     // `audit-<time>.log` sorts before `audit.log`: oldest first.
     files.sort();
-    let mut text = String::new();
+    // Line by line: at N=10000 a hand-written contender's log is several
+    // hundred MB.
+    let mut parser = Parser::default();
     for file in files {
-        text.push_str(&std::fs::read_to_string(&file).map_err(read_error)?);
+        let reader = std::io::BufReader::new(std::fs::File::open(&file).map_err(read_error)?);
+        for line in std::io::BufRead::lines(reader) {
+            parser.line(&line.map_err(read_error)?)?;
+        }
     }
-    parse(&text)
+    Ok(parser.requests)
 }
 
 /// `audit.log` itself or one of its rotated files.
@@ -120,21 +125,27 @@ fn is_part_of(path: &Path, stem: &str) -> bool {
         || (name.starts_with(&format!("{stem}-")) && name.ends_with(".log"))
 }
 
-fn parse(text: &str) -> Result<Vec<Request>, Error> {
-    let mut seen = HashSet::new();
-    let mut requests = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
+/// Requests so far, each `auditID` once.
+#[derive(Default)]
+struct Parser {
+    seen: HashSet<String>,
+    requests: Vec<Request>,
+    lines: usize,
+}
+
+impl Parser {
+    fn line(&mut self, line: &str) -> Result<(), Error> {
+        self.lines += 1;
+        if line.trim().is_empty() {
+            return Ok(());
+        }
         let parse_error = |reason: String| Error::Parse {
-            line: i + 1,
+            line: self.lines,
             reason,
         };
         let event: Event = serde_json::from_str(line).map_err(|e| parse_error(e.to_string()))?;
-        if !seen.insert(event.audit_id) {
-            continue;
+        if !self.seen.insert(event.audit_id) {
+            return Ok(());
         }
         let at = rfc3339_seconds(&event.request_received_timestamp).ok_or_else(|| {
             parse_error(format!("timestamp {}", event.request_received_timestamp))
@@ -143,13 +154,22 @@ fn parse(text: &str) -> Result<Vec<Request>, Error> {
             .object_ref
             .and_then(|o| o.resource)
             .is_some_and(|r| r == "leases");
-        requests.push(Request {
+        self.requests.push(Request {
             verb: event.verb,
             at,
             lease,
         });
+        Ok(())
     }
-    Ok(requests)
+}
+
+#[cfg(test)]
+fn parse(text: &str) -> Result<Vec<Request>, Error> {
+    let mut parser = Parser::default();
+    for line in text.lines() {
+        parser.line(line)?;
+    }
+    Ok(parser.requests)
 }
 
 /// Requests per verb among those received in `[from, to)` (Unix seconds).

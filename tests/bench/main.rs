@@ -40,8 +40,9 @@ use crate::workload::{NAMESPACE, UPDATED_REPLICAS};
 enum Cli {
     /// Runs the benchmark and writes results.md and results.json.
     Run(RunArgs),
-    /// The rules axis: kiln with R rules over N primaries and ten CRDs, for
-    /// each R (`rules.rs`); writes results-rules.md.
+    /// The rules axis: kiln, kube-rs and controller-runtime with R rules
+    /// over N primaries and ten CRDs, for each R, then the cost of a kind
+    /// (`rules.rs`); writes results-rules.md.
     Rules(rules::RulesArgs),
     /// Puts several runs' results.json side by side (one per N) and prints
     /// each contender's peak RSS per N and its cost per primary.
@@ -136,6 +137,10 @@ impl Contender {
 const SETTLE: Duration = Duration::from_secs(10);
 /// How long past the resync period the resync window stays open.
 const RESYNC_SLACK: Duration = Duration::from_secs(30);
+/// The namespace a contender watches, alone, for its RSS with no primaries.
+const EMPTY_NAMESPACE: &str = "bench-empty";
+/// How long it runs there before its RSS is read.
+const EMPTY_SETTLE: Duration = Duration::from_secs(15);
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -338,11 +343,17 @@ async fn measure(
         name: contender.name().to_string(),
         ..Figures::default()
     };
+    fig.empty_rss_mib = match contender {
+        Contender::Kiln | Contender::KubeRs | Contender::ControllerRuntime => {
+            Some(empty_rss(contender, args, &cluster, &dir).await?)
+        }
+        Contender::KilnSharded | Contender::Ceiling => None,
+    };
     let wall_start = unix_now();
     let start = Instant::now();
     let (mut children, metrics) = match contender {
         Contender::Ceiling => (Vec::new(), Vec::new()),
-        _ => spawn(contender, args, &cluster, &dir, &log)?,
+        _ => spawn(contender, args, &cluster, &dir, &log, NAMESPACE)?,
     };
     let first = (!children.is_empty()).then(|| children.remove(0));
     let mut measured = Measured {
@@ -414,6 +425,14 @@ async fn measure(
                 tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
                 measured.check_alive(&log)?;
                 fig.idle_cpu_seconds = Some(measured.sample().cpu_seconds - before);
+                if measured.others.is_empty() {
+                    fig.idle_rss_mib = measured
+                        .child
+                        .as_ref()
+                        .and_then(Child::id)
+                        .and_then(|pid| procstat::status_bytes(pid, "VmRSS:"))
+                        .map(mib);
+                }
                 let window_start = unix_now();
                 fig.phases.insert("resync".into(), window_start);
                 let until = done + Duration::from_secs(args.resync()) + RESYNC_SLACK;
@@ -447,7 +466,8 @@ async fn measure(
     // controller just closed to be logged as complete.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let requests = audit::read(&cluster.audit_log)?;
-    fig.requests_by_verb = audit::by_verb(&requests, 0.0, f64::MAX);
+    // From the start: the run with no primaries before it is not counted.
+    fig.requests_by_verb = audit::by_verb(&requests, wall_start - 1.0, f64::MAX);
     fig.writes_convergence = audit::writes(&requests, wall_start - 1.0, wall_converged);
     if let Some((from, to)) = resync_window {
         fig.resync_writes = Some(audit::writes(&requests, from, to));
@@ -484,14 +504,51 @@ async fn wait(
     }
 }
 
-/// Starts the contender's process(es); returns them and, for kiln, each
-/// one's metrics address.
+/// RSS (`VmRSS`, MiB) of a one-process contender watching an empty
+/// namespace on `cluster`, `EMPTY_SETTLE` after its start.
+async fn empty_rss(
+    contender: Contender,
+    args: &RunArgs,
+    cluster: &Cluster,
+    dir: &Path,
+) -> anyhow::Result<f64> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.admin.clone());
+    if namespaces.get_opt(EMPTY_NAMESPACE).await?.is_none() {
+        let ns =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": EMPTY_NAMESPACE}}))?;
+        namespaces.create(&Default::default(), &ns).await?;
+    }
+    let log = dir.join("contender-empty.log");
+    let (children, _) = spawn(contender, args, cluster, dir, &log, EMPTY_NAMESPACE)?;
+    let mut measured = Measured {
+        child: children.into_iter().next(),
+        others: Vec::new(),
+        finished_cpu: 0.0,
+        finished_rss: 0,
+    };
+    tokio::time::sleep(EMPTY_SETTLE).await;
+    measured.check_alive(&log)?;
+    let rss = measured
+        .child
+        .as_ref()
+        .and_then(Child::id)
+        .and_then(|pid| procstat::status_bytes(pid, "VmRSS:"))
+        .context("no RSS")?;
+    if let Some(child) = measured.child.take() {
+        stop(child).await;
+    }
+    Ok(mib(rss))
+}
+
+/// Starts the contender's process(es) watching `namespace`; returns them
+/// and, for kiln, each one's metrics address.
 fn spawn(
     contender: Contender,
     args: &RunArgs,
     cluster: &Cluster,
     dir: &Path,
     log: &Path,
+    namespace: &str,
 ) -> anyhow::Result<(Vec<Child>, Vec<std::net::SocketAddr>)> {
     let concurrency = args.concurrency.to_string();
     let resync = args.resync().to_string();
@@ -506,7 +563,7 @@ fn spawn(
         a.extend(
             [
                 "--namespace",
-                NAMESPACE,
+                namespace,
                 "--concurrency",
                 &concurrency,
                 "--health-probe-bind-address",
@@ -525,7 +582,7 @@ fn spawn(
             sharded::commands(&args.kiln, each, dir)
         }
         _ => vec![(
-            single(contender, args, &mut kiln_args, &resync)?,
+            single(contender, args, &mut kiln_args, &resync, namespace)?,
             log.to_path_buf(),
         )],
     };
@@ -551,6 +608,7 @@ fn single(
     args: &RunArgs,
     kiln_args: &mut dyn FnMut() -> anyhow::Result<Vec<String>>,
     resync: &str,
+    namespace: &str,
 ) -> anyhow::Result<Command> {
     let concurrency = args.concurrency.to_string();
     let cmd = match contender {
@@ -568,7 +626,7 @@ fn single(
             let mut cmd = Command::new(bin);
             cmd.args([
                 "--namespace",
-                NAMESPACE,
+                namespace,
                 "--concurrency",
                 &concurrency,
                 "--resync-seconds",

@@ -40,6 +40,13 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// A field of `/proc/<pid>/status` given in kB (`VmRSS:`, `VmHWM:`), in
+/// bytes. `None` when the process is gone.
+pub fn status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(status_kib(&status, field)? * 1024)
+}
+
 /// A field in kB (`VmHWM:`, `RssFile:`) of `/proc/<pid>/status`.
 fn status_kib(status: &str, field: &str) -> Option<u64> {
     status

@@ -59,12 +59,26 @@ pub struct Figures {
     /// The same in MiB of their compact form (`kiln_cached_bytes`).
     #[serde(default)]
     pub cached_mib: Vec<f64>,
+    /// RSS (`VmRSS`) of the same binary with no primaries: started on the
+    /// same control plane on an empty namespace before the run, read after
+    /// it settled. One-process contenders only.
+    pub empty_rss_mib: Option<f64>,
+    /// RSS (`VmRSS`) at the end of the idle window: N primaries cached and
+    /// converged, nothing happening.
+    pub idle_rss_mib: Option<f64>,
 }
 
 impl Figures {
     /// Total requests.
     pub fn requests(&self) -> u64 {
         self.requests_by_verb.values().sum()
+    }
+
+    /// What one primary and its children add, KiB: (idle RSS − RSS with no
+    /// primaries) / N.
+    pub fn kib_per_primary(&self, n: usize) -> Option<f64> {
+        let (idle, empty) = (self.idle_rss_mib?, self.empty_rss_mib?);
+        (n > 0).then(|| (idle - empty) * 1024.0 / n as f64)
     }
 }
 
@@ -213,6 +227,28 @@ impl Report {
             out.push('\n');
             out.push_str(&crate::sharded::note(c, self.get("kiln")));
         }
+        let per_primary: Vec<String> = self
+            .contenders
+            .iter()
+            .filter_map(|c| {
+                let kib = c.kib_per_primary(self.n)?;
+                Some(format!(
+                    "- {}: {kib:.2} KiB (idle RSS {} MiB, with no primaries {} MiB)",
+                    c.name,
+                    opt(c.idle_rss_mib, 1),
+                    opt(c.empty_rss_mib, 1)
+                ))
+            })
+            .collect();
+        if !per_primary.is_empty() {
+            out.push_str(
+                "\nPer primary, (idle RSS − RSS with no primaries) / N, each binary started \
+                 alone on an empty namespace of the same control plane first:\n\n",
+            );
+            for line in per_primary {
+                let _ = writeln!(out, "{line}");
+            }
+        }
         out.push_str("\nRequests by verb over the whole run:\n\n");
         for c in &self.contenders {
             let _ = writeln!(out, "- {}: {}", c.name, verbs(&c.requests_by_verb));
@@ -302,5 +338,22 @@ mod tests {
         );
         assert!(!r.contains("controller-runtime"), "{r}");
         assert!(report.markdown().contains("| kiln | 3.00 |"));
+    }
+
+    #[test]
+    fn cost_per_primary_is_idle_above_empty_over_n() {
+        let fig = Figures {
+            name: "kiln".into(),
+            empty_rss_mib: Some(15.0),
+            idle_rss_mib: Some(25.0),
+            ..Figures::default()
+        };
+        assert_eq!(fig.kib_per_primary(1024), Some(10.0));
+        assert_eq!(fig.kib_per_primary(0), None);
+        let no_baseline = Figures {
+            empty_rss_mib: None,
+            ..fig.clone()
+        };
+        assert_eq!(no_baseline.kib_per_primary(1024), None);
     }
 }

@@ -10,7 +10,8 @@
 //
 // Flags: --namespace, --concurrency, --resync-seconds, --field-manager. The
 // kubeconfig comes from KUBECONFIG (controller-runtime also registers its
-// usual --kubeconfig flag).
+// usual --kubeconfig flag). With --rules R it does the rules axis's job
+// instead (apps.go): one controller per kind of App0 … App(--kinds - 1).
 package main
 
 import (
@@ -239,11 +240,19 @@ func main() {
 		concurrency   int
 		resyncSeconds int
 		fieldManager  string
+		rules         int
+		kinds         int
+		generation    string
+		generationOf  string
 	)
 	flag.StringVar(&namespace, "namespace", "", "watch and write only in this namespace")
 	flag.IntVar(&concurrency, "concurrency", 16, "reconcile at most this many WebApps at once")
 	flag.IntVar(&resyncSeconds, "resync-seconds", 90, "reconcile a ready WebApp again after this many seconds")
 	flag.StringVar(&fieldManager, "field-manager", controllerName, "server-side apply field manager")
+	flag.IntVar(&rules, "rules", 0, "the rules axis: do the job of this many bench rules over App0 … (0: WebApps)")
+	flag.IntVar(&kinds, "kinds", 10, "the rules axis: rule i is on kind App(i mod kinds), at most 10")
+	flag.StringVar(&generation, "generation", "g0", "the rules axis: the generation label of every rule's children")
+	flag.StringVar(&generationOf, "generation-of", "", "the rules axis: other generations of some rules, r000=e1,…")
 	flag.Parse()
 
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.InfoLevel)))
@@ -261,6 +270,19 @@ func main() {
 	if err := SchemeBuilder.AddToScheme(scheme); err != nil {
 		setupLog.Error(err, "registering WebApp")
 		os.Exit(1)
+	}
+	generations, err := parseGenerations(generationOf)
+	if err != nil {
+		setupLog.Error(err, "parsing flags")
+		os.Exit(2)
+	}
+	apps := &appsConfig{
+		Rules: rules, Kinds: max(min(kinds, len(appKinds), rules), 1), Generation: generation,
+		GenerationOf: generations, FieldManager: fieldManager,
+		Resync: time.Duration(resyncSeconds) * time.Second, Concurrency: concurrency,
+	}
+	if rules > 0 {
+		registerApps(scheme, apps.Kinds)
 	}
 
 	// ctrl.GetConfig reads KUBECONFIG and, since the rest.Config leaves QPS
@@ -285,27 +307,13 @@ func main() {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &WebApp{}, secretNameField, func(o client.Object) []string {
-		return []string{o.(*WebApp).Spec.SecretName}
-	}); err != nil {
-		setupLog.Error(err, "indexing WebApps by spec.secretName")
-		os.Exit(1)
-	}
-
-	r := &WebAppReconciler{
-		Client:       mgr.GetClient(),
-		FieldManager: fieldManager,
-		Resync:       time.Duration(resyncSeconds) * time.Second,
-	}
-	if err := ctrl.NewControllerManagedBy(mgr).
-		For(&WebApp{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ConfigMap{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.webAppsForSecret)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
-		Complete(r); err != nil {
-		setupLog.Error(err, "creating controller")
+	if rules > 0 {
+		if err := setupApps(mgr, apps); err != nil {
+			setupLog.Error(err, "creating the controllers of App0 …")
+			os.Exit(1)
+		}
+	} else if err := setupWebApps(ctx, mgr, fieldManager, resyncSeconds, concurrency); err != nil {
+		setupLog.Error(err, "creating the WebApp controller")
 		os.Exit(1)
 	}
 
@@ -313,4 +321,26 @@ func main() {
 		setupLog.Error(err, "running manager")
 		os.Exit(1)
 	}
+}
+
+// setupWebApps adds the WebApp controller and its index.
+func setupWebApps(ctx context.Context, mgr ctrl.Manager, fieldManager string, resyncSeconds, concurrency int) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &WebApp{}, secretNameField, func(o client.Object) []string {
+		return []string{o.(*WebApp).Spec.SecretName}
+	}); err != nil {
+		return fmt.Errorf("indexing WebApps by spec.secretName: %w", err)
+	}
+	r := &WebAppReconciler{
+		Client:       mgr.GetClient(),
+		FieldManager: fieldManager,
+		Resync:       time.Duration(resyncSeconds) * time.Second,
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&WebApp{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.webAppsForSecret)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Complete(r)
 }

@@ -8,6 +8,8 @@
 //! reflector cache, never with a GET; the Deployment's readiness comes from
 //! the object its apply returns.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,14 +34,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::common::{Condition, Contract, INITIAL_BACKOFF, MANAGED_BY, MAX_BACKOFF, set_condition};
+
 /// Requeue delay while a WebApp waits for its Secret or its Deployment.
 const WAITING: Duration = Duration::from_secs(5);
-/// First retry delay after a failed reconcile; doubles per failure up to `MAX_BACKOFF`.
-const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest retry delay after failed reconciles.
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// Label key every child carries, naming the controller that manages it.
-const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// A container image served behind a Service, configured from a ConfigMap,
 /// with its credentials in a Secret the user provides.
@@ -90,34 +88,6 @@ pub struct WebAppStatus {
     ready_replicas: Option<i32>,
 }
 
-/// A status condition (the subset of `metav1.Condition` this controller sets).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-    reason: String,
-    last_transition_time: String,
-}
-
-/// Command-line flags, the same for every contender.
-#[derive(Parser, Debug)]
-struct Args {
-    /// Watch and write only in this namespace.
-    #[arg(long)]
-    namespace: String,
-    /// Reconcile at most this many WebApps at once.
-    #[arg(long, default_value_t = 16)]
-    concurrency: u16,
-    /// After a successful reconcile with everything ready, reconcile again after this many seconds.
-    #[arg(long, default_value_t = 90)]
-    resync_seconds: u64,
-    /// Server-side apply field manager.
-    #[arg(long, default_value = "kube-rs-bench")]
-    field_manager: String,
-}
-
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 enum Error {
@@ -146,23 +116,6 @@ struct Ctx {
 
 fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
-}
-
-/// `conditions` with `(type, status, reason)` set, keeping `lastTransitionTime`
-/// when the condition's status did not change.
-fn set_condition(conditions: &mut Vec<Condition>, type_: &str, ok: bool, reason: &str, now: &str) {
-    let status = if ok { "True" } else { "False" };
-    let condition = Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        last_transition_time: now.into(),
-    };
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) if c.status == status => c.reason = condition.reason,
-        Some(c) => *c = condition,
-        None => conditions.push(condition),
-    }
 }
 
 /// Writes `status` to the status subresource unless the WebApp already has it.
@@ -362,13 +315,8 @@ impl Ctx {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    let args = Args::parse();
+    common::init_tracing();
+    let args = Contract::parse();
     let client = Client::try_default().await?;
     let ns = args.namespace.as_str();
     let webapps = Api::<WebApp>::namespaced(client.clone(), ns);
