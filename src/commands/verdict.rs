@@ -2,8 +2,7 @@
 //! it. `kiln explain` and `kiln render` print the engine's own plan
 //! through this, so neither restates a verdict of its own.
 
-use kiln::engine::decision::plan::{ChildVerdict, Plan, Verdict};
-use kiln::engine::decision::status::Outcome;
+use kiln::engine::decision::{ChildVerdict, Outcome, Plan, Verdict};
 
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
@@ -20,7 +19,7 @@ pub fn lines_with(
     if plan.suspended {
         out.push_str(&format!(
             "{indent}suspended: {}\n",
-            kiln::engine::decision::suspend::message()
+            kiln::engine::decision::suspended_message()
         ));
     }
     match &plan.status.outcome {

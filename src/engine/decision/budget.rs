@@ -20,13 +20,13 @@ use serde_json::Value;
 /// means another controller keeps undoing what kiln sets (a fight), and
 /// kiln pauses that primary's writes instead of answering every change
 /// (crossplane#6751 needed the same breaker).
-pub const BUDGET: usize = 20;
+pub(crate) const BUDGET: usize = 20;
 /// The window of [`BUDGET`].
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
 /// One write kiln is about to make: where, and what (fingerprints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Write {
+pub(crate) struct Write {
     target: u64,
     body: u64,
 }
@@ -34,7 +34,7 @@ pub struct Write {
 impl Write {
     /// The write of `body` to the object `target` names (kind, namespace,
     /// name and, for a decoration, the field manager).
-    pub fn of(target: impl Hash, body: &Value) -> Self {
+    pub(crate) fn of(target: impl Hash, body: &Value) -> Self {
         Self {
             target: hash(target),
             body: hash(body.to_string()),
@@ -50,7 +50,7 @@ fn hash(value: impl Hash) -> u64 {
 
 /// The writes of one primary within the last [`WINDOW`].
 #[derive(Debug, Default)]
-pub struct Window {
+pub(crate) struct Window {
     writes: VecDeque<Made>,
 }
 
@@ -64,7 +64,7 @@ struct Made {
 
 impl Window {
     /// Forgets writes older than [`WINDOW`].
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         while self
             .writes
             .front()
@@ -79,14 +79,14 @@ impl Window {
     }
 
     /// Whether no write is remembered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
 
     /// A pause starts: the repeated writes are forgiven (after it, kiln
     /// has the whole budget again), but what kiln last wrote where is
     /// kept, so the first answer after the pause counts as a repeat.
-    pub fn forgive(&mut self) {
+    pub(crate) fn forgive(&mut self) {
         for made in &mut self.writes {
             made.again = false;
         }
@@ -95,7 +95,7 @@ impl Window {
     /// Spends the budget on `writes` made `now`, recording them; or, when
     /// they would repeat more than [`BUDGET`] writes within the window,
     /// records nothing and returns the index of the first repeated one.
-    pub fn spend(&mut self, now: Instant, writes: &[Write]) -> Result<(), usize> {
+    pub(crate) fn spend(&mut self, now: Instant, writes: &[Write]) -> Result<(), usize> {
         let again: Vec<bool> = writes.iter().map(|w| self.repeats(w)).collect();
         let before = self.writes.iter().filter(|m| m.again).count();
         let more = again.iter().filter(|a| **a).count();

@@ -112,7 +112,7 @@ impl Observed {
 }
 
 /// Whether a kind is the core Secret.
-pub fn is_secret(gvk: &Gvk) -> bool {
+pub(crate) fn is_secret(gvk: &Gvk) -> bool {
     gvk.group.is_empty() && gvk.kind == "Secret"
 }
 
@@ -267,7 +267,8 @@ impl Plan {
 /// Decides one reconcile from a complete snapshot (its occupants read
 /// already): [`draft`], then [`Draft::decide`]. `this` is the primary
 /// converted for templates.
-pub fn plan(
+#[cfg(test)]
+pub(crate) fn plan(
     rule: &Rule,
     this: &JinjaValue,
     observed: &Observed,
@@ -535,7 +536,7 @@ fn policy<'r>(rule: &'r Rule, id: &str) -> Option<&'r crate::rules::Child> {
 /// Whether a live child is left behind rather than pruned: it was created
 /// without an owner reference, or the rule now says `deletionPolicy: Orphan`
 /// for its id.
-pub fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
+pub(crate) fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
     live.orphan || policy(rule, &live.id).is_some_and(|c| c.deletion_policy == Orphan)
 }
 
@@ -654,7 +655,7 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
 
 /// What a reconcile does with the rule's finalizer before anything else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finalizing {
+pub(crate) enum Finalizing {
     /// The primary is going and the finalizer holds it: delete the next
     /// children ([`teardown`]); the finalizer goes once none is left.
     TearDown,
@@ -677,7 +678,7 @@ pub enum Finalizing {
 /// a Namespace cache kiln may not list) and whether it is `going`.
 /// Never act on missing information: an unknown want keeps the finalizer as
 /// it is, going or not, and the reconcile says why it waits.
-pub fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
+pub(crate) fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
     let Some(wants) = wants else {
         return Finalizing::Keep;
     };
@@ -730,14 +731,14 @@ impl Plan {
 }
 
 /// The finalizer a rule with ordered deletion keeps on its primaries.
-pub fn finalizer(rule: &str) -> String {
+pub(crate) fn finalizer(rule: &str) -> String {
     format!("{rule}.kiln.dev/ordered-deletion")
 }
 
 /// What to delete now while a primary with ordered deletion goes away: the
 /// live children no other live child waits for (a child goes before the
 /// children it waits for). Nothing left alive means the finalizer may go.
-pub fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
+pub(crate) fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
     let waited_for = |id: &str| {
         live.iter().any(|other| {
             other.id != id
@@ -759,7 +760,7 @@ pub fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
 }
 
 /// The key of a desired child.
-pub fn key_of(child: &DesiredChild) -> ObjKey {
+pub(crate) fn key_of(child: &DesiredChild) -> ObjKey {
     ObjKey {
         namespace: child.namespace.clone(),
         name: child.name.clone(),
@@ -767,7 +768,7 @@ pub fn key_of(child: &DesiredChild) -> ObjKey {
 }
 
 /// The status part after a write of the plan failed.
-pub fn failed(plan: &Plan, reason: &'static str, message: String) -> Part {
+pub(crate) fn failed(plan: &Plan, reason: &'static str, message: String) -> Part {
     unrendered(Outcome::Failed { reason, message }, plan.status.generation)
 }
 

@@ -13,47 +13,47 @@ use serde_json::{Map, Value, json};
 use crate::render::RuleCondition;
 
 /// Condition types kiln owns.
-pub mod types {
+pub(crate) mod types {
     /// Every child exists and is ready.
-    pub const READY: &str = "Ready";
+    pub(crate) const READY: &str = "Ready";
     /// The last reconcile applied everything.
-    pub const RECONCILED: &str = "Reconciled";
+    pub(crate) const RECONCILED: &str = "Reconciled";
     /// A required related object is missing.
-    pub const WAITING: &str = "Waiting";
+    pub(crate) const WAITING: &str = "Waiting";
 }
 
 /// Condition reasons (CamelCase, bounded set: also used as Event reasons).
-pub mod reasons {
+pub(crate) mod reasons {
     /// Every child is ready.
-    pub const ALL_READY: &str = "AllChildrenReady";
+    pub(crate) const ALL_READY: &str = "AllChildrenReady";
     /// Some child is missing or not ready yet.
-    pub const CHILDREN_NOT_READY: &str = "ChildrenNotReady";
+    pub(crate) const CHILDREN_NOT_READY: &str = "ChildrenNotReady";
     /// Children applied.
-    pub const APPLIED: &str = "Applied";
+    pub(crate) const APPLIED: &str = "Applied";
     /// A required related object is missing.
-    pub const DEPENDENCY_MISSING: &str = "DependencyMissing";
+    pub(crate) const DEPENDENCY_MISSING: &str = "DependencyMissing";
     /// Nothing to wait for.
-    pub const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
+    pub(crate) const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
     /// A child waits for another child to exist or be ready.
-    pub const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
+    pub(crate) const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
     /// A template failed for this object.
-    pub const TEMPLATE_ERROR: &str = "TemplateError";
+    pub(crate) const TEMPLATE_ERROR: &str = "TemplateError";
     /// The API server refused a write as forbidden.
-    pub const FORBIDDEN: &str = "Forbidden";
+    pub(crate) const FORBIDDEN: &str = "Forbidden";
     /// The API server refused a child as invalid.
-    pub const INVALID: &str = "Invalid";
+    pub(crate) const INVALID: &str = "Invalid";
     /// Another field manager owns a field the rule sets, and the rule does not force.
-    pub const CONFLICT: &str = "Conflict";
+    pub(crate) const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
-    pub const APPLY_FAILED: &str = "ApplyFailed";
+    pub(crate) const APPLY_FAILED: &str = "ApplyFailed";
     /// A watch of a namespaced primary points into another namespace the rule does not name.
-    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    pub(crate) const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
     /// A child's name is held by an object kiln did not create for this primary.
-    pub const ALREADY_EXISTS: &str = "AlreadyExists";
+    pub(crate) const ALREADY_EXISTS: &str = "AlreadyExists";
     /// An admission policy or webhook denied a write; retried with backoff.
-    pub const DENIED: &str = "Denied";
+    pub(crate) const DENIED: &str = "Denied";
     /// A rule has not reconciled the object since kiln started.
-    pub const NOT_RECONCILED_YET: &str = "NotReconciledYet";
+    pub(crate) const NOT_RECONCILED_YET: &str = "NotReconciledYet";
 }
 
 /// How a reconcile went, as far as status is concerned.
@@ -216,7 +216,7 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
 const TYPES: [&str; 3] = [types::READY, types::RECONCILED, types::WAITING];
 
 /// The condition type a rule owns on an object it shares with other rules.
-pub fn rule_condition(rule: &str, kind: &str) -> String {
+pub(crate) fn rule_condition(rule: &str, kind: &str) -> String {
     format!("{rule}.kiln.dev/{kind}")
 }
 
@@ -270,7 +270,8 @@ fn condition(
 
 /// The conditions for `outcome` of a single rule, keeping transition times
 /// from `previous`.
-pub fn conditions(
+#[cfg(test)]
+pub(crate) fn conditions(
     outcome: &Outcome,
     previous: &[Value],
     now: &str,
@@ -416,7 +417,7 @@ fn fields(rules: &[Contributor<'_>], previous: &Value) -> Map<String, Value> {
 /// before (`owned`, from kiln's managed fields: a field name, or
 /// `conditions/<type>` for a condition) is missing from `desired` — that
 /// must leave, which takes a write.
-pub fn converged(live: &Value, desired: &Value, owned: &[String]) -> bool {
+pub(crate) fn converged(live: &Value, desired: &Value, owned: &[String]) -> bool {
     let Some(d) = desired.as_object() else {
         return false;
     };
