@@ -302,6 +302,14 @@ pub struct RbacArgs {
     /// them from kinds (for CRDs with irregular plurals).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// kiln's namespace: where the conversion webhook keeps its Secret
+    /// (its Role and RoleBinding, printed when a rule's API has several
+    /// versions, are there).
+    #[arg(long, default_value = "kiln-system")]
+    pub namespace: String,
+    /// kiln's ServiceAccount (in `--namespace`), bound to that Role.
+    #[arg(long, default_value = "kiln")]
+    pub service_account: String,
 }
 
 /// `kiln configmap`

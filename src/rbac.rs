@@ -155,7 +155,7 @@ impl Grants {
 pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
     let Grants {
         all: mut grants,
-        mut named,
+        named,
     } = rule_grants(set, plural);
     let core = |g: &str, r: &str| (g.to_string(), r.to_string());
     grants
@@ -188,21 +188,6 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("kiln.dev", "rules/status"))
         .or_default()
         .extend(["patch"]);
-    // The conversion webhook's certificates, for an API with several
-    // versions: its Secret (created once, read, renewed by a patch).
-    let converts = set.rules.iter().filter_map(|r| r.api.as_ref());
-    if converts.into_iter().any(|a| a.conversions.is_some()) {
-        grants
-            .entry(core("", "secrets"))
-            .or_default()
-            .insert("create");
-        let secret = crate::api::webhook::DEFAULT_SECRET.to_string();
-        named
-            .entry((String::new(), "secrets".into(), secret))
-            .or_default()
-            .extend(["get", "patch"]);
-    }
-
     let mut rules: Vec<Value> = grants
         .into_iter()
         .map(|((group, resource), verbs)| json!({"apiGroups": [group], "resources": [resource], "verbs": verbs}))
@@ -215,6 +200,47 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kiln"}},
         "rules": rules,
+    })
+}
+
+/// Whether a rule of `set` defines an API with several versions, so kiln
+/// serves conversion and keeps its certificates in a Secret.
+fn converts(set: &RuleSet) -> bool {
+    set.rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .any(|a| a.conversions.is_some())
+}
+
+/// The Role `name` in kiln's namespace `namespace` the conversion webhook
+/// needs, when a rule's API has several versions: its certificates' Secret
+/// created there (`create` cannot be limited to a name, so it is limited to
+/// the namespace), then read and renewed (`patch`) by name only. None when
+/// no rule converts.
+pub fn webhook_role(set: &RuleSet, name: &str, namespace: &str) -> Option<Value> {
+    converts(set).then(|| {
+        let secret = crate::api::webhook::DEFAULT_SECRET;
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret], "verbs": ["get", "patch"]},
+            ],
+        })
+    })
+}
+
+/// The RoleBinding of [`webhook_role`] `name` to kiln's ServiceAccount
+/// `service_account`, both in `namespace`.
+pub fn webhook_role_binding(name: &str, namespace: &str, service_account: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     })
 }
 
@@ -380,15 +406,35 @@ mod tests {
             && r["resourceNames"][0] == "admin"
             && r["verbs"][0] == "bind"));
         assert!(
-            rules.iter().any(|r| r["resources"][0] == "secrets"
-                && r["resourceNames"][0] == "kiln-conversion-webhook"
-                && r["verbs"] == json!(["get", "patch"])),
-            "the conversion webhook's Secret, for rules/webapp-api.yaml"
+            !rules
+                .iter()
+                .any(|r| r["resourceNames"][0] == "kiln-conversion-webhook"),
+            "the conversion webhook's Secret is granted in kiln's namespace only"
+        );
+        let webhook = webhook_role(&set, "kiln-conversion", "kiln-system").unwrap();
+        assert_eq!(webhook["kind"], "Role");
+        assert_eq!(webhook["metadata"]["namespace"], "kiln-system");
+        assert_eq!(
+            webhook["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kiln-conversion-webhook"], "verbs": ["get", "patch"]},
+            ]),
+            "create in kiln's namespace (it cannot be limited by name), read and renew by name"
         );
         assert!(
             verbs("", "pods").is_empty(),
             "nothing the rules do not need"
         );
+    }
+
+    #[test]
+    fn rules_that_convert_nothing_need_no_webhook_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.yaml");
+        std::fs::write(&file, "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: Widget}\n").unwrap();
+        let set = crate::rules::load(std::slice::from_ref(&file)).unwrap();
+        assert_eq!(webhook_role(&set, "kiln-conversion", "kiln-system"), None);
     }
 
     #[test]

@@ -441,8 +441,12 @@ fn package_as_helm_values_holds_the_rule_files_and_what_kiln_rbac_grants() {
     assert_eq!(files["webapp.yaml"], webapp.as_str());
     let (ok, role, _) = kiln(&["rbac", "--rules", rules]);
     assert!(ok);
-    let role: serde_json::Value = serde_norway::from_str(&role).unwrap();
+    // The ClusterRole first; the conversion webhook's Role and RoleBinding
+    // (in kiln's namespace, which the chart's own Role covers) follow.
+    let documents: Vec<&str> = role.split("\n---\n").collect();
+    let role: serde_json::Value = serde_norway::from_str(documents[0]).unwrap();
     assert_eq!(values["rbac"]["rules"], role["rules"]);
+    assert!(documents[1..].iter().any(|d| d.contains("kind: Role\n")));
 }
 
 #[test]

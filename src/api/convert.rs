@@ -27,6 +27,8 @@ struct Pair {
 
 /// The compiled conversions of one API.
 pub struct Conversions {
+    /// The CRD's name, `<plural>.<group>`.
+    crd: String,
     group: String,
     kind: String,
     storage: String,
@@ -84,6 +86,7 @@ pub fn compile(
 ) -> Result<Option<Conversions>, Vec<SchemaError>> {
     let mut errors = Vec::new();
     let mut conversions = Conversions {
+        crd: format!("{}.{}", super::crd::plural_of(raw), raw.group),
         group: raw.group.clone(),
         kind: raw.kind.clone(),
         storage: storage.to_string(),
@@ -199,6 +202,11 @@ impl Conversions {
     /// The versions converted to and from the storage version.
     pub fn versions(&self) -> impl Iterator<Item = &str> {
         self.pairs.keys().map(String::as_str)
+    }
+
+    /// The CRD's name, `<plural>.<group>`.
+    pub fn crd(&self) -> &str {
+        &self.crd
     }
 
     /// The storage version.

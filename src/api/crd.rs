@@ -81,13 +81,7 @@ pub fn compile(
 ) -> Result<Api, Vec<SchemaError>> {
     let mut errors = Errors(Vec::new());
     names(raw, at, &mut errors);
-    let plural = raw.plural.clone().unwrap_or_else(|| {
-        crate::rbac::guess_plural(&Gvk {
-            group: raw.group.clone(),
-            version: String::new(),
-            kind: raw.kind.clone(),
-        })
-    });
+    let plural = plural_of(raw);
     let storage = storage_version(raw, at, &mut errors);
     let mut versions = Vec::new();
     for (i, v) in raw.versions.iter().enumerate() {
@@ -138,6 +132,17 @@ pub fn compile(
         storage_version: storage,
         allow_breaking_changes: raw.allow_breaking_changes,
         conversions: conversions.map(Arc::new),
+    })
+}
+
+/// The resource name of `raw`: given, or derived from the kind.
+pub(crate) fn plural_of(raw: &RawApi) -> String {
+    raw.plural.clone().unwrap_or_else(|| {
+        crate::rbac::guess_plural(&Gvk {
+            group: raw.group.clone(),
+            version: String::new(),
+            kind: raw.kind.clone(),
+        })
     })
 }
 

@@ -56,6 +56,16 @@ pub enum InstallError {
         #[source]
         source: kube::Error,
     },
+    /// The conversion webhook this process serves has no certificate yet:
+    /// a CRD with several versions is not created without it.
+    #[error("CustomResourceDefinition {crd} waits for the conversion webhook: {source}")]
+    NoConversion {
+        /// The CRD's name.
+        crd: String,
+        /// How long it waited.
+        #[source]
+        source: super::webhook::NotReady,
+    },
     /// The CRD was applied but is not served.
     #[error("CustomResourceDefinition {crd} is not Established: {why}")]
     NotEstablished {
@@ -92,6 +102,7 @@ impl InstallError {
                 _ => true,
             },
             Self::NotEstablished { why, .. } => why.starts_with("not Established after"),
+            Self::NoConversion { .. } => true,
         }
     }
 }
@@ -212,7 +223,19 @@ async fn check(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<()
 async fn apply(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<(), InstallError> {
     let crd = api.name();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    crds.patch(&crd, &params, &Patch::Apply(&with_conversion(api)))
+    let mut body = api.crd.clone();
+    if api.conversions.is_some() {
+        // Several versions: pointed at the conversion webhook this process
+        // serves, once it serves its certificate, so no object is
+        // converted without it (or through a webhook that cannot answer).
+        let ready = super::webhook::ready_conversion(ESTABLISH_TIMEOUT).await;
+        match ready {
+            Ok(Some(conversion)) => body["spec"]["conversion"] = conversion,
+            Ok(None) => {}
+            Err(source) => return Err(InstallError::NoConversion { crd, source }),
+        }
+    }
+    crds.patch(&crd, &params, &Patch::Apply(&body))
         .await
         .map_err(|source| InstallError::Apply {
             crd: crd.clone(),
@@ -235,19 +258,6 @@ async fn apply(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<()
             Ok(false) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
-}
-
-/// The CRD to apply: with several versions, pointed at the conversion
-/// webhook this process serves (once its certificates are known), so no
-/// object is converted without it.
-fn with_conversion(api: &Api) -> Value {
-    let mut crd = api.crd.clone();
-    if api.conversions.is_some()
-        && let Some(conversion) = super::webhook::conversion()
-    {
-        crd["spec"]["conversion"] = conversion;
-    }
-    crd
 }
 
 /// Whether the API server serves the CRD (its names accepted and

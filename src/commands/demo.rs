@@ -5,16 +5,21 @@
 //! WebApp `shop` then runs a small local image instead of nginx, which cannot
 //! be pulled there), else without nodes.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use kiln::api::webhook::{self, Serving};
 use kiln::controlplane::{
     Binaries, ControlPlane, NodePaths, Options as ControlPlaneOptions, node_unsupported,
 };
 use kiln::engine::{Engine, Options};
-use kiln::rules;
+use kiln::metrics::Metrics;
+use kiln::reload::CurrentRules;
+use kiln::rules::{self, RuleSet};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{GroupVersionKind, TypeMeta};
 use kube::discovery::{self, Scope};
@@ -35,7 +40,12 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
         let (client, control_plane, kubeconfig) = connect(args).await?;
         let on_node = control_plane.as_ref().is_some_and(|cp| cp.node().is_some());
-        install_examples(&client, &args.examples, on_node).await?;
+        // The local control plane reaches a webhook on this machine.
+        let webhook = match &control_plane {
+            Some(_) => serve_conversion(&client, &set).await?,
+            None => None,
+        };
+        install_examples(&client, &args.examples, on_node, &set).await?;
         let engine = Engine::new(client, Options::default());
         engine.start_all(&set);
         println!();
@@ -54,6 +64,9 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             println!("  {kubectl} patch deploy shop --subresource=status --type=merge -p '{{\"status\":{{\"replicas\":2,\"readyReplicas\":2}}}}'");
         }
         super::shutdown_signal().await?;
+        if let Some(serving) = webhook {
+            serving.drain(Duration::from_secs(5)).await;
+        }
         engine.shutdown().await;
         drop(control_plane);
         Ok(ExitCode::SUCCESS)
@@ -119,10 +132,62 @@ fn kubectl_hint() -> String {
     }
 }
 
-/// Applies every CRD under `dir`, waits until each is served, then every
-/// other object (namespaced ones without a namespace go to `default`).
-/// YAML documents that are not Kubernetes objects are left out.
-async fn install_examples(client: &Client, dir: &Path, on_node: bool) -> anyhow::Result<()> {
+/// Serves the CRD conversion webhook of the rules' APIs with several
+/// versions (webapp-api's `v1alpha1` and `v1`) at a URL on this machine, as
+/// `kiln run --conversion-addr 127.0.0.1:PORT --conversion-url
+/// https://127.0.0.1:PORT` would; its certificates in a Secret in
+/// `default`. None when no rule converts.
+async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Option<Serving>> {
+    if !set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .any(|a| a.conversions.is_some())
+    {
+        return Ok(None);
+    }
+    let addr = SocketAddr::from(([127, 0, 0, 1], kiln::controlplane::free_port()?));
+    let settings = webhook::Settings {
+        addr,
+        endpoint: webhook::Endpoint::Url(format!("https://{addr}")),
+        namespace: "default".into(),
+        secret: webhook::DEFAULT_SECRET.into(),
+        validity: Duration::from_secs(365 * 24 * 3600),
+    };
+    let rules = CurrentRules::new(set.clone());
+    let serving = webhook::start(client.clone(), settings, rules, Arc::new(Metrics::new()))
+        .await
+        .context("serving the conversion webhook")?;
+    println!("serving CRD conversion at https://{}", serving.bound);
+    Ok(Some(serving))
+}
+
+/// Points `crd` at the conversion webhook (`conversion`, its
+/// `spec.conversion`) when a rule of `set` defines it with several
+/// versions; whether it did.
+fn point_at_webhook(crd: &mut Value, set: &RuleSet, conversion: &Value) -> bool {
+    let converts = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .any(|a| a.conversions.is_some() && crd["metadata"]["name"] == a.name().as_str());
+    if converts {
+        crd["spec"]["conversion"] = conversion.clone();
+    }
+    converts
+}
+
+/// Applies every CRD under `dir` (one whose rule converts between versions
+/// pointed at the webhook this process serves, before any object of it is
+/// written), waits until each is served, then every other object
+/// (namespaced ones without a namespace go to `default`). YAML documents
+/// that are not Kubernetes objects are left out.
+async fn install_examples(
+    client: &Client,
+    dir: &Path,
+    on_node: bool,
+    set: &RuleSet,
+) -> anyhow::Result<()> {
     let mut objects = Vec::new();
     let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)?
         .flatten()
@@ -147,9 +212,14 @@ async fn install_examples(client: &Client, dir: &Path, on_node: bool) -> anyhow:
     if on_node {
         objects.iter_mut().for_each(adapt_for_node);
     }
-    let (crds, rest): (Vec<Value>, Vec<Value>) = objects
+    let (mut crds, rest): (Vec<Value>, Vec<Value>) = objects
         .into_iter()
         .partition(|o| o["kind"] == "CustomResourceDefinition");
+    if let Some(conversion) = webhook::ready_conversion(Duration::from_secs(60)).await? {
+        for crd in &mut crds {
+            point_at_webhook(crd, set, &conversion);
+        }
+    }
     for crd in &crds {
         apply(client, crd).await?;
     }
@@ -241,6 +311,20 @@ async fn apply(client: &Client, object: &Value) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_crd_of_a_rule_that_converts_is_pointed_at_the_webhook() {
+        let set =
+            rules::load(&[PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))]).unwrap();
+        let conversion = serde_json::json!({"strategy": "Webhook"});
+        let crd = |name: &str| serde_json::json!({"metadata": {"name": name}, "spec": {}});
+        let mut api = crd("webapps.apps.demo.kiln.dev");
+        assert!(point_at_webhook(&mut api, &set, &conversion));
+        assert_eq!(api["spec"]["conversion"], conversion);
+        let mut plain = crd("webapps.demo.kiln.dev");
+        assert!(!point_at_webhook(&mut plain, &set, &conversion));
+        assert!(plain["spec"].get("conversion").is_none());
+    }
 
     #[test]
     fn on_the_node_only_shop_gets_the_local_image() {

@@ -217,9 +217,12 @@ async fn children(
 ) -> anyhow::Result<String> {
     Ok(match observe::read(client, rule, primary, key).await? {
         Err(m) => format!("    its watches cannot be read: {m}\n"),
-        Ok(reading) => super::verdict::lines_with(&reading.plan, "    ", |v| {
-            super::live_diff::changed_fields(&reading, v)
-        }),
+        Ok(reading) => {
+            let children = super::verdict::lines_with(&reading.plan, "    ", |v| {
+                super::live_diff::changed_fields(&reading, v)
+            });
+            children + &super::verdict::decorations(&reading.decorations, "    ")
+        }
     })
 }
 

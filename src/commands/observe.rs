@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context as _;
 use kiln::engine::ObjKey;
-use kiln::engine::decision::{self, Found, LiveChild, Observed, Plan, Refusal, Target};
+use kiln::engine::decision::{
+    self, Decorations, Found, LiveChild, Observed, Plan, Refusal, Target,
+};
 use kiln::ownership;
 use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
 use kiln::rules::{Gvk, Rule};
@@ -44,6 +46,9 @@ pub struct Reading {
     pub observed: Observed,
     /// The engine's plan.
     pub plan: Plan,
+    /// What the engine's decorators would do (as field managers under
+    /// kiln's default `kiln`), or why they cannot render.
+    pub decorations: Result<Decorations, String>,
 }
 
 /// Reads the primary's snapshot for `rule` from the API server and plans
@@ -93,7 +98,18 @@ pub async fn read(
         }
         Err(plan) => *plan,
     };
-    Ok(Ok(Reading { observed, plan }))
+    let decorations = decision::decorations(
+        &plan,
+        rule,
+        "kiln",
+        || render::context(rule, &this, &observed.inputs),
+        &observed.inputs,
+    );
+    Ok(Ok(Reading {
+        observed,
+        plan,
+        decorations,
+    }))
 }
 
 /// The rule's related objects for the primary, read as the engine reads

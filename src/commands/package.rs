@@ -10,7 +10,9 @@ use kiln::rules::{self, Gvk};
 
 use crate::cli::{ConfigmapArgs, RbacArgs};
 
-/// Prints the ClusterRole the rules need.
+/// Prints the ClusterRole the rules need, and, when a rule's API has
+/// several versions, the Role (and its binding) the conversion webhook
+/// needs in kiln's namespace.
 pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
     let role = cluster_role(&args.rules, &args.name, args.kubeconfig.as_deref())?;
     let sources: Vec<String> = args.rules.iter().map(|p| p.display().to_string()).collect();
@@ -19,6 +21,15 @@ pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
         sources.join(" --rules ")
     );
     print!("{}", kiln::yaml_out::to_string(&role)?);
+    let webhook = format!("{}-conversion", args.name);
+    if let Some(role) = rbac::webhook_role(&valid(&args.rules)?, &webhook, &args.namespace) {
+        println!("---");
+        println!("# The conversion webhook's certificates: a Secret in kiln's namespace only.");
+        print!("{}", kiln::yaml_out::to_string(&role)?);
+        println!("---");
+        let binding = rbac::webhook_role_binding(&webhook, &args.namespace, &args.service_account);
+        print!("{}", kiln::yaml_out::to_string(&binding)?);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

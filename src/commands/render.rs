@@ -140,7 +140,7 @@ fn render_rule(rule: &Rule, inputs: &Inputs, args: &RenderArgs) -> anyhow::Resul
     match decided {
         Ok((rendered, plan)) => {
             print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
-            Ok(args.children_only || print_decorations(rule, &inputs)?)
+            Ok(args.children_only || print_decorations(rule, &inputs, &plan)?)
         }
         Err(plan) => {
             eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
@@ -210,21 +210,20 @@ fn print_rendered(
 }
 
 /// Prints what each decorator would apply to the objects given (the
-/// primary, `--related` ones); false when a decorator fails to render.
-fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
-    if rule.decorators.is_empty() {
-        return Ok(true);
-    }
+/// primary, `--related` ones), and the engine's verdict on each object
+/// decorated; false when a decorator fails to render.
+fn print_decorations(rule: &Rule, inputs: &Inputs, plan: &Plan) -> anyhow::Result<bool> {
     let this = kiln::template::to_jinja(&inputs.primary);
-    let plan = kiln::template::limits::render_stack(|| {
-        kiln::engine::decision::decorate(
+    let decorations = kiln::template::limits::render_stack(|| {
+        kiln::engine::decision::decorations(
+            plan,
             rule,
             "kiln",
             || render::context(rule, &this, inputs),
             inputs,
         )
     });
-    let decorations = match plan {
+    let decorations = match decorations {
         Ok(d) => d,
         Err(e) => {
             eprintln!("rule `{}`: decorating: {e}", rule.name);
@@ -241,6 +240,9 @@ fn print_decorations(rule: &Rule, inputs: &Inputs) -> anyhow::Result<bool> {
             if d.force { ", forced" } else { "" }
         );
         print!("{}", kiln::yaml_out::to_string(&d.body)?);
+    }
+    for v in &decorations.verdicts {
+        println!("# plan: {}", super::verdict::decoration(v));
     }
     Ok(true)
 }

@@ -66,11 +66,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             health: args.serving.health_probe_bind_address.0,
             conversion,
         };
-        serving.start(&probe, &client, &active.rules).await?;
+        let webhook = serving.start(&probe, &client, &active).await?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let signals = tokio::spawn(async move {
             let result = super::shutdown_signal().await;
             let _ = stop_tx.send(());
+            // While the engine stops: no new conversion connection, the
+            // reviews in flight answered (the API server's list with them).
+            if let Some(serving) = webhook {
+                if serving.drain(WEBHOOK_DRAIN).await {
+                    tracing::info!("the conversion webhook answered every review in flight");
+                } else {
+                    tracing::warn!(grace = ?WEBHOOK_DRAIN, "reviews still in flight when the conversion webhook stopped");
+                }
+            }
             result
         });
         match lease {
@@ -86,7 +95,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
         loading.abort();
-        signals.abort();
+        // Stopped by a signal: the webhook's drain ends within its grace.
+        if tokio::time::timeout(WEBHOOK_DRAIN + Duration::from_secs(1), signals)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the conversion webhook did not stop in time");
+        }
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -140,13 +155,14 @@ struct Serving {
 }
 
 impl Serving {
-    /// Binds every listener asked for and starts serving.
+    /// Binds every listener asked for and starts serving; the conversion
+    /// webhook's handle, to drain it at shutdown.
     async fn start(
         self,
         probe: &Arc<RunProbe>,
         client: &Client,
-        rules: &CurrentRules,
-    ) -> anyhow::Result<()> {
+        active: &Active,
+    ) -> anyhow::Result<Option<kiln::api::webhook::Serving>> {
         for (what, addr) in [("metrics", self.metrics), ("health probes", self.health)] {
             if let Some(addr) = addr {
                 let bound = bind(addr, probe.clone())
@@ -155,13 +171,15 @@ impl Serving {
                 tracing::info!(%bound, "serving {what}");
             }
         }
-        if let Some(settings) = self.conversion {
-            let bound = kiln::api::webhook::start(client.clone(), settings, rules.clone())
-                .await
-                .context("serving the conversion webhook")?;
-            tracing::info!(%bound, "serving CRD conversion");
-        }
-        Ok(())
+        let Some(settings) = self.conversion else {
+            return Ok(None);
+        };
+        let (rules, metrics) = (active.rules.clone(), active.metrics.clone());
+        let serving = kiln::api::webhook::start(client.clone(), settings, rules, metrics)
+            .await
+            .context("serving the conversion webhook")?;
+        tracing::info!(bound = %serving.bound, "serving CRD conversion");
+        Ok(Some(serving))
     }
 }
 
@@ -179,6 +197,10 @@ fn rule_source(args: &RunArgs, client: &Client) -> (Box<dyn RuleSource>, Option<
     };
     (source, None)
 }
+
+/// How long the conversion webhook answers the reviews in flight after a
+/// shutdown signal.
+const WEBHOOK_DRAIN: Duration = Duration::from_secs(10);
 
 /// A burst of file events is one reload once quiet this long.
 const RELOAD_DEBOUNCE: Duration = Duration::from_millis(300);

@@ -2,7 +2,9 @@
 //! it. `kiln explain` and `kiln render` print the engine's own plan
 //! through this, so neither restates a verdict of its own.
 
-use kiln::engine::decision::{ChildVerdict, Outcome, Plan, Verdict};
+use kiln::engine::decision::{
+    ChildVerdict, DecorationVerdict, Decorations, Done, Outcome, Plan, Verdict, reasons,
+};
 
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
@@ -91,4 +93,36 @@ pub fn line(plan: &Plan, c: &ChildVerdict) -> String {
         Verdict::Suspended => "suspended: left as it is".to_string(),
     };
     format!("{} {} {}: {what}", c.id, c.gvk.kind, c.name)
+}
+
+/// The decorations' lines, each starting with `indent`: one per object a
+/// decorator sets fields on or takes its fields back from, or why the
+/// decorators cannot render (the engine's failure).
+pub fn decorations(decorations: &Result<Decorations, String>, indent: &str) -> String {
+    match decorations {
+        Err(message) => format!(
+            "{indent}failed ({}): decorating: {message}\n",
+            reasons::INVALID
+        ),
+        Ok(d) => d
+            .verdicts
+            .iter()
+            .map(|v| format!("{indent}{}\n", decoration(v)))
+            .collect(),
+    }
+}
+
+/// One decoration's line: the decorator, the object and what the engine
+/// does with it.
+pub fn decoration(v: &DecorationVerdict) -> String {
+    let at = v
+        .namespace
+        .as_ref()
+        .map_or(String::new(), |n| format!("{n}/"));
+    let what = match v.done {
+        Done::Applied => "applied",
+        Done::Apply => "would set the fields it lacks",
+        Done::TakeBack => "no longer decorated: kiln would take its fields back",
+    };
+    format!("decorate {} {} {at}{}: {what}", v.id, v.gvk.kind, v.name)
 }

@@ -24,6 +24,11 @@ pub struct Cached {
 
 /// Reads `addr`'s `/metrics`.
 pub async fn cached(addr: SocketAddr) -> anyhow::Result<Cached> {
+    Ok(parse(&text(addr).await?))
+}
+
+/// `addr`'s `/metrics`, the exposition text.
+pub async fn text(addr: SocketAddr) -> anyhow::Result<String> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: kiln\r\nConnection: close\r\n\r\n")
@@ -34,7 +39,7 @@ pub async fn cached(addr: SocketAddr) -> anyhow::Result<Cached> {
         .split_once("\r\n\r\n")
         .ok_or_else(|| anyhow::anyhow!("no HTTP response from {addr}"))?;
     anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "{addr}: {head}");
-    Ok(parse(body))
+    Ok(body.to_string())
 }
 
 /// Sums the two families over their labels in a Prometheus text exposition.

@@ -8,7 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kiln::api::webhook::DEFAULT_SECRET;
+use kiln::api::webhook::secret::{self, SecretError};
 use kiln::metrics::Metrics;
 use kiln::reload::{Checker, Loader, ReloadOptions, Teller, Version};
 use kiln::rules::{self, load::Source};
@@ -440,6 +443,62 @@ async fn the_role_kiln_rbac_prints_is_enough_to_create_and_update_the_crd() {
         ["replicas"];
     assert_eq!(replicas["maximum"].as_f64(), Some(9.0));
     ns.delete().await;
+}
+
+/// Whether `result` is the API server's 403.
+fn forbidden(result: Result<kiln::api::webhook::certs::Material, SecretError>) -> bool {
+    matches!(result, Err(SecretError::Api { source: kube::Error::Api(s), .. }) if s.code == 403)
+}
+
+#[tokio::test]
+async fn the_webhook_role_kiln_rbac_prints_keeps_its_secret_in_kilns_namespace_only() {
+    let admin = support::admin_client().await;
+    let ns = TestNamespace::new(&admin, "api-rbac-secret").await;
+    let other = TestNamespace::new(&admin, "api-rbac-other").await;
+    let set = rules::load(&[support::repo_root().join("rules/webapp-api.yaml")])
+        .unwrap_or_else(|d| panic!("{}", d[0]));
+    let cluster = kiln::rbac::cluster_role(&set, "x", &kiln::rbac::guess_plural);
+    assert!(
+        !cluster["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "secrets"),
+        "no Secret granted cluster-wide"
+    );
+    let token =
+        support::service_account_token(&admin, ns.name(), "kiln", cluster["rules"].clone()).await;
+    let role = kiln::rbac::webhook_role(&set, "kiln-conversion", ns.name()).unwrap();
+    support::apply(&admin, role, Some(ns.name())).await;
+    let binding = kiln::rbac::webhook_role_binding("kiln-conversion", ns.name(), "kiln");
+    support::apply(&admin, binding, Some(ns.name())).await;
+    let kiln = support::token_client(&token).await;
+    let secrets: Api<Secret> = Api::namespaced(kiln.clone(), ns.name());
+    let validity = Duration::from_secs(600);
+    let hosts = vec!["127.0.0.1".to_string()];
+    // RBAC takes a moment to see a new binding.
+    let made = until("the Secret made with kiln's Role", CONVERGE, || async {
+        secret::ensure(&secrets, DEFAULT_SECRET, &hosts, validity)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    // Renewed (for other hosts) by a patch on that one name.
+    let renewed = secret::ensure(&secrets, DEFAULT_SECRET, &["localhost".into()], validity)
+        .await
+        .unwrap();
+    assert_ne!(renewed.ca, made.ca);
+    // Any other Secret in kiln's namespace may be created (`create` cannot
+    // be limited by name) but not read; none in another namespace.
+    assert!(forbidden(
+        secret::ensure(&secrets, "someone-elses", &hosts, validity).await
+    ));
+    let elsewhere: Api<Secret> = Api::namespaced(kiln, other.name());
+    assert!(forbidden(
+        secret::ensure(&elsewhere, DEFAULT_SECRET, &hosts, validity).await
+    ));
+    ns.delete().await;
+    other.delete().await;
 }
 
 #[tokio::test]

@@ -110,6 +110,21 @@ fn the_chart_with_the_example_rules_makes_what_deploy_makes() {
         rule_set(one(&chart, "ClusterRole")),
         rule_set(one(&deploy, "ClusterRole"))
     );
+    // The conversion webhook's Secret, in kiln's namespace only: the
+    // chart's own Role holds what `kiln rbac`'s Role grants.
+    let webhook = one(&deploy, "Role")["rules"].as_array().unwrap().clone();
+    assert!(
+        webhook.iter().any(|r| r["resources"][0] == "secrets"),
+        "{webhook:?}"
+    );
+    let own = one(&chart, "Role")["rules"].as_array().unwrap().clone();
+    for rule in &webhook {
+        assert!(own.contains(rule), "the chart's Role lacks {rule}: {own:?}");
+    }
+    assert_eq!(
+        one(&deploy, "RoleBinding")["roleRef"]["name"],
+        one(&deploy, "Role")["metadata"]["name"]
+    );
 
     // The same pod: arguments (the chart names the Lease explicitly, `kiln`
     // being the default), image, ports, probes, resources, security.

@@ -3,15 +3,17 @@
 //! (reached at a URL, as kiln outside the cluster), makes its certificates,
 //! keeps them in a Secret and points the CRD at itself. An object written
 //! at one version is read at the other; lists convert; the storage version
-//! switches; a second replica serves when one is killed; a renewed
-//! certificate does not interrupt conversion.
+//! switches; a second replica serves when one is killed, and one stopped
+//! with SIGTERM answers its reviews in flight first; a renewed certificate
+//! does not interrupt conversion; the CRD is created pointed at a webhook
+//! that already serves its certificate.
 
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -239,6 +241,15 @@ async fn an_object_written_at_one_version_is_read_at_the_other() {
     .await;
 }
 
+/// Creates one unmanaged App at v1alpha1 (once, not retried).
+async fn create_at_alpha(client: &Client, group: &str, ns: &str, name: &str, image: &str) {
+    let o = app(group, "v1alpha1", name, json!({"image": image}), false);
+    apps(client, group, "v1alpha1", ns)
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap();
+}
+
 /// Creates `n` unmanaged Apps at `version`, 32 at a time.
 async fn create_many(client: &Client, group: &str, version: &str, ns: &str, n: usize) {
     let api = apps(client, group, version, ns);
@@ -297,19 +308,7 @@ async fn the_storage_version_switches_with_objects_stored() {
     })
     .await;
     // Objects stored at v1 before and at v1alpha1 now: both read at both.
-    apps(&client, &group, "v1alpha1", ns.name())
-        .create(
-            &PostParams::default(),
-            &app(
-                &group,
-                "v1alpha1",
-                "after",
-                json!({"image": "redis:7"}),
-                false,
-            ),
-        )
-        .await
-        .unwrap();
+    create_at_alpha(&client, &group, ns.name(), "after", "redis:7").await;
     let at_v1 = apps(&client, &group, "v1", ns.name())
         .list(&ListParams::default())
         .await
@@ -469,5 +468,121 @@ async fn a_renewed_certificate_does_not_interrupt_conversion() {
         seen.len() >= 3,
         "the certificate was renewed at least twice in 30 s of 12 s certificates: {} seen",
         seen.len()
+    );
+}
+
+#[tokio::test]
+async fn the_crd_is_created_pointed_at_a_webhook_that_already_serves() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "conv-first").await;
+    let group = format!("first{}.conv.kiln.dev", std::process::id());
+    let name = format!("apps.{group}");
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    // Every version of the CRD the API server stores, from before kiln starts.
+    let watch = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut events = crds.watch(&watch, "0").await.unwrap().boxed();
+    let port = free_port();
+    let _kiln = kiln(&rule(&group, "v1"), ns.name(), port, port, &[]);
+    let created = tokio::time::timeout(CONVERGE, async {
+        loop {
+            match events.try_next().await.unwrap() {
+                Some(WatchEvent::Added(crd)) => return crd,
+                Some(_) => {}
+                None => panic!("the watch ended"),
+            }
+        }
+    })
+    .await
+    .expect("kiln creates the CRD");
+    let conversion = created
+        .spec
+        .conversion
+        .expect("created with spec.conversion");
+    assert_eq!(
+        conversion.strategy, "Webhook",
+        "never created without conversion"
+    );
+    assert!(
+        conversion
+            .webhook
+            .and_then(|w| w.client_config)
+            .and_then(|c| c.ca_bundle)
+            .is_some()
+    );
+    // As soon as the API server serves the kind, the webhook answers: a
+    // single create at v1alpha1, not retried, is stored converted.
+    let alpha = apps(&client, &group, "v1alpha1", ns.name());
+    eventually("the API server serves v1alpha1", CONVERGE, || async {
+        alpha.list(&ListParams::default()).await.ok()
+    })
+    .await;
+    create_at_alpha(&client, &group, ns.name(), "at-once", "nginx:1.27").await;
+    let stored = apps(&client, &group, "v1", ns.name())
+        .get("at-once")
+        .await
+        .unwrap();
+    assert_eq!(
+        image(&stored),
+        json!({"repository": "nginx", "tag": "1.27"})
+    );
+}
+
+#[tokio::test]
+async fn a_replica_stopped_with_sigterm_answers_its_reviews_in_flight_and_exits() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "conv-sigterm").await;
+    let group = format!("sigterm{}.conv.kiln.dev", std::process::id());
+    let (front, a, b) = (free_port(), free_port(), free_port());
+    // The relay alternates for each new connection, skipping a replica that
+    // refuses: until the second starts, every connection reaches the first.
+    relay(front, vec![a, b]);
+    let elect = ["--leader-elect", "--leader-elect-namespace", ns.name()];
+    let mut first = kiln(&rule(&group, "v1"), ns.name(), a, front, &elect);
+    pointed(&client, &group).await;
+    create_many(&client, &group, "v1", ns.name(), 20).await;
+    let _second = kiln(&rule(&group, "v1"), ns.name(), b, front, &elect);
+    // A get at v1alpha1 reads etcd and converts through the webhook (a list
+    // is served from the API server's watch cache, converted already).
+    let alpha = apps(&client, &group, "v1alpha1", ns.name());
+    let served = || async {
+        first
+            .metric("kiln_conversion_reviews_total{crd=")
+            .await
+            .unwrap_or(0.0)
+    };
+    let before = served().await;
+    alpha.get("app-0000").await.unwrap();
+    assert!(served().await > before, "the first replica answers reviews");
+    let getters: Vec<_> = (0..4)
+        .map(|g| {
+            let alpha = alpha.clone();
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+                let mut results = Vec::new();
+                let mut i = g;
+                while tokio::time::Instant::now() < deadline {
+                    let name = format!("app-{:04}", i % 20);
+                    results.push(alpha.get(&name).await.map(|o| image(&o)));
+                    i += 4;
+                }
+                results
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.terminate();
+    let status = first.exited(Duration::from_secs(30)).await;
+    assert!(status.success(), "kiln exits cleanly on SIGTERM: {status}");
+    let mut gets = 0;
+    for getter in getters {
+        for result in getter.await.unwrap() {
+            gets += 1;
+            let image = result.unwrap_or_else(|e| panic!("a get at v1alpha1 failed: {e}"));
+            assert_eq!(image, json!("nginx:1.27"));
+        }
+    }
+    assert!(
+        gets > 20,
+        "reviews kept coming while the replica stopped: {gets}"
     );
 }

@@ -141,7 +141,12 @@ async fn the_write_budget_stops_ordinary_work_a_thousand_children() {
         (children_showing(&scene, "v").await == 1000).then_some(())
     })
     .await;
-    scene.ready("w").await;
+    // Ready waits until the cache holds all thousand: slow on a loaded machine.
+    support::eventually("w to be ready", Duration::from_secs(120), || async {
+        let w = scene.get("test.kiln.dev/v1", "Widget", "w").await?;
+        (condition(&w, "Ready")["status"] == "True").then_some(())
+    })
+    .await;
     scene.end().await;
 }
 

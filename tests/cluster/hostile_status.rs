@@ -60,9 +60,18 @@ async fn a_status_too_large_to_store_is_a_visible_failure() {
     let before = counts::reconciles(scene.engine());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = counts::reconciles(scene.engine());
-    assert!(settled - before <= 2, "{} reconciles in 2 s", settled - before);
+    assert!(
+        settled - before <= 2,
+        "{} reconciles in 2 s",
+        settled - before
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = counts::reconciles(scene.engine());
-    assert_eq!(after, settled, "retried in a loop: {} more reconciles", after - settled);
+    assert_eq!(
+        after,
+        settled,
+        "retried in a loop: {} more reconciles",
+        after - settled
+    );
     scene.end().await;
 }

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use crate::support::scene::{CONVERGE, Scene, condition, widget_at};
 use crate::support::{self, eventually, rule_from_yaml};
 
-/// Four children with four lifecycles, and a required Secret.
+/// Four children with four lifecycles, and a required Secret the rule
+/// decorates with the Widget's team.
 const RULE: &str = r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule
@@ -28,6 +29,12 @@ spec:
       kind: Secret
       ref: {name: "{{ self.metadata.name }}-creds"}
       required: true
+  decorate:
+    - id: team
+      target: related.creds
+      patch:
+        metadata:
+          labels: {team: "{{ self.spec.team }}"}
   children:
     - id: config
       template:
@@ -118,6 +125,24 @@ impl Expect {
     }
 }
 
+/// What is expected of the decoration of a Widget's Secret.
+#[derive(Clone, Copy, Debug)]
+enum Decor {
+    /// The Secret shows it: left as it is.
+    Applied,
+    /// The Secret lacks it: the label is set again.
+    Apply,
+}
+
+impl Decor {
+    fn words(self) -> &'static str {
+        match self {
+            Self::Applied => ": applied",
+            Self::Apply => ": would set the fields it lacks",
+        }
+    }
+}
+
 /// A scenario: a Widget, how the cluster changes while the engine is
 /// stopped, and what each rule says of it (child id → expected, or the
 /// words of a reconcile that renders nothing).
@@ -128,6 +153,8 @@ struct Scenario {
     children: &'static [(&'static str, Expect)],
     /// Said instead of children: "waiting", "failed (TemplateError)".
     said: Option<&'static str>,
+    /// What is said and done of the Secret's decoration.
+    decoration: Option<Decor>,
 }
 
 #[derive(Clone, Copy)]
@@ -141,6 +168,7 @@ enum Change {
     EditOnce,
     EditShared,
     EditSettings,
+    Undecorate,
 }
 
 const ALL_APPLIED: &[(&str, Expect)] = &[
@@ -159,9 +187,17 @@ fn scenarios() -> Vec<Scenario> {
         change,
         children,
         said,
+        decoration: None,
     };
     vec![
-        s("converged", Change::None, ALL_APPLIED, None),
+        Scenario {
+            decoration: Some(Decor::Applied),
+            ..s("converged", Change::None, ALL_APPLIED, None)
+        },
+        Scenario {
+            decoration: Some(Decor::Apply),
+            ..s("decorated", Change::Undecorate, ALL_APPLIED, None)
+        },
         s(
             "field-removed",
             Change::EditConfig,
@@ -210,6 +246,7 @@ fn scenarios() -> Vec<Scenario> {
             change: Change::EditSettings,
             children: &[("config", Expect::Applied), ("settings", Expect::Change)],
             said: None,
+            decoration: None,
         },
     ]
 }
@@ -270,6 +307,17 @@ async fn explain_render_and_the_engine_give_the_same_verdict_per_child() {
                     "{}: {how} does not say `{id} …{}`:\n{out}",
                     s.name,
                     expect.words()
+                );
+            }
+        }
+        if let Some(decor) = s.decoration {
+            for (how, out) in [("explain", &explained), ("render", &rendered)] {
+                assert!(
+                    out.lines()
+                        .any(|l| l.contains("decorate team Secret ") && l.contains(decor.words())),
+                    "{}: {how} does not say `decorate team Secret …{}`:\n{out}",
+                    s.name,
+                    decor.words()
                 );
             }
         }
@@ -342,6 +390,10 @@ async fn change(scene: &Scene, s: &Scenario) {
         Change::EditShared => edit("shared", ns.map(str::to_string)).await,
         Change::EditSettings => edit("settings", Some(format!("{}-x", scene.ns()))).await,
         Change::DeleteConfig => support::delete(&scene.client, cm, ns, &name("config")).await,
+        Change::Undecorate => {
+            let unlabel = json!({"metadata": {"labels": {"team": null}}});
+            support::edit(&scene.client, ("v1", "Secret"), ns, &name("creds"), unlabel).await;
+        }
         Change::DeleteSecret => {
             support::delete(&scene.client, ("v1", "Secret"), ns, &name("creds")).await;
         }
@@ -430,10 +482,19 @@ async fn render_from_cluster(scene: &Scene, s: &Scenario, dir: &Path) -> String 
     )
 }
 
-/// Every child's resource version (or none), by namespace and name.
+/// Every child's resource version (or none), by namespace and name, and
+/// each decorated Secret's.
 async fn versions(scene: &Scene, table: &[Scenario]) -> BTreeMap<String, Option<String>> {
     let mut out = BTreeMap::new();
     for s in table {
+        if s.decoration.is_some() {
+            let name = format!("{}-creds", s.name);
+            let found = support::get(&scene.client, "v1", "Secret", scene.ns(), &name).await;
+            out.insert(
+                name,
+                found.map(|c| c["metadata"]["resourceVersion"].to_string()),
+            );
+        }
         for (id, _) in s.children {
             let (ns, name) = child_at(scene, s, id);
             let found = support::get(&scene.client, "v1", "ConfigMap", &ns, &name).await;
@@ -493,6 +554,21 @@ async fn engine_did(scene: &Scene, s: &Scenario, before: &BTreeMap<String, Optio
                 Expect::Once => version == before[&name],
                 Expect::Prune => now.is_none(),
                 Expect::Left => now.is_some() && version == before[&name],
+            };
+            done.then_some(())
+        })
+        .await;
+    }
+    if let Some(decor) = s.decoration {
+        let name = format!("{}-creds", s.name);
+        let what = format!("{}: the Secret {decor:?}", s.name);
+        eventually(&what, CONVERGE, || async {
+            let now = support::get(&scene.client, "v1", "Secret", scene.ns(), &name).await?;
+            let version = now["metadata"]["resourceVersion"].to_string();
+            let labelled = now["metadata"]["labels"]["team"] == "blue";
+            let done = match decor {
+                Decor::Applied => labelled && Some(version) == before[&name],
+                Decor::Apply => labelled,
             };
             done.then_some(())
         })

@@ -3,7 +3,10 @@
 //! (making or renewing the certificates when due), makes sure every
 //! multi-version CRD the rules define has the `spec.conversion` of this
 //! bundle, and only then serves a new certificate, so the API server
-//! already trusts its CA.
+//! already trusts its CA. The first certificate is served before any CRD
+//! is pointed at the webhook (and before the installer may create one
+//! with `spec.conversion`), so the API server never reaches a listener
+//! without one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +18,9 @@ use kube::{Api as KubeApi, Client};
 use serde_json::{Value, json};
 
 use super::certs::Material;
-use super::server::{self, Certificate};
+use super::server::{self, Certificate, Serving};
 use super::{RulesLookup, Settings, secret, set_conversion};
+use crate::metrics::Metrics;
 use crate::reload::CurrentRules;
 
 /// The field manager kiln sets a CRD's `spec.conversion` with.
@@ -29,18 +33,21 @@ const TAKE_UP: Duration = Duration::from_secs(2);
 /// How soon a CRD not created or not pointed at the webhook yet is looked at again.
 const UNSETTLED: Duration = Duration::from_secs(1);
 
-/// Serves conversion on `settings.addr` and keeps its certificates and the
-/// rules' CRDs in the background; returns the bound address.
+/// Serves conversion on `settings.addr` (each review counted in
+/// `metrics`) and keeps its certificates and the rules' CRDs in the
+/// background; returns the listener, to drain on shutdown.
 pub async fn start(
     client: Client,
     settings: Settings,
     rules: CurrentRules,
-) -> std::io::Result<std::net::SocketAddr> {
+    metrics: Arc<Metrics>,
+) -> std::io::Result<Serving> {
     let cert = Arc::new(Certificate::default());
     let lookup = Arc::new(RulesLookup(rules.clone()));
-    let bound = server::spawn(settings.addr, cert.clone(), lookup).await?;
+    let serving = server::spawn(settings.addr, cert.clone(), lookup, metrics).await?;
+    super::serves();
     tokio::spawn(keep(client, settings, rules, cert));
-    Ok(bound)
+    Ok(serving)
 }
 
 /// How often the Secret is read: often enough to switch well before a
@@ -60,24 +67,21 @@ async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc
         match secret::ensure(&secrets, &settings.secret, &hosts, settings.validity).await {
             Ok(material) => {
                 let conversion = settings.endpoint.conversion(&material.bundle);
-                set_conversion(conversion.clone());
-                settled = point_crds(&crds, &rules, &conversion).await;
-                if serving.as_ref() != Some(&material) {
-                    if serving.is_some() {
-                        tokio::time::sleep(TAKE_UP).await;
-                    }
-                    match cert.set(&material.cert, &material.key) {
-                        Ok(()) => {
-                            tracing::info!(
-                                not_after = material.not_after,
-                                "serving conversion with a new certificate"
-                            );
-                            serving = Some(material);
-                        }
-                        Err(error) => {
-                            tracing::error!(%error, "the webhook's certificate was not taken")
-                        }
-                    }
+                if serving.is_none() {
+                    // First: serve the certificate, and only then let the
+                    // installer and the CRDs point at it, so no CRD converts
+                    // through a listener without one.
+                    serving = serve(&cert, material.clone());
+                }
+                if serving.is_some() {
+                    set_conversion(conversion.clone());
+                    settled = point_crds(&crds, &rules, &conversion).await;
+                }
+                if serving.as_ref().is_some_and(|s| s != &material) {
+                    // Renewed: the CRDs trust the new CA (the bundle keeps
+                    // the old one) before this replica serves its certificate.
+                    tokio::time::sleep(TAKE_UP).await;
+                    serving = serve(&cert, material).or(serving);
                 }
             }
             Err(error) => {
@@ -95,6 +99,24 @@ async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc
             changed = changes.changed() => if changed.is_err() {
                 tokio::time::sleep(period(settings.validity)).await;
             },
+        }
+    }
+}
+
+/// Serves `material`'s certificate from the next handshake on; the
+/// material, once served.
+fn serve(cert: &Certificate, material: Material) -> Option<Material> {
+    match cert.set(&material.cert, &material.key) {
+        Ok(()) => {
+            tracing::info!(
+                not_after = material.not_after,
+                "serving conversion with a new certificate"
+            );
+            Some(material)
+        }
+        Err(error) => {
+            tracing::error!(%error, "the webhook's certificate was not taken");
+            None
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod secret;
 pub mod server;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 pub use keeper::{FIELD_MANAGER, start};
+pub use server::Serving;
 
 /// The Secret holding the webhook's certificates, unless told otherwise.
 pub const DEFAULT_SECRET: &str = "kiln-conversion-webhook";
@@ -109,11 +111,44 @@ pub struct Settings {
 /// certificates are known; the CRD installer writes it with the CRD.
 static CONVERSION: RwLock<Option<Value>> = RwLock::new(None);
 
+/// Whether this process serves conversion (set when the listener starts).
+static SERVES: AtomicBool = AtomicBool::new(false);
+
 /// The `spec.conversion` multi-version CRDs get, when this process serves
 /// conversion and has its certificates.
 pub fn conversion() -> Option<Value> {
     CONVERSION.read().ok()?.clone()
 }
+
+fn serves() {
+    SERVES.store(true, Ordering::SeqCst);
+}
+
+/// The `spec.conversion` a multi-version CRD is created with: none when
+/// this process does not serve conversion; else once the listener serves
+/// its certificate (waiting for it at most `wait`), so the API server is
+/// never pointed at a webhook that cannot answer. `Err` when it is not
+/// ready in time.
+pub async fn ready_conversion(wait: Duration) -> Result<Option<Value>, NotReady> {
+    if !SERVES.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if let Some(c) = conversion() {
+            return Ok(Some(c));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(NotReady(wait));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The webhook did not serve a certificate in time.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the conversion webhook serves no certificate yet (waited {0:?})")]
+pub struct NotReady(pub Duration);
 
 fn set_conversion(value: Value) {
     if let Ok(mut slot) = CONVERSION.write() {

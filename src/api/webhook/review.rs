@@ -2,6 +2,7 @@
 //! to the version asked for, or the request failed with the first object
 //! that could not be (named, with the template and its line). Pure.
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::convert::Conversions;
@@ -12,53 +13,103 @@ pub trait Lookup {
     fn conversions(&self, group: &str, kind: &str) -> Option<std::sync::Arc<Conversions>>;
 }
 
-/// The answer to the request body `body` (a `ConversionReview`), as JSON.
-pub fn answer(body: &[u8], lookup: &dyn Lookup) -> Value {
-    let review: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => return response("", Err(format!("the request is not JSON: {e}"))),
-    };
-    let request = &review["request"];
-    let uid = request["uid"].as_str().unwrap_or_default();
-    // One big stack for the whole review (not a stack mapped per template
-    // evaluation): only plain JSON outlives each object's conversion.
-    let converted = crate::template::limits::render_stack(|| convert_all(request, lookup));
-    response(uid, converted)
+/// A review answered: the JSON to send, and what it was, for metrics.
+#[derive(Debug)]
+pub struct Answer {
+    /// The `ConversionReview` holding the response.
+    pub review: Value,
+    /// The CRD converted (`<plural>.<group>`), when a rule defines it.
+    pub crd: Option<String>,
+    /// Objects in the request.
+    pub objects: usize,
+    /// Whether every object was converted.
+    pub ok: bool,
 }
 
-/// Every object of the request, converted.
-fn convert_all(request: &Value, lookup: &dyn Lookup) -> Result<Vec<Value>, String> {
-    let desired = request["desiredAPIVersion"]
-        .as_str()
-        .ok_or("the request has no desiredAPIVersion")?;
-    let (group, version) = desired
-        .split_once('/')
-        .ok_or_else(|| format!("desiredAPIVersion `{desired}` has no group"))?;
-    let objects = request["objects"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let mut out = Vec::with_capacity(objects.len());
-    let mut found: Option<(String, std::sync::Arc<Conversions>)> = None;
-    for object in objects {
+/// The part of a `ConversionReview` request kiln reads.
+#[derive(Deserialize)]
+struct Review {
+    request: Option<Request>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    #[serde(default)]
+    uid: String,
+    #[serde(default, rename = "desiredAPIVersion")]
+    desired_api_version: Option<String>,
+    #[serde(default)]
+    objects: Vec<Value>,
+}
+
+/// The answer to the request body `body` (a `ConversionReview`).
+pub fn answer(body: &[u8], lookup: &dyn Lookup) -> Answer {
+    let request = match serde_json::from_slice::<Review>(body) {
+        Ok(Review { request: Some(r) }) => r,
+        Ok(Review { request: None }) => return failed("", "the review has no request".into()),
+        Err(e) => return failed("", format!("the request is not a ConversionReview: {e}")),
+    };
+    let objects = request.objects.len();
+    // One big stack for the whole review (not a stack mapped per template
+    // evaluation): only plain JSON outlives each object's conversion.
+    let (crd, converted) = crate::template::limits::render_stack(|| convert_all(&request, lookup));
+    let ok = converted.is_ok();
+    Answer {
+        review: response(&request.uid, converted),
+        crd,
+        objects,
+        ok,
+    }
+}
+
+fn failed(uid: &str, message: String) -> Answer {
+    Answer {
+        review: response(uid, Err(message)),
+        crd: None,
+        objects: 0,
+        ok: false,
+    }
+}
+
+/// Every object of the request, converted; and the CRD they belong to.
+fn convert_all(
+    request: &Request,
+    lookup: &dyn Lookup,
+) -> (Option<String>, Result<Vec<Value>, String>) {
+    let Some(desired) = request.desired_api_version.as_deref() else {
+        return (None, Err("the request has no desiredAPIVersion".into()));
+    };
+    let Some((group, version)) = desired.split_once('/') else {
+        return (
+            None,
+            Err(format!("desiredAPIVersion `{desired}` has no group")),
+        );
+    };
+    let mut out = Vec::with_capacity(request.objects.len());
+    let mut found: Option<(&str, std::sync::Arc<Conversions>)> = None;
+    for object in &request.objects {
         let kind = object["kind"].as_str().unwrap_or_default();
         let conversions = match &found {
-            Some((k, c)) if k == kind => c.clone(),
-            _ => {
-                let c = lookup
-                    .conversions(group, kind)
-                    .ok_or_else(|| format!("no rule defines conversions for {kind} in {group}"))?;
-                found = Some((kind.to_string(), c.clone()));
-                c
-            }
+            Some((k, c)) if *k == kind => c.clone(),
+            _ => match lookup.conversions(group, kind) {
+                Some(c) => {
+                    found = Some((kind, c.clone()));
+                    c
+                }
+                None => {
+                    let crd = found.map(|(_, c)| c.crd().to_string());
+                    let message = format!("no rule defines conversions for {kind} in {group}");
+                    return (crd, Err(message));
+                }
+            },
         };
-        out.push(
-            conversions
-                .convert(object, version)
-                .map_err(|e| e.to_string())?,
-        );
+        match conversions.convert(object, version) {
+            Ok(v) => out.push(v),
+            Err(e) => return (Some(conversions.crd().to_string()), Err(e.to_string())),
+        }
     }
-    Ok(out)
+    (found.map(|(_, c)| c.crd().to_string()), Ok(out))
 }
 
 fn response(uid: &str, converted: Result<Vec<Value>, String>) -> Value {
@@ -132,10 +183,15 @@ versions:
 
     #[test]
     fn every_object_is_converted_in_order() {
-        let out = answer(
+        let answered = answer(
             &review(json!([obj("x", json!("nginx")), obj("y", json!("redis"))])),
             &lookup(),
         );
+        assert_eq!(
+            (answered.crd.as_deref(), answered.objects, answered.ok),
+            (Some("webapps.demo.kiln.dev"), 2, true)
+        );
+        let out = answered.review;
         assert_eq!(out["response"]["uid"], "r1");
         assert_eq!(out["response"]["result"]["status"], "Success");
         let images: Vec<&Value> = out["response"]["convertedObjects"]
@@ -151,7 +207,9 @@ versions:
     fn one_failing_object_fails_the_request_naming_it() {
         let mut bad = obj("bad", json!("x"));
         bad["spec"] = json!({});
-        let out = answer(&review(json!([obj("x", json!("nginx")), bad])), &lookup());
+        let answered = answer(&review(json!([obj("x", json!("nginx")), bad])), &lookup());
+        assert!(!answered.ok);
+        let out = answered.review;
         assert_eq!(out["response"]["result"]["status"], "Failure");
         let message = out["response"]["result"]["message"].as_str().unwrap();
         assert!(message.contains("WebApp a/bad"), "{message}");
@@ -160,11 +218,11 @@ versions:
 
     #[test]
     fn garbage_and_unknown_kinds_are_failures_not_crashes() {
-        let out = answer(b"{not json", &lookup());
+        let out = answer(b"{not json", &lookup()).review;
         assert_eq!(out["response"]["result"]["status"], "Failure");
         let mut other = obj("x", json!("a"));
         other["kind"] = json!("Other");
-        let out = answer(&review(json!([other])), &lookup());
+        let out = answer(&review(json!([other])), &lookup()).review;
         assert!(
             out["response"]["result"]["message"]
                 .as_str()

@@ -7,14 +7,22 @@
 //! kiln last wrote to the same object within [`WINDOW`] are counted, and
 //! more than [`BUDGET`] of those pause the primary's writes.
 //!
-//! Pure: the caller fingerprints each write ([`Write::of`]) and asks
-//! [`Window::spend`] before writing.
+//! Pure: the caller lists a plan's writes ([`planned`]), asks
+//! [`Window::judge`] before writing and, over budget, pauses the primary's
+//! writes as [`pause`] says; it only reads who the other writer is.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use super::decorate::{Decoration, Decorations};
+use super::plan::{Plan, key_of};
+use super::touch::Touch;
+use crate::engine::key::ObjKey;
+use crate::render::DesiredChild;
+use crate::rules::{Gvk, Requeue};
 
 /// At most this many repeated writes per primary within [`WINDOW`]: more
 /// means another controller keeps undoing what kiln sets (a fight), and
@@ -111,6 +119,26 @@ impl Window {
         Ok(())
     }
 
+    /// What the budget says of `writes` made `now` while `paused` (the
+    /// explanation of a pause in force): they are recorded when within it.
+    pub(crate) fn judge(
+        &mut self,
+        now: Instant,
+        paused: Option<&str>,
+        writes: &[Write],
+    ) -> Verdict {
+        if writes.is_empty() {
+            return Verdict::Within;
+        }
+        if let Some(why) = paused {
+            return Verdict::Paused(why.to_string());
+        }
+        match self.spend(now, writes) {
+            Ok(()) => Verdict::Within,
+            Err(first) => Verdict::Over { first },
+        }
+    }
+
     /// Whether the last write to the same object within the window had the
     /// same body.
     fn repeats(&self, write: &Write) -> bool {
@@ -120,6 +148,104 @@ impl Window {
             .find(|m| m.write.target == write.target)
             .is_some_and(|m| m.write.body == write.body)
     }
+}
+
+/// What the budget says of a reconcile's writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Within the budget: write.
+    Within,
+    /// The primary's writes are paused, for this reason: write nothing.
+    Paused(String),
+    /// Over the budget: write nothing and [`pause`]; `first` is the index
+    /// of the first write that repeats what kiln last wrote.
+    Over {
+        /// Of the writes judged.
+        first: usize,
+    },
+}
+
+/// A pause of a primary's writes: until when, and why (its failure's message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pause {
+    /// The end of the pause.
+    pub until: Instant,
+    /// Why, for the status and the Event.
+    pub why: String,
+}
+
+/// The pause that starts `now` when the write to `what` went over budget:
+/// as long as the slowest retry (`requeue.onError.max`), naming the `other`
+/// field manager that last changed the object, when known.
+pub(crate) fn pause(now: Instant, what: &str, other: Option<&str>, requeue: &Requeue) -> Pause {
+    let cool_down = requeue.on_error.max;
+    let why = format!(
+        "{what} was rewritten more than {BUDGET} times in {}s with what kiln last wrote: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
+        WINDOW.as_secs(),
+        other.unwrap_or("unknown field manager"),
+        cool_down.as_secs()
+    );
+    Pause {
+        until: now + cool_down,
+        why,
+    }
+}
+
+/// A write a reconcile is about to make.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Written<'a> {
+    /// Applying a child.
+    Child(&'a DesiredChild),
+    /// Applying a decoration (or taking one back).
+    Decoration(&'a Decoration),
+    /// Removing keys under a child's `replace` fields (replace.rs).
+    Strip(&'a Gvk, &'a ObjKey),
+}
+
+impl Written<'_> {
+    /// The object written, for people.
+    pub(crate) fn what(&self) -> String {
+        match self {
+            Self::Child(child) => format!("{} {}", child.gvk.kind, key_of(child)),
+            Self::Strip(gvk, key) => format!("{} {key} (replace)", gvk.kind),
+            Self::Decoration(d) => {
+                let at = d
+                    .namespace
+                    .as_ref()
+                    .map_or(String::new(), |n| format!("{n}/"));
+                format!("{} {at}{} (decorated as {})", d.gvk.kind, d.name, d.manager)
+            }
+        }
+    }
+}
+
+/// Every write of a plan and its decorations, fingerprinted for the budget.
+pub(crate) fn planned<'a>(
+    plan: &'a Plan,
+    decorations: Option<&'a Decorations>,
+) -> Vec<(Write, Written<'a>)> {
+    let children = plan.apply.iter().map(|c| {
+        let target = (c.gvk.to_string(), &c.namespace, &c.name);
+        (Write::of(target, &c.object), Written::Child(c))
+    });
+    let decorated = decorations
+        .into_iter()
+        .flat_map(|d| d.apply.iter().chain(&d.take_back))
+        .map(|d| {
+            let target = (d.gvk.to_string(), &d.namespace, &d.name, &d.manager);
+            (Write::of(target, &d.body), Written::Decoration(d))
+        });
+    // Removing keys another writer adds again and again is a fight too.
+    let stripped = plan.touch.iter().filter_map(|t| match t {
+        Touch::Strip {
+            gvk, key, desired, ..
+        } => {
+            let target = (gvk.to_string(), &key.namespace, &key.name, "replace");
+            Some((Write::of(target, desired), Written::Strip(gvk, key)))
+        }
+        Touch::Remember { .. } => None,
+    });
+    children.chain(decorated).chain(stripped).collect()
 }
 
 #[cfg(test)]
@@ -181,5 +307,55 @@ mod tests {
         assert_eq!(window.spend(now, &[write("a", "v")]), Ok(()));
         assert!(!window.repeats(&write("b", "v")));
         assert!(window.repeats(&write("a", "v")));
+    }
+    #[test]
+    fn writes_are_judged_within_paused_or_over_the_budget() {
+        let now = Instant::now();
+        let fight = write("w", "ours");
+        let mut window = Window::default();
+        for _ in 0..=BUDGET {
+            assert_eq!(window.judge(now, None, &[fight]), Verdict::Within);
+        }
+        // (paused, writes) → verdict
+        let table = [
+            (None, vec![], Verdict::Within),
+            (Some("fight"), vec![], Verdict::Within),
+            (
+                Some("fight"),
+                vec![write("new", "v")],
+                Verdict::Paused("fight".into()),
+            ),
+            (None, vec![write("new", "v")], Verdict::Within),
+            (
+                None,
+                vec![write("other", "v"), fight],
+                Verdict::Over { first: 1 },
+            ),
+        ];
+        for (paused, writes, verdict) in table {
+            assert_eq!(
+                window.judge(now, paused, &writes),
+                verdict,
+                "{paused:?} {writes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pause_lasts_the_slowest_retry_and_names_the_other_writer() {
+        let now = Instant::now();
+        let requeue = Requeue::default();
+        let pause = pause(now, "ConfigMap team/shop", Some("kubectl-edit"), &requeue);
+        assert_eq!(pause.until, now + requeue.on_error.max);
+        assert_eq!(
+            pause.why,
+            "ConfigMap team/shop was rewritten more than 20 times in 60s with what kiln last wrote: another controller (kubectl-edit) keeps changing what the rule sets; kiln pauses its writes to this object for 300s"
+        );
+        let unknown = super::pause(now, "ConfigMap team/shop", None, &requeue);
+        assert!(
+            unknown
+                .why
+                .contains("another controller (unknown field manager)")
+        );
     }
 }

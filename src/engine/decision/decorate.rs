@@ -52,6 +52,69 @@ pub struct Decorations {
     /// Every related object decorated (shown or not), as which manager: no
     /// other primary of the rule may decorate it too (claims.rs).
     pub claimed: BTreeSet<Target>,
+    /// What is done with each object decorated or taken back from, in
+    /// order: what `kiln explain` and `kiln render` print.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// What a reconcile does with one object a decorator sets fields on (or
+/// set fields on before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The decorator's id.
+    pub id: String,
+    /// The object's kind.
+    pub gvk: Gvk,
+    /// Its namespace.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// What is done.
+    pub done: Done,
+}
+
+/// What is done with one object a decorator sets fields on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// It shows the decorator's fields, set as its manager: nothing to write.
+    Applied,
+    /// It lacks some: applied (in [`Decorations::apply`]).
+    Apply,
+    /// The decorator no longer sets fields here: taken back (in
+    /// [`Decorations::take_back`]).
+    TakeBack,
+}
+
+impl Verdict {
+    fn on(id: &str, gvk: &Gvk, namespace: Option<&str>, name: &str, done: Done) -> Self {
+        Self {
+            id: id.to_string(),
+            gvk: gvk.clone(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+            done,
+        }
+    }
+}
+
+/// The decorations of a reconcile that planned `plan`: decorators patch
+/// only once the children went through; while the rule waits or fails,
+/// what they set stays as it is. A rule with no decorators (left) still
+/// takes back what an earlier version set. The engine, `kiln explain` and
+/// `kiln render` all decorate through this.
+pub fn of_plan(
+    plan: &super::plan::Plan,
+    rule: &Rule,
+    base: &str,
+    ctx: impl FnOnce() -> JinjaValue,
+    inputs: &Inputs,
+) -> Result<Decorations, String> {
+    match plan.status.outcome {
+        super::status::Outcome::Applied { .. } => {
+            self::plan(rule, base, ctx, inputs).map_err(|e| e.to_string())
+        }
+        _ => Ok(Decorations::default()),
+    }
 }
 
 /// The field manager of decorator `id` of `rule` (kiln's own is `base`).
@@ -112,7 +175,11 @@ pub fn plan(
                 name.clone(),
                 manager.clone(),
             ));
-            if shows(target, &patch, &manager) {
+            let shown = shows(target, &patch, &manager);
+            let done = if shown { Done::Applied } else { Done::Apply };
+            let verdict = Verdict::on(&decorator.id, &gvk, namespace.as_deref(), &name, done);
+            out.verdicts.push(verdict);
+            if shown {
                 continue;
             }
             out.apply.push(Decoration {
@@ -125,7 +192,7 @@ pub fn plan(
             });
         }
     }
-    out.take_back = take_back(rule, base, inputs, &wanted);
+    take_back(rule, base, inputs, &wanted, &mut out);
     Ok(out)
 }
 
@@ -136,8 +203,8 @@ fn take_back(
     base: &str,
     inputs: &Inputs,
     wanted: &BTreeSet<(String, String, String, String)>,
-) -> Vec<Decoration> {
-    let mut out = Vec::new();
+    out: &mut Decorations,
+) {
     let prefix = manager(base, &rule.name, "");
     for (gvk, target) in every_target(rule, inputs) {
         let (namespace, name) = identity(target);
@@ -154,7 +221,10 @@ fn take_back(
             if wanted.contains(&key) {
                 continue;
             }
-            out.push(Decoration {
+            let id = held.strip_prefix(&prefix).unwrap_or(&held);
+            let verdict = Verdict::on(id, &gvk, namespace.as_deref(), &name, Done::TakeBack);
+            out.verdicts.push(verdict);
+            out.take_back.push(Decoration {
                 body: apply_body(
                     &gvk,
                     namespace.as_deref(),
@@ -170,7 +240,6 @@ fn take_back(
             });
         }
     }
-    out
 }
 
 /// `ctx` with the rule's `spec.vars` (`vars.<name>`), evaluated as the
@@ -440,5 +509,70 @@ mod tests {
             &patch,
             m
         ));
+    }
+    const RULE: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  watches:
+    - name: creds
+      apiVersion: v1
+      kind: Secret
+      ref: {name: creds}
+  decorate:
+    - id: team
+      target: related.creds
+      patch:
+        metadata:
+          labels: {team: "{{ self.spec.team }}"}
+  children:
+    - id: config
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}"}
+"#;
+
+    /// What the decorations of `rule` say of the Secret `creds` with these
+    /// labels and managed fields.
+    fn verdicts_on(rule: &Rule, labels: Value, managed: Value) -> Vec<(String, Done)> {
+        let mut inputs = Inputs {
+            primary: json!({"apiVersion": "demo.kiln.dev/v1", "kind": "App",
+                "metadata": {"name": "shop", "namespace": "ns"}, "spec": {"team": "blue"}}),
+            ..Inputs::default()
+        };
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": "ns", "labels": labels, "managedFields": managed}});
+        inputs.related.insert("creds".into(), secret);
+        let this = to_jinja(&inputs.primary);
+        let ctx = || crate::render::context(rule, &this, &inputs);
+        let decorations = plan(rule, "kiln", ctx, &inputs).unwrap();
+        let verdicts = decorations.verdicts.iter();
+        verdicts.map(|v| (v.id.clone(), v.done)).collect()
+    }
+
+    #[test]
+    fn each_object_decorated_has_the_verdict_the_engine_acts_on() {
+        let rule = crate::rules::one_rule(RULE);
+        let set = entry(
+            "kiln.r.team",
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
+        );
+        assert_eq!(
+            verdicts_on(&rule, json!({}), json!([])),
+            [("team".to_string(), Done::Apply)]
+        );
+        assert_eq!(
+            verdicts_on(&rule, json!({"team": "blue"}), json!([set])),
+            [("team".to_string(), Done::Applied)]
+        );
+        let mut left = crate::rules::one_rule(RULE);
+        left.decorators.clear();
+        assert_eq!(
+            verdicts_on(&left, json!({"team": "blue"}), json!([set])),
+            [("team".to_string(), Done::TakeBack)]
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The decision: what one reconcile should do, as values computed from a
 //! snapshot (`plan`), with the pieces it is made of (diff, status, failure,
-//! related objects, ownership, placing, budget, claims, decorations). No
-//! kube client in here: everything it reads is handed to it.
+//! related objects, ownership, placing, budget, claims, decorations), what
+//! a primary's deletion does (`deletion`) and how a reconcile ends
+//! (`outcome`). No kube client in here: everything it reads is handed to it;
+//! the runtime only carries the decisions out.
 //!
 //! The runtime reaches the modules it drives (`pub(crate)`); the rest of
 //! kiln (the offline commands: `render`, `diff`, `explain`, `test`) only
@@ -11,9 +13,11 @@ mod adoption;
 pub(crate) mod budget;
 pub(crate) mod claims;
 pub(crate) mod decorate;
+pub(crate) mod deletion;
 pub(crate) mod diff;
 pub(crate) mod failure;
 mod history;
+pub(crate) mod outcome;
 pub(crate) mod placed;
 pub(crate) mod placing;
 pub(crate) mod plan;
@@ -26,10 +30,12 @@ pub(crate) mod status;
 pub(crate) mod suspend;
 pub(crate) mod touch;
 
-pub use decorate::plan as decorate;
+pub use decorate::{
+    Decorations, Done, Verdict as DecorationVerdict, of_plan as decorations, plan as decorate,
+};
 pub use diff::{equal, satisfied};
 pub use placed::{believed as placed_believed, identity as placed_identity};
 pub use plan::{ChildVerdict, Draft, Known, LiveChild, Observed, Occupants, Plan, Verdict, draft};
 pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};
-pub use status::{Contributor, Outcome, compose as compose_status};
+pub use status::{Contributor, Outcome, compose as compose_status, reasons};
 pub use suspend::message as suspended_message;

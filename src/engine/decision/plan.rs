@@ -222,6 +222,15 @@ impl Plan {
         }
     }
 
+    /// Writes nothing but status, and looks again after the rule's
+    /// `requeue.waiting`.
+    fn waits(rule: &Rule, outcome: Outcome, generation: Option<i64>) -> Self {
+        Self::only(
+            unrendered(outcome, generation),
+            Next::After(rule.requeue.waiting),
+        )
+    }
+
     /// The plan of a suspended primary: nothing written, every live child
     /// left as it is.
     fn suspended(observed: &Observed, generation: Option<i64>) -> Self {
@@ -562,10 +571,7 @@ fn unready(rule: &Rule, observed: &Observed, generation: Option<i64>) -> Option<
                 forbidden.join(", ")
             ),
         };
-        return Some(Plan::only(
-            unrendered(outcome, generation),
-            Next::After(rule.requeue.waiting),
-        ));
+        return Some(Plan::waits(rule, outcome, generation));
     }
     if !observed.blind.is_empty() {
         let missing = observed
@@ -577,19 +583,13 @@ fn unready(rule: &Rule, observed: &Observed, generation: Option<i64>) -> Option<
                 }
             })
             .collect();
-        return Some(Plan::only(
-            unrendered(Outcome::Waiting { missing }, generation),
-            Next::After(rule.requeue.waiting),
-        ));
+        return Some(Plan::waits(rule, Outcome::Waiting { missing }, generation));
     }
     if !observed.missing.is_empty() {
         let outcome = Outcome::Waiting {
             missing: observed.missing.clone(),
         };
-        return Some(Plan::only(
-            unrendered(outcome, generation),
-            Next::After(rule.requeue.waiting),
-        ));
+        return Some(Plan::waits(rule, outcome, generation));
     }
     None
 }
@@ -604,21 +604,19 @@ fn collisions(
 ) -> Option<Plan> {
     // Own only what you created: a name held by an object kiln did not make
     // for this primary is neither taken over nor, later, deleted.
+    let at = observed.primary_namespace();
     let taken: Vec<String> = children
         .iter()
-        .filter(|c| {
-            !adoption::adopts(
-                policy(rule, &c.id),
-                &key_of(c),
-                observed.primary_namespace(),
-            ) && !observed.children.iter().any(|l| renders(c, l))
-        })
         .filter_map(|c| {
-            let key = key_of(c);
+            let (policy, key) = (policy(rule, &c.id), key_of(c));
+            if adoption::adopts(policy, &key, at) || observed.children.iter().any(|l| renders(c, l))
+            {
+                return None;
+            }
             let who = observed.occupants.get(&(c.gvk.clone(), key.clone()))?;
-            let bound = policy(rule, &c.id)
+            let bound = policy
                 .filter(|p| p.adopt)
-                .and_then(|p| adoption::refused(p, &key, observed.primary_namespace()))
+                .and_then(|p| adoption::refused(p, &key, at))
                 .map(|why| format!("; {why}"))
                 .unwrap_or_default();
             Some(format!(
@@ -627,20 +625,17 @@ fn collisions(
             ))
         })
         .collect();
-    if !taken.is_empty() {
-        let outcome = Outcome::Failed {
-            reason: reasons::ALREADY_EXISTS,
-            message: format!(
-                "{}: kiln does not take over objects it did not create",
-                taken.join("; ")
-            ),
-        };
-        return Some(Plan::only(
-            unrendered(outcome, generation),
-            Next::After(rule.requeue.waiting),
-        ));
+    if taken.is_empty() {
+        return None;
     }
-    None
+    let outcome = Outcome::Failed {
+        reason: reasons::ALREADY_EXISTS,
+        message: format!(
+            "{}: kiln does not take over objects it did not create",
+            taken.join("; ")
+        ),
+    };
+    Some(Plan::waits(rule, outcome, generation))
 }
 
 /// The status part of a reconcile that rendered nothing.
@@ -650,44 +645,6 @@ fn unrendered(outcome: Outcome, generation: Option<i64>) -> Part {
         fields: None,
         conditions: Vec::new(),
         generation,
-    }
-}
-
-/// What a reconcile does with the rule's finalizer before anything else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Finalizing {
-    /// The primary is going and the finalizer holds it: delete the next
-    /// children ([`teardown`]); the finalizer goes once none is left.
-    TearDown,
-    /// Let go of the finalizer, and stop (a primary going that the rule no
-    /// longer selects).
-    Release,
-    /// Nothing more for this primary (going, without the finalizer).
-    Stop,
-    /// Add (`true`) or remove (`false`) the finalizer, then reconcile: added
-    /// before any child exists, so none is left to the garbage collector's
-    /// order; removed as soon as it is not wanted.
-    Set(bool),
-    /// Reconcile as it is.
-    Keep,
-}
-
-/// The finalizer step: whether the primary `holds` the rule's finalizer,
-/// whether the rule `wants` it held (ordered deletion or `outside`
-/// children, and the primary selected; `None` while that is unknown, e.g.
-/// a Namespace cache kiln may not list) and whether it is `going`.
-/// Never act on missing information: an unknown want keeps the finalizer as
-/// it is, going or not, and the reconcile says why it waits.
-pub(crate) fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
-    let Some(wants) = wants else {
-        return Finalizing::Keep;
-    };
-    match (going, holds, wants) {
-        (true, true, true) => Finalizing::TearDown,
-        (true, true, false) => Finalizing::Release,
-        (true, false, _) => Finalizing::Stop,
-        (false, h, w) if h != w => Finalizing::Set(w),
-        (false, _, _) => Finalizing::Keep,
     }
 }
 
@@ -728,35 +685,6 @@ impl Plan {
             Outcome::Applied { .. } => None,
         }
     }
-}
-
-/// The finalizer a rule with ordered deletion keeps on its primaries.
-pub(crate) fn finalizer(rule: &str) -> String {
-    format!("{rule}.kiln.dev/ordered-deletion")
-}
-
-/// What to delete now while a primary with ordered deletion goes away: the
-/// live children no other live child waits for (a child goes before the
-/// children it waits for). Nothing left alive means the finalizer may go.
-pub(crate) fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
-    let waited_for = |id: &str| {
-        live.iter().any(|other| {
-            other.id != id
-                && rule
-                    .children
-                    .iter()
-                    .any(|c| c.id == other.id && c.needs.iter().any(|n| n.id == id))
-        })
-    };
-    // An orphaned child stays when its primary goes.
-    live.iter()
-        .filter(|c| !c.deleting && !waited_for(&c.id) && !orphaned(rule, c))
-        .map(|c| Prune {
-            gvk: c.gvk.clone(),
-            key: c.key.clone(),
-            uid: c.uid.clone(),
-        })
-        .collect()
 }
 
 /// The key of a desired child.

@@ -23,37 +23,37 @@ pub(crate) mod types {
 }
 
 /// Condition reasons (CamelCase, bounded set: also used as Event reasons).
-pub(crate) mod reasons {
+pub mod reasons {
     /// Every child is ready.
-    pub(crate) const ALL_READY: &str = "AllChildrenReady";
+    pub const ALL_READY: &str = "AllChildrenReady";
     /// Some child is missing or not ready yet.
-    pub(crate) const CHILDREN_NOT_READY: &str = "ChildrenNotReady";
+    pub const CHILDREN_NOT_READY: &str = "ChildrenNotReady";
     /// Children applied.
-    pub(crate) const APPLIED: &str = "Applied";
+    pub const APPLIED: &str = "Applied";
     /// A required related object is missing.
-    pub(crate) const DEPENDENCY_MISSING: &str = "DependencyMissing";
+    pub const DEPENDENCY_MISSING: &str = "DependencyMissing";
     /// Nothing to wait for.
-    pub(crate) const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
+    pub const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
     /// A child waits for another child to exist or be ready.
-    pub(crate) const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
+    pub const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
     /// A template failed for this object.
-    pub(crate) const TEMPLATE_ERROR: &str = "TemplateError";
+    pub const TEMPLATE_ERROR: &str = "TemplateError";
     /// The API server refused a write as forbidden.
-    pub(crate) const FORBIDDEN: &str = "Forbidden";
+    pub const FORBIDDEN: &str = "Forbidden";
     /// The API server refused a child as invalid.
-    pub(crate) const INVALID: &str = "Invalid";
+    pub const INVALID: &str = "Invalid";
     /// Another field manager owns a field the rule sets, and the rule does not force.
-    pub(crate) const CONFLICT: &str = "Conflict";
+    pub const CONFLICT: &str = "Conflict";
     /// A transient error; retried with backoff.
-    pub(crate) const APPLY_FAILED: &str = "ApplyFailed";
+    pub const APPLY_FAILED: &str = "ApplyFailed";
     /// A watch of a namespaced primary points into another namespace the rule does not name.
-    pub(crate) const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
     /// A child's name is held by an object kiln did not create for this primary.
-    pub(crate) const ALREADY_EXISTS: &str = "AlreadyExists";
+    pub const ALREADY_EXISTS: &str = "AlreadyExists";
     /// An admission policy or webhook denied a write; retried with backoff.
-    pub(crate) const DENIED: &str = "Denied";
+    pub const DENIED: &str = "Denied";
     /// A rule has not reconciled the object since kiln started.
-    pub(crate) const NOT_RECONCILED_YET: &str = "NotReconciledYet";
+    pub const NOT_RECONCILED_YET: &str = "NotReconciledYet";
 }
 
 /// How a reconcile went, as far as status is concerned.

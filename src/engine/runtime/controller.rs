@@ -36,6 +36,7 @@ use crate::engine::cache::reverse::{Reverse, SelectorRef};
 use crate::engine::decision::budget;
 use crate::engine::decision::claims::Claims;
 use crate::engine::decision::decorate::{self, Decorations};
+use crate::engine::decision::deletion::{self, Finalizing};
 use crate::engine::decision::diff;
 use crate::engine::decision::failure::{Category, Failure, Stage};
 use crate::engine::decision::placed;
@@ -47,7 +48,7 @@ use crate::engine::decision::plan::{
 use crate::engine::decision::related::{self, Found, Refusal, Target};
 use crate::engine::decision::reown::{self, Reown};
 use crate::engine::decision::schema::StatusSchema;
-use crate::engine::decision::status::{self, Contributor, Outcome, Part, reasons};
+use crate::engine::decision::status::{self, Contributor, Part, reasons};
 use crate::engine::decision::touch::Touch;
 use crate::engine::key::ObjKey;
 use crate::metrics;
@@ -309,19 +310,19 @@ impl RuleController {
                 self.wiring.since,
                 obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
             );
-        let wanted = self.needs_finalizer() && selected;
+        let wanted = deletion::needed(&self.rule) && selected;
         // Never act on missing information: while the Namespace cache cannot
         // be trusted, whether the rule takes the primary is unknown, so its
         // finalizer stays as it is and the reconcile below (blind) says why.
         let unsure = selected && self.namespaces_blind().is_some();
         let wanted = (!unsure).then_some(wanted);
         let going = obj.metadata.deletion_timestamp.is_some();
-        match plan::finalizing(holds, wanted, going) {
-            plan::Finalizing::TearDown => return self.tear_down(&obj).await,
-            plan::Finalizing::Release => return self.hold(&obj, false).await.map(|()| Next::Done),
-            plan::Finalizing::Stop => return Ok(Next::Done),
-            plan::Finalizing::Set(hold) => self.hold(&obj, hold).await?,
-            plan::Finalizing::Keep => {}
+        match deletion::finalizing(holds, wanted, going) {
+            Finalizing::TearDown => return self.tear_down(&obj).await,
+            Finalizing::Release => return self.hold(&obj, false).await.map(|()| Next::Done),
+            Finalizing::Stop => return Ok(Next::Done),
+            Finalizing::Set(hold) => self.hold(&obj, hold).await?,
+            Finalizing::Keep => {}
         }
         if !selected {
             return Ok(Next::Done);

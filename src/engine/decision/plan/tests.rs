@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::*;
+use crate::engine::decision::deletion::{Finalizing, finalizing, teardown};
 use crate::engine::decision::diff::normalized;
 use crate::render::{APPLIED_ANNOTATION, well_known_scope};
 use crate::rules;

@@ -3,6 +3,8 @@
 //! becomes.
 
 use super::*;
+use crate::engine::decision::budget::Written;
+use crate::engine::decision::outcome::{self, Ending, Report};
 use crate::engine::runtime::decorations;
 
 impl RuleController {
@@ -60,23 +62,7 @@ impl RuleController {
             // shows up as a failure, with the smaller status it can take.
             return self.failed(obj, plan, failure, secrets).await;
         }
-        match plan.event() {
-            Some(event) => {
-                let kind = if event.warning {
-                    self.count_failure(event.reason);
-                    tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason = event.reason, message = %event.message, "reconcile failed");
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                };
-                self.report(obj, kind, event.reason, &event.message).await;
-            }
-            None => {
-                if let Some(state) = lock(&self.states).get_mut(&ObjKey::of(obj)) {
-                    state.reported = None;
-                }
-            }
-        }
+        self.end(obj, &outcome::succeeded(plan)).await;
         Ok(plan.next)
     }
 
@@ -131,57 +117,36 @@ impl RuleController {
         Some(Failure::new(Category::Conflict, message))
     }
 
-    /// What a write that went over budget targets, and the last other
-    /// field manager that changed it (who kiln keeps fighting with).
-    async fn fought_over(&self, written: &Written<'_>) -> (String, Option<String>) {
+    /// The last other field manager that changed what a write over budget
+    /// targets (who kiln keeps fighting with), if it can be read.
+    async fn fought_with(&self, written: &Written<'_>) -> Option<String> {
+        let ours = &self.shared.options.field_manager;
         match *written {
             Written::Child(child) => {
-                let other = match self.wiring.children.get(&child.gvk) {
-                    Some(informer) => {
-                        let ours = &self.shared.options.field_manager;
-                        let (ns, name) = (child.namespace.as_deref(), &child.name);
-                        self.last_other_manager(informer.kind(), ns, name, ours)
-                            .await
-                    }
-                    None => None,
-                };
-                (format!("{} {}", child.gvk.kind, plan::key_of(child)), other)
+                let informer = self.wiring.children.get(&child.gvk)?;
+                let (ns, name) = (child.namespace.as_deref(), &child.name);
+                self.last_other_manager(informer.kind(), ns, name, ours)
+                    .await
             }
             Written::Strip(gvk, key) => {
-                let other = match self.wiring.children.get(gvk) {
-                    Some(informer) => {
-                        let ours = &self.shared.options.field_manager;
-                        let ns = key.namespace.as_deref();
-                        self.last_other_manager(informer.kind(), ns, &key.name, ours)
-                            .await
-                    }
-                    None => None,
-                };
-                (format!("{} {key} (replace)", gvk.kind), other)
+                let informer = self.wiring.children.get(gvk)?;
+                let ns = key.namespace.as_deref();
+                self.last_other_manager(informer.kind(), ns, &key.name, ours)
+                    .await
             }
             Written::Decoration(d) => {
-                let other = match self.shared.kinds.resolve(&d.gvk).await {
-                    Ok(kind) => {
-                        let ns = d.namespace.as_deref();
-                        self.last_other_manager(&kind, ns, &d.name, &d.manager)
-                            .await
-                    }
-                    Err(_) => None,
-                };
-                let at = d
-                    .namespace
-                    .as_ref()
-                    .map_or(String::new(), |n| format!("{n}/"));
-                let what = format!("{} {at}{} (decorated as {})", d.gvk.kind, d.name, d.manager);
-                (what, other)
+                let kind = self.shared.kinds.resolve(&d.gvk).await.ok()?;
+                let ns = d.namespace.as_deref();
+                self.last_other_manager(&kind, ns, &d.name, &d.manager)
+                    .await
             }
         }
     }
 
     /// Spends the write budget of the primary on the plan's applies and the
-    /// decorations (budget.rs: only writes repeating what kiln last wrote
-    /// count), or says why its writes are paused (a fight with another
-    /// field manager).
+    /// decorations (budget.rs decides: only writes repeating what kiln last
+    /// wrote count), or says why its writes are paused; over budget, reads
+    /// who kiln keeps fighting with and records the pause.
     pub(super) async fn over_budget(
         &self,
         obj: &DynamicObject,
@@ -189,34 +154,29 @@ impl RuleController {
         decorations: &Result<Decorations, String>,
     ) -> Option<Failure> {
         let now = std::time::Instant::now();
-        let writes = planned_writes(plan, decorations);
+        let writes = budget::planned(plan, decorations.as_ref().ok());
+        // Nothing to write: no state is kept for the primary.
         if writes.is_empty() {
             return None;
         }
         let key = ObjKey::of(obj);
         let first = {
-            let mut states = lock(&self.states);
-            let rare = states.entry(key.clone()).or_default().rare();
-            rare.expire(now);
-            if let Some((_, why)) = rare.paused() {
-                return Some(Failure::new(Category::Conflict, why.clone()));
-            }
             let prints: Vec<budget::Write> = writes.iter().map(|(w, _)| *w).collect();
-            match rare.window.spend(now, &prints) {
-                Ok(()) => return None,
-                Err(first) => first,
+            let mut states = lock(&self.states);
+            match states
+                .entry(key.clone())
+                .or_default()
+                .rare()
+                .judge(now, &prints)
+            {
+                budget::Verdict::Within => return None,
+                budget::Verdict::Paused(why) => return Some(Failure::new(Category::Conflict, why)),
+                budget::Verdict::Over { first } => first,
             }
         };
-        // Over budget: find who keeps changing the object, then pause.
-        let (what, other) = self.fought_over(&writes[first].1).await;
-        let cool_down = self.rule.requeue.on_error.max;
-        let why = format!(
-            "{what} was rewritten more than {} times in {}s with what kiln last wrote: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
-            budget::BUDGET,
-            budget::WINDOW.as_secs(),
-            other.as_deref().unwrap_or("unknown field manager"),
-            cool_down.as_secs()
-        );
+        let written = &writes[first].1;
+        let other = self.fought_with(written).await;
+        let pause = budget::pause(now, &written.what(), other.as_deref(), &self.rule.requeue);
         self.shared
             .metrics
             .budget_exhausted
@@ -225,8 +185,8 @@ impl RuleController {
         let mut states = lock(&self.states);
         let rare = states.entry(key).or_default().rare();
         rare.window.forgive();
-        rare.rarer().paused = Some((now + cool_down, why.clone()));
-        Some(Failure::new(Category::Conflict, why))
+        rare.rarer().paused = Some((pause.until, pause.why.clone()));
+        Some(Failure::new(Category::Conflict, pause.why))
     }
 
     /// The field manager other than `ours` that wrote an object last (one
@@ -246,8 +206,9 @@ impl RuleController {
             .and_then(|m| m.manager.clone())
     }
 
-    /// A write of the plan failed: the status says so; a permanent failure
-    /// is an Event and waits (for a change, or slowly), a transient one backs off.
+    /// A write of the plan failed: carries out what it becomes
+    /// (outcome.rs): the status that says so, the metric, the Event and the
+    /// retry.
     pub(super) async fn failed(
         &self,
         obj: &DynamicObject,
@@ -255,33 +216,45 @@ impl RuleController {
         failure: Failure,
         secrets: &[String],
     ) -> Result<Next, Failure> {
-        // The API server may quote a value back, and a value may come from a Secret.
-        let failure = Failure {
-            message: crate::redact::redact(&failure.message, secrets),
-            ..failure
-        };
-        let reason = failure.category.reason();
-        self.count_failure(reason);
-        let part = plan::failed(plan, reason, failure.message.clone());
-        let written = self.write_status(obj, &part).await;
-        let slow = self.rule.requeue.on_error.max;
-        let retry = failure.category.retry(slow);
-        if retry.is_some() || failure.category == Category::Denied {
-            tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason, message = %failure.message, "reconcile failed");
-            self.report(obj, EventType::Warning, reason, &failure.message)
-                .await;
-        }
-        match (retry, written) {
-            (Some(next), Ok(())) => Ok(next),
-            // Even the smaller status is refused for good: the Event says why.
-            (Some(next), Err(e)) if e.category.retry(slow).is_some() => Ok(next),
-            (Some(_), Err(e)) => Err(e),
-            (None, _) => Err(failure),
+        let failed = outcome::failed(plan, failure, secrets, &self.rule.requeue);
+        self.count_failure(&failed.ending);
+        let written = self.write_status(obj, &failed.status).await;
+        self.report_ending(obj, &failed.ending.report).await;
+        failed.next(written)
+    }
+
+    /// Carries out how a reconcile ends: the metric, then the Event.
+    async fn end(&self, obj: &DynamicObject, ending: &Ending) {
+        self.count_failure(ending);
+        self.report_ending(obj, &ending.report).await;
+    }
+
+    /// Raises the Event of a reconcile's end, or forgets the last one.
+    async fn report_ending(&self, obj: &DynamicObject, report: &Report) {
+        match report {
+            Report::Raise(event) => {
+                let kind = if event.warning {
+                    tracing::warn!(rule = %self.rule.name, object = %ObjKey::of(obj), reason = event.reason, message = %event.message, "reconcile failed");
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                self.report(obj, kind, event.reason, &event.message).await;
+            }
+            Report::Clear => {
+                if let Some(state) = lock(&self.states).get_mut(&ObjKey::of(obj)) {
+                    state.reported = None;
+                }
+            }
+            Report::Keep => {}
         }
     }
 
     /// Counts a reconcile that ended failed, by its reason.
-    pub(super) fn count_failure(&self, reason: &str) {
+    fn count_failure(&self, ending: &Ending) {
+        let Some(reason) = ending.failed else {
+            return;
+        };
         let labels = metrics::labels2(("rule", &self.rule.name), ("reason", reason));
         self.shared
             .metrics
@@ -289,41 +262,4 @@ impl RuleController {
             .get_or_create(&labels)
             .inc();
     }
-}
-
-/// A write a reconcile is about to make.
-pub(super) enum Written<'a> {
-    Child(&'a DesiredChild),
-    Decoration(&'a decorate::Decoration),
-    /// Keys removed under a child's `replace` fields (replace.rs).
-    Strip(&'a Gvk, &'a ObjKey),
-}
-
-/// Every write of a plan and its decorations, fingerprinted for the budget.
-pub(super) fn planned_writes<'a>(
-    plan: &'a Plan,
-    decorations: &'a Result<Decorations, String>,
-) -> Vec<(budget::Write, Written<'a>)> {
-    let children = plan.apply.iter().map(|c| {
-        let target = (c.gvk.to_string(), &c.namespace, &c.name);
-        (budget::Write::of(target, &c.object), Written::Child(c))
-    });
-    let decorated = decorations
-        .iter()
-        .flat_map(|d| d.apply.iter().chain(&d.take_back))
-        .map(|d| {
-            let target = (d.gvk.to_string(), &d.namespace, &d.name, &d.manager);
-            (budget::Write::of(target, &d.body), Written::Decoration(d))
-        });
-    // Removing keys another writer adds again and again is a fight too.
-    let stripped = plan.touch.iter().filter_map(|t| match t {
-        Touch::Strip {
-            gvk, key, desired, ..
-        } => {
-            let target = (gvk.to_string(), &key.namespace, &key.name, "replace");
-            Some((budget::Write::of(target, desired), Written::Strip(gvk, key)))
-        }
-        Touch::Remember { .. } => None,
-    });
-    children.chain(decorated).chain(stripped).collect()
 }

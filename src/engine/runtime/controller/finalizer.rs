@@ -66,18 +66,6 @@ impl RuleController {
         }
     }
 
-    /// Whether the rule holds its finalizer on primaries: it deletes its
-    /// children in order, or it has `outside` children (no owner reference
-    /// lets the garbage collector delete those; kiln does).
-    pub(super) fn needs_finalizer(&self) -> bool {
-        self.rule.ordered_deletion
-            || self
-                .rule
-                .children
-                .iter()
-                .any(|c| c.outside && c.deletion_policy != crate::rules::DeletionPolicy::Orphan)
-    }
-
     /// Keeps (`hold`) or lets go of this rule's ordered-deletion finalizer on
     /// the primary, with a field manager of the rule's own: other rules'
     /// and other controllers' finalizers are never touched.
@@ -86,7 +74,7 @@ impl RuleController {
         let gvk = &self.rule.primary.gvk;
         let key = ObjKey::of(obj);
         let finalizers: Vec<String> = if hold {
-            vec![plan::finalizer(&self.rule.name)]
+            vec![deletion::finalizer(&self.rule.name)]
         } else {
             Vec::new()
         };
@@ -113,30 +101,36 @@ impl RuleController {
         }
     }
 
-    /// Whether the primary carries this rule's ordered-deletion finalizer.
+    /// Whether the primary carries this rule's finalizer.
     pub(super) fn holds(&self, obj: &DynamicObject) -> bool {
-        let finalizer = plan::finalizer(&self.rule.name);
-        obj.finalizers().contains(&finalizer)
+        deletion::holds(&self.rule, obj.finalizers())
     }
 
-    /// One step of deleting a primary's children in reverse dependency
-    /// order: the children nothing live waits for are deleted; once none is
-    /// left, the finalizer goes and the primary with it.
+    /// Carries out one step of deleting a primary's children in reverse
+    /// dependency order (deletion.rs decides it): the children nothing live
+    /// waits for are deleted; once none is left, the finalizer goes and the
+    /// primary with it.
     pub(super) async fn tear_down(&self, obj: &DynamicObject) -> Result<Next, Failure> {
-        // Never act on missing information: a child a blind cache lacks may exist.
-        if !self.blind().is_empty() {
-            return Ok(Next::After(self.rule.requeue.waiting));
+        // A blind cache's children are not read: they cannot be trusted.
+        let blind = !self.blind().is_empty();
+        let live = if blind {
+            Vec::new()
+        } else {
+            self.live_children(obj).0
+        };
+        let step = deletion::step(&self.rule, blind, &live);
+        match &step {
+            deletion::Step::Wait(why) => {
+                tracing::debug!(rule = %self.rule.name, object = %ObjKey::of(obj), why, "tearing down: waiting");
+            }
+            deletion::Step::Release => self.hold(obj, false).await?,
+            deletion::Step::Prune(prunes) => {
+                for prune in prunes {
+                    self.prune(obj, prune).await?;
+                }
+            }
         }
-        let (live, _) = self.live_children(obj);
-        // Orphaned children stay: they never hold the primary back.
-        if live.iter().all(|c| plan::orphaned(&self.rule, c)) {
-            self.hold(obj, false).await?;
-            return Ok(Next::Done);
-        }
-        for prune in plan::teardown(&self.rule, &live) {
-            self.prune(obj, &prune).await?;
-        }
-        Ok(Next::After(self.rule.requeue.waiting))
+        Ok(step.next(&self.rule))
     }
 
     /// Lets go of the finalizer on every primary holding it (the rule is

@@ -52,19 +52,13 @@ impl RuleController {
         };
         let drawn = plan.apply.iter().flat_map(|c| &c.generated);
         let secrets = crate::redact::with_drawn(observed.secrets(&self.rule), drawn);
-        // Decorators patch only once the children went through: while the
-        // rule waits or fails, what they set stays as it is. A rule with no
-        // decorators (left) still takes back what an earlier version set.
-        let decorations = match plan.status.outcome {
-            Outcome::Applied { .. } => decorate::plan(
-                &self.rule,
-                &self.shared.options.field_manager,
-                || crate::render::context(&self.rule, this, &observed.inputs),
-                &observed.inputs,
-            )
-            .map_err(|e| e.to_string()),
-            _ => Ok(Decorations::default()),
-        };
+        let decorations = decorate::of_plan(
+            &plan,
+            &self.rule,
+            &self.shared.options.field_manager,
+            || crate::render::context(&self.rule, this, &observed.inputs),
+            &observed.inputs,
+        );
         (plan, secrets, decorations)
     }
 

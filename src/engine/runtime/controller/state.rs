@@ -61,6 +61,18 @@ impl Rare {
         }
     }
 
+    /// What the budget says of `writes` made `now` (budget.rs), the pause
+    /// in force and the writes that fell out of the window forgotten first.
+    pub(super) fn judge(
+        &mut self,
+        now: std::time::Instant,
+        writes: &[budget::Write],
+    ) -> budget::Verdict {
+        self.expire(now);
+        let paused = self.paused().map(|(_, why)| why.clone());
+        self.window.judge(now, paused.as_deref(), writes)
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.window.is_empty() && self.rarer.is_none()
     }
