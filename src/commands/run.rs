@@ -67,21 +67,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             conversion,
         };
         let webhook = serving.start(&probe, &client, &active).await?;
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let signals = tokio::spawn(async move {
-            let result = super::shutdown_signal().await;
-            let _ = stop_tx.send(());
-            // While the engine stops: no new conversion connection, the
-            // reviews in flight answered (the API server's list with them).
-            if let Some(serving) = webhook {
-                if serving.drain(WEBHOOK_DRAIN).await {
-                    tracing::info!("the conversion webhook answered every review in flight");
-                } else {
-                    tracing::warn!(grace = ?WEBHOOK_DRAIN, "reviews still in flight when the conversion webhook stopped");
-                }
-            }
-            result
-        });
+        let (stop_rx, signals) = stop_on_signal(webhook);
         match lease {
             None => {
                 probe.leader.set(1);
@@ -104,6 +90,31 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Waits for a shutdown signal in the background: then tells the engine to
+/// stop and drains the conversion webhook (no new connection, the reviews in
+/// flight answered: the API server's list with them).
+fn stop_on_signal(
+    webhook: Option<kiln::api::webhook::Serving>,
+) -> (
+    oneshot::Receiver<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let signals = tokio::spawn(async move {
+        let result = super::shutdown_signal().await;
+        let _ = stop_tx.send(());
+        if let Some(serving) = webhook {
+            if serving.drain(WEBHOOK_DRAIN).await {
+                tracing::info!("the conversion webhook answered every review in flight");
+            } else {
+                tracing::warn!(grace = ?WEBHOOK_DRAIN, "reviews still in flight when the conversion webhook stopped");
+            }
+        }
+        result
+    });
+    (stop_rx, signals)
 }
 
 /// The loader of the first rules (`Err` when they are refused): it checks

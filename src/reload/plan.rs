@@ -42,11 +42,12 @@ pub fn plan(old: &RuleSet, new: &RuleSet) -> Plan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::rules::load::Source;
 
-    fn set(rules: &[(&str, &str)]) -> RuleSet {
+    /// Rules named and on kinds as given, each in a file of its own.
+    pub(in crate::reload) fn set(rules: &[(&str, &str)]) -> RuleSet {
         let sources = rules
             .iter()
             .map(|(name, kind)| Source {

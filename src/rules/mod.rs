@@ -20,7 +20,7 @@ pub mod scope;
 pub mod spec;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -432,6 +432,24 @@ impl RuleSet {
     /// The rule with this name.
     pub fn get(&self, name: &str) -> Option<&Arc<Rule>> {
         self.rules.iter().find(|r| r.name == name)
+    }
+
+    /// This set with every rule that is unchanged in `old` (same name, file
+    /// and content) taken from `old`: a reload then holds one compiled copy
+    /// of an unchanged rule, not the running one and a new one beside it.
+    #[must_use]
+    pub fn reusing(mut self, old: &RuleSet) -> Self {
+        let old: HashMap<&str, &Arc<Rule>> =
+            old.rules.iter().map(|r| (r.name.as_str(), r)).collect();
+        for rule in &mut self.rules {
+            if let Some(o) = old.get(rule.name.as_str())
+                && o.fingerprint == rule.fingerprint
+                && o.file == rule.file
+            {
+                *rule = Arc::clone(o);
+            }
+        }
+        self
     }
 }
 

@@ -111,7 +111,7 @@ impl TemplateSet {
     /// Every filter, test and function `id` calls that kiln does not have,
     /// in the order they appear.
     pub fn unknown_names(&self, id: &TemplateId) -> Vec<Unknown> {
-        let Ok(template) = self.env.get_template(&id.0) else {
+        let Ok(template) = self.env.get_template(&id.name) else {
             return Vec::new();
         };
         let locals_excluded = template.undeclared_variables(false);

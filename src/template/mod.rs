@@ -31,7 +31,7 @@ pub mod limits;
 pub mod time;
 pub mod tree;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 
 use minijinja::syntax::SyntaxConfig;
@@ -84,12 +84,18 @@ impl RenderError {
 
 /// A handle to one compiled template or expression in a [`TemplateSet`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TemplateId(TemplatePath);
+pub struct TemplateId {
+    /// Where it is written in its rule.
+    path: TemplatePath,
+    /// The name its compiled code is kept under: the path of the first
+    /// template of the set with the same text.
+    name: TemplatePath,
+}
 
 impl TemplateId {
     /// The template's path in its rule.
     pub fn path(&self) -> &str {
-        &self.0
+        &self.path
     }
 }
 
@@ -97,7 +103,12 @@ impl TemplateId {
 pub struct TemplateSet {
     env: Environment<'static>,
     /// The names of the filters registered, for "did you mean" hints.
-    filters: Vec<&'static str>,
+    filters: &'static [&'static str],
+    /// The name each text is compiled under: a text written several times
+    /// in a rule (`{{ self.metadata.name }}` in a name, a label and a
+    /// selector) is compiled once. minijinja sizes each compiled template
+    /// for 256 instructions, about 12 KiB however short it is.
+    compiled: HashMap<String, TemplatePath>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -112,9 +123,15 @@ impl Default for TemplateSet {
     }
 }
 
-impl TemplateSet {
-    /// An empty set with kiln's filters, strict undefined and fuel.
-    pub fn new() -> Self {
+/// kiln's environment without templates, and its filters' names: built
+/// once per process. Each set starts from a clone of it, which shares its
+/// tables of filters, tests and functions (minijinja copies them only when
+/// one is added to). Built per set, they were about 33 KiB of each rule's
+/// heap, more than its templates.
+fn base() -> &'static (Environment<'static>, Vec<&'static str>) {
+    static BASE: std::sync::OnceLock<(Environment<'static>, Vec<&'static str>)> =
+        std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Chainable);
         env.set_formatter(|out, state, value| {
@@ -141,7 +158,19 @@ impl TemplateSet {
         env.add_function("random_secret", generate::random_secret);
         env.add_function("seeded_string", generate::seeded_string);
         time::register(&mut env);
-        Self { env, filters }
+        (env, filters)
+    })
+}
+
+impl TemplateSet {
+    /// An empty set with kiln's filters, strict undefined and fuel.
+    pub fn new() -> Self {
+        let (env, filters) = base();
+        Self {
+            env: env.clone(),
+            filters,
+            compiled: HashMap::new(),
+        }
     }
 
     /// Compiles a string template (rendered to a string).
@@ -165,8 +194,20 @@ impl TemplateSet {
         offset: usize,
         len: usize,
     ) -> Result<TemplateId, CompileError> {
+        if let Some(name) = self.compiled.get(&source) {
+            return Ok(TemplateId {
+                path: path.to_string(),
+                name: name.clone(),
+            });
+        }
+        // Another text compiled at this path keeps its code (templates
+        // sharing it may render it): this one gets a name of its own.
+        let mut name = path.to_string();
+        while self.compiled.values().any(|n| *n == name) {
+            name.push('\'');
+        }
         let add = |env: &mut Environment<'static>, text: String| {
-            env.add_template_owned(path.to_string(), text)
+            env.add_template_owned(name.clone(), text)
         };
         add(&mut self.env, source.clone()).map_err(|e| {
             let kind = e.kind();
@@ -192,13 +233,17 @@ impl TemplateSet {
                 return Err(CompileError { message });
             }
         }
-        Ok(TemplateId(path.to_string()))
+        self.compiled.insert(source, name.clone());
+        Ok(TemplateId {
+            path: path.to_string(),
+            name,
+        })
     }
 
     /// The variables a template reads, as dotted paths (`self.spec.image`,
     /// `related.credentials`), for checking references at validation.
     pub fn references(&self, id: &TemplateId) -> BTreeSet<String> {
-        let Ok(template) = self.env.get_template(&id.0) else {
+        let Ok(template) = self.env.get_template(&id.name) else {
             return BTreeSet::new();
         };
         // minijinja scopes each branch of an `if` on its own: a variable set
@@ -216,7 +261,7 @@ impl TemplateSet {
     /// `self`), found in its source: minijinja does not count `self` among
     /// the variables a template reads.
     pub fn self_paths(&self, id: &TemplateId) -> BTreeSet<String> {
-        let Ok(template) = self.env.get_template(&id.0) else {
+        let Ok(template) = self.env.get_template(&id.name) else {
             return BTreeSet::new();
         };
         let source = template.source();
@@ -254,8 +299,8 @@ impl TemplateSet {
         let out = limits::on_render_stack(|| {
             let tmpl = self
                 .env
-                .get_template(&id.0)
-                .map_err(|e| to_render_error(&id.0, "", &e))?;
+                .get_template(&id.name)
+                .map_err(|e| to_render_error(&id.path, "", &e))?;
             let mut out = LimitedWriter {
                 buf: Vec::new(),
                 limit,
@@ -263,12 +308,12 @@ impl TemplateSet {
             match tmpl.render_captured_to(ctx.clone(), &mut out) {
                 Ok(_) => Ok(Ok(out.buf)),
                 Err(_) if out.buf.len() >= out.limit => Ok(Err(())),
-                Err(e) => Err(to_render_error(&id.0, tmpl.source(), &e)),
+                Err(e) => Err(to_render_error(&id.path, tmpl.source(), &e)),
             }
         })?
-        .map_err(|()| budget.exhausted(&id.0))?;
-        budget.charge(&id.0, out.len())?;
-        String::from_utf8(out).map_err(|_| RenderError::new(&id.0, "rendered invalid UTF-8"))
+        .map_err(|()| budget.exhausted(&id.path))?;
+        budget.charge(&id.path, out.len())?;
+        String::from_utf8(out).map_err(|_| RenderError::new(&id.path, "rendered invalid UTF-8"))
     }
 
     /// Evaluates an expression to a JSON value.
@@ -280,12 +325,15 @@ impl TemplateSet {
     ) -> Result<Value, RenderError> {
         let json = limits::on_render_stack(|| {
             let value = self.eval_native(id, ctx)?;
-            limits::check(&value, "the result").map_err(|e| to_render_error(&id.0, "", &e))?;
+            limits::check(&value, "the result").map_err(|e| to_render_error(&id.path, "", &e))?;
             serde_json::to_value(&value).map_err(|e| {
-                RenderError::new(&id.0, format!("result is not representable as JSON: {e}"))
+                RenderError::new(
+                    &id.path,
+                    format!("result is not representable as JSON: {e}"),
+                )
             })
         })?;
-        budget.charge(&id.0, approximate_size(&json))?;
+        budget.charge(&id.path, approximate_size(&json))?;
         Ok(json)
     }
 
@@ -297,11 +345,11 @@ impl TemplateSet {
     fn eval_native(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<JinjaValue, RenderError> {
         let tmpl = self
             .env
-            .get_template(&id.0)
-            .map_err(|e| to_render_error(&id.0, "", &e))?;
+            .get_template(&id.name)
+            .map_err(|e| to_render_error(&id.path, "", &e))?;
         let captured = tmpl
             .render_captured(ctx.clone())
-            .map_err(|e| to_render_error(&id.0, tmpl.source(), &e))?;
+            .map_err(|e| to_render_error(&id.path, tmpl.source(), &e))?;
         let value = captured
             .state()
             .lookup(CAPTURE)
@@ -312,7 +360,7 @@ impl TemplateSet {
                 .split_once(" = (")
                 .map_or("", |(_, rest)| rest.trim_end_matches("\n) %}").trim());
             return Err(RenderError::new(
-                &id.0,
+                &id.path,
                 format!("undefined value: `{expr}` is undefined"),
             ));
         }
@@ -458,6 +506,26 @@ mod tests {
             eval_with("'x' if not f", ctx).unwrap(),
             serde_json::json!("x")
         );
+    }
+
+    #[test]
+    fn a_text_written_twice_is_compiled_once_and_each_place_keeps_its_path() {
+        let mut set = TemplateSet::new();
+        let a = set.add_text("a", "{{ x }}-{{ y }}").unwrap();
+        let b = set.add_text("b", "{{ x }}-{{ y }}").unwrap();
+        assert_eq!(set.env.templates().count(), 1, "one compiled copy");
+        let only_x = to_jinja(&serde_json::json!({"x": 1}));
+        let err = set
+            .render_text(&b, &only_x, &mut Budget::default())
+            .unwrap_err();
+        assert_eq!(err.path, "b");
+        // Another text at a path already used: both render their own.
+        let c = set.add_text("a", "{{ y }}").unwrap();
+        let both = to_jinja(&serde_json::json!({"x": 1, "y": 2}));
+        let render = |id| set.render_text(id, &both, &mut Budget::default());
+        assert_eq!(render(&a).unwrap(), "1-2");
+        assert_eq!(render(&b).unwrap(), "1-2");
+        assert_eq!(render(&c).unwrap(), "2");
     }
 
     #[test]

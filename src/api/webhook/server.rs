@@ -157,48 +157,60 @@ pub async fn spawn(
             // Answers are small writes: send them at once.
             let _ = stream.set_nodelay(true);
             let (acceptor, lookup, metrics) = (acceptor.clone(), lookup.clone(), metrics.clone());
-            let (alive, mut stopped) = (alive.clone(), stopped.clone());
-            tokio::spawn(async move {
-                let _alive = alive;
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let draining = stopped.clone();
-                let service = service_fn(move |req| {
-                    let (lookup, metrics) = (lookup.clone(), metrics.clone());
-                    let draining = draining.clone();
-                    async move {
-                        let mut response = handle(req, lookup.as_ref(), &metrics).await;
-                        if *draining.borrow() {
-                            // The client opens its next connection elsewhere.
-                            response.headers_mut().insert(
-                                http::header::CONNECTION,
-                                http::HeaderValue::from_static("close"),
-                            );
-                        }
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let conn = http1::Builder::new().serve_connection(TokioIo::new(tls), service);
-                tokio::pin!(conn);
-                tokio::select! {
-                    _ = conn.as_mut() => {}
-                    () = async {
-                        until_stopped(&mut stopped).await;
-                        tokio::time::sleep(SETTLE).await;
-                    } => {
-                        // Still open after SETTLE of answers that close it:
-                        // idle (closed now) or a review in flight (answered,
-                        // then closed).
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
-                    }
-                }
-            });
+            let (alive, stopped) = (alive.clone(), stopped.clone());
+            tokio::spawn(serve_connection(
+                stream, acceptor, lookup, metrics, alive, stopped,
+            ));
         }
         // The listener closes here: new connections are refused.
     });
     Ok(Serving { bound, stop, ended })
+}
+
+/// Serves one accepted connection: the TLS handshake, then reviews until
+/// the client closes it or the listener drains (`stopped`).
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    acceptor: TlsAcceptor,
+    lookup: Arc<dyn Lookup + Send + Sync>,
+    metrics: Arc<Metrics>,
+    alive: mpsc::Sender<()>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let _alive = alive;
+    let Ok(tls) = acceptor.accept(stream).await else {
+        return;
+    };
+    let draining = stopped.clone();
+    let service = service_fn(move |req| {
+        let (lookup, metrics) = (lookup.clone(), metrics.clone());
+        let draining = draining.clone();
+        async move {
+            let mut response = handle(req, lookup.as_ref(), &metrics).await;
+            if *draining.borrow() {
+                // The client opens its next connection elsewhere.
+                response.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let conn = http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = async {
+            until_stopped(&mut stopped).await;
+            tokio::time::sleep(SETTLE).await;
+        } => {
+            // Still open after SETTLE of answers that close it: idle (closed
+            // now) or a review in flight (answered, then closed).
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
 
 /// Resolves once the listener is told to stop (never if it is dropped

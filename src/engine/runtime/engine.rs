@@ -91,6 +91,7 @@ impl Engine {
             fence: std::sync::OnceLock::new(),
             shard,
             crds: crd_watch::CrdWatches::default(),
+            starting: tokio::sync::Semaphore::new(super::shared::STARTING),
         });
         Self {
             shared,

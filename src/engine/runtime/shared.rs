@@ -40,7 +40,16 @@ pub struct Shared {
     pub shard: Option<Arc<crate::shard::scope::Scope>>,
     /// One watch per primary CRD, shared by the rules on it.
     pub crds: crd_watch::CrdWatches,
+    /// Rules sending their start-up requests (discovery, the primary's
+    /// CRD) at once: at most [`STARTING`]. Each request in flight holds a
+    /// connection of its own (HTTP/1.1), kept open a while once done: two
+    /// hundred rules starting together opened about two hundred, some
+    /// 40 KiB each with their TLS and buffers.
+    pub starting: tokio::sync::Semaphore,
 }
+
+/// How many rules send their start-up requests at once.
+pub const STARTING: usize = 4;
 
 /// Answers whether this replica may write right now.
 pub type Fence = Arc<dyn Fn() -> bool + Send + Sync>;

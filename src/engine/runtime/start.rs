@@ -86,9 +86,12 @@ pub(crate) async fn run_rule(
     loop {
         // Resolve every kind; wait (and say so) while any is not served.
         let (kinds, schema) = loop {
+            let permit = shared.starting.acquire().await;
             let (resolved, missing) = resolve(&rule, &shared).await;
             if missing.is_empty() {
-                match status_schema(&rule, &shared.client, &resolved[0]).await {
+                let read = status_schema(&rule, &shared.client, &resolved[0]).await;
+                drop(permit);
+                match read {
                     Ok(schema) => {
                         if let Some(why) =
                             unwatched::refusal(&rule, &shared.options.namespaces, &resolved)
@@ -115,6 +118,7 @@ pub(crate) async fn run_rule(
                 }
                 continue;
             }
+            drop(permit);
             tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
             set_state(RuleState::WaitingForKinds(missing));
             tokio::select! {
