@@ -7,6 +7,8 @@
 //!   `decision` nor `runtime`, `engine::decision` neither `cache` nor
 //!   `runtime` (both only themselves and the engine's shared leaves), and
 //!   the decision holds no kube client (`kube::Api`, `kube::Client`);
+//! - each engine layer (`src/engine/<layer>/mod.rs`) declares no `pub mod`:
+//!   what the rest of kiln uses is re-exported there, its facade;
 //! - comments in `src/` and `tests/` say what the code does, not which
 //!   issue asked for it.
 //!
@@ -419,6 +421,49 @@ fn the_engine_layers_import_no_cycle() {
     );
 }
 
+/// The `pub mod` declarations of an engine layer's `mod.rs`: a layer's
+/// modules are private or `pub(crate)`, its facade re-exports the rest.
+fn public_submodules(module: &Module) -> Vec<String> {
+    let layer = module.path.len() == 3
+        && module.path[..2] == ["crate", "engine"]
+        && module.file.ends_with("/mod.rs");
+    if !layer {
+        return Vec::new();
+    }
+    module
+        .ast
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) if matches!(m.vis, syn::Visibility::Public(_)) => Some(format!(
+                "{}:{}: pub mod {}",
+                module.file,
+                m.ident.span().start().line,
+                m.ident
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_engine_layers_keep_their_facade() {
+    let modules = modules();
+    let layers = modules
+        .iter()
+        .filter(|m| m.path.len() == 3 && m.path[..2] == ["crate", "engine"])
+        .filter(|m| m.file.ends_with("/mod.rs"))
+        .count();
+    assert_eq!(layers, 3, "cache, decision and runtime were not all found");
+    let public: Vec<String> = modules.iter().flat_map(public_submodules).collect();
+    assert!(
+        public.is_empty(),
+        "an engine layer's modules are private or pub(crate); re-export what \
+         the rest of kiln uses from its mod.rs instead:\n{}",
+        public.join("\n")
+    );
+}
+
 /// A line naming an issue: `issue` or `issues` before a number, or `(#`
 /// and a number.
 fn names_an_issue(line: &str) -> bool {
@@ -570,4 +615,23 @@ fn issue_numbers_are_recognised() {
     assert!(!names_an_issue(
         "// an issue 'names' a problem; #12 alone is a number"
     ));
+}
+
+#[test]
+fn a_public_module_in_a_layer_fails() {
+    let layer = made_up(
+        "src/engine/cache/mod.rs",
+        &["crate", "engine", "cache"],
+        "mod a;\npub(crate) mod b;\npub(super) mod c;\npub mod d;\npub use a::X;\n",
+    );
+    assert_eq!(
+        public_submodules(&layer),
+        ["src/engine/cache/mod.rs:4: pub mod d"]
+    );
+    let leaf = made_up(
+        "src/engine/cache/store.rs",
+        &["crate", "engine", "cache", "store"],
+        "pub mod inner {}\n",
+    );
+    assert!(public_submodules(&leaf).is_empty());
 }

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use kiln::engine::decision::plan::{ChildVerdict, Verdict};
-use kiln::engine::key::ObjKey;
+use kiln::engine::ObjKey;
+use kiln::engine::decision::{ChildVerdict, Verdict};
 use kiln::rules::Rule;
 use kube::Client;
 use kube::api::ListParams;
@@ -180,7 +180,7 @@ fn status_diff(rule: &Rule, reading: &Reading) -> anyhow::Result<String> {
             }
         }
     }
-    if kiln::engine::decision::diff::equal(&before, &after) {
+    if kiln::engine::decision::equal(&before, &after) {
         return Ok(String::new());
     }
     let wrap = |s: Value| serde_json::json!({"status": s});

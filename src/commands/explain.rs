@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Event;
-use kiln::engine::key::ObjKey;
+use kiln::engine::ObjKey;
 use kiln::rules::{Gvk, Rule, RuleSet};
 use kube::api::ListParams;
 use kube::discovery::Scope;

@@ -4,7 +4,7 @@
 //!
 //! Pure logic over a [`Reading`], no API calls.
 
-use kiln::engine::decision::plan::{ChildVerdict, Verdict};
+use kiln::engine::decision::{ChildVerdict, Verdict};
 use kiln::render::{self, APPLIED_ANNOTATION, DesiredChild};
 use serde_json::{Map, Value};
 
@@ -84,7 +84,7 @@ fn walk(live: &Value, desired: &Value, at: &str, out: &mut Vec<String>) {
                 walk(lv, dv, &format!("{at}[{i}]"), out);
             }
         }
-        (l, d) if kiln::engine::decision::diff::satisfied(l, d) => {}
+        (l, d) if kiln::engine::decision::satisfied(l, d) => {}
         _ => out.push(at.to_string()),
     }
 }

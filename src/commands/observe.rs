@@ -7,11 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context as _;
-use kiln::engine::decision::decorate::{self, Decorations};
-use kiln::engine::decision::placed;
-use kiln::engine::decision::plan::{self, LiveChild, Observed, Plan};
-use kiln::engine::decision::related::{self, Found, Refusal, Target};
-use kiln::engine::key::ObjKey;
+use kiln::engine::ObjKey;
+use kiln::engine::decision::{
+    self, Decorations, Found, LiveChild, Observed, Plan, Refusal, Target,
+};
 use kiln::ownership;
 use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
 use kiln::rules::{Gvk, Rule};
@@ -77,10 +76,10 @@ pub async fn read(
     }
     let scopes = live_children(client, rule, primary, key, &mut observed).await?;
     let scope_of = |gvk: &Gvk| scopes.get(gvk).map(|(_, s)| *s == Scope::Namespaced);
-    let plan = match plan::draft(rule, &this, &observed, &scope_of) {
+    let plan = match decision::draft(rule, &this, &observed, &scope_of) {
         Ok(draft) => {
             let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
-            let mut occupants = plan::Occupants::new();
+            let mut occupants = decision::Occupants::new();
             for (gvk, at) in draft.names(rule, &observed) {
                 let Some((ar, scope)) = scopes.get(gvk) else {
                     continue;
@@ -95,11 +94,11 @@ pub async fn read(
                 }
             }
             observed.occupants = occupants;
-            draft.decide(rule, &observed, &plan::Known::new())
+            draft.decide(rule, &observed, &decision::Known::new())
         }
         Err(plan) => *plan,
     };
-    let decorations = decorate::of_plan(
+    let decorations = decision::decorations(
         &plan,
         rule,
         "kiln",
@@ -134,7 +133,7 @@ async fn related(
                 .render_string(&rule.templates, &ctx, &mut budget)
                 .map_err(|e| Refusal::Template(e.to_string()))
         };
-        let target = related::target(watch, scope == Scope::Namespaced, key, &mut text)?;
+        let target = decision::related_target(watch, scope == Scope::Namespaced, key, &mut text)?;
         let read = |e: kube::Error| Refusal::Template(e.to_string());
         let got = match &target {
             Target::Named(at) => {
@@ -169,7 +168,7 @@ async fn related(
                 )
             }
         };
-        let (value, absent) = related::seen(watch, &target, got);
+        let (value, absent) = decision::related_seen(watch, &target, got);
         observed.missing.extend(absent);
         if let Some(value) = value {
             found.insert(watch.name.clone(), value);
@@ -191,7 +190,7 @@ async fn live_children(
     observed: &mut Observed,
 ) -> anyhow::Result<HashMap<Gvk, (ApiResource, Scope)>> {
     let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
-    let identity = placed::identity(&serde_json::from_value(primary["metadata"].clone())?);
+    let identity = decision::placed_identity(&serde_json::from_value(primary["metadata"].clone())?);
     let mut scopes = HashMap::new();
     for child in &rule.children {
         let (ar, scope) = resolve(client, &child.gvk).await?;
@@ -204,7 +203,8 @@ async fn live_children(
         let mut items = Vec::new();
         for o in listed.items {
             let Some(mark) = ownership::read(&o.metadata).filter(|m| {
-                m.of(&rule.name, uid) && placed::believed(rule, m, &ObjKey::of(&o), &identity)
+                m.of(&rule.name, uid)
+                    && decision::placed_believed(rule, m, &ObjKey::of(&o), &identity)
             }) else {
                 continue;
             };

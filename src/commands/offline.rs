@@ -2,9 +2,8 @@
 //! the rules that take an object, its defaults, the snapshot filled from
 //! files, and the engine's own plan over it.
 
-use kiln::engine::decision::plan::{self, LiveChild, Observed, Plan};
-use kiln::engine::decision::status;
-use kiln::engine::key::ObjKey;
+use kiln::engine::ObjKey;
+use kiln::engine::decision::{self, Contributor, LiveChild, Observed, Outcome, Plan, Verdict};
 use kiln::ownership;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{Rule, RuleSet};
@@ -65,9 +64,9 @@ pub fn decide(rule: &Rule, inputs: &Inputs) -> Decided {
         .map(|w| format!("related.{w} (pass --related {w}=FILE)"))
         .collect();
     let this = kiln::template::to_jinja(&inputs.primary);
-    let draft = plan::draft(rule, &this, &observed, &render::well_known_scope)?;
+    let draft = decision::draft(rule, &this, &observed, &render::well_known_scope)?;
     let rendered = draft.rendered().clone();
-    let plan = draft.decide(rule, &observed, &plan::Known::new());
+    let plan = draft.decide(rule, &observed, &decision::Known::new());
     Ok((rendered, plan))
 }
 
@@ -138,7 +137,7 @@ fn not_there(rendered: &Rendered, plan: &mut Plan, filled: &[String]) {
         return;
     }
     for v in plan.children.iter_mut().filter(|v| filled.contains(&v.id)) {
-        v.verdict = plan::Verdict::Create;
+        v.verdict = Verdict::Create;
         v.ready = Some(false);
     }
     for c in rendered.children.iter().filter(|c| filled.contains(&c.id)) {
@@ -146,7 +145,7 @@ fn not_there(rendered: &Rendered, plan: &mut Plan, filled: &[String]) {
             plan.apply.push(c.clone());
         }
     }
-    if let status::Outcome::Applied { not_ready, .. } = &mut plan.status.outcome {
+    if let Outcome::Applied { not_ready, .. } = &mut plan.status.outcome {
         *not_ready = rendered
             .readiness
             .iter()
@@ -202,14 +201,14 @@ fn observed_from_files(rule: &Rule, inputs: &Inputs) -> Observed {
 pub fn status_patch(rule: &Rule, primary: &Value, plan: &Plan) -> Value {
     let fields: Vec<&str> = rule.status_fields.iter().map(|(n, _)| n.as_str()).collect();
     let conditions: Vec<&str> = rule.conditions.iter().map(|c| c.type_.as_str()).collect();
-    let me = status::Contributor {
+    let me = Contributor {
         rule: &rule.name,
         fields: &fields,
         conditions: &conditions,
         part: Some(&plan.status),
     };
     let generation = primary["metadata"]["generation"].as_i64();
-    let status = status::compose(&[me], &primary["status"], "<now>", generation);
+    let status = decision::compose_status(&[me], &primary["status"], "<now>", generation);
     let mut meta = serde_json::Map::new();
     meta.insert("name".into(), primary["metadata"]["name"].clone());
     if let Some(ns) = primary["metadata"]["namespace"].as_str() {

@@ -50,7 +50,7 @@ pub fn cluster_role(
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading {}", path.display()))?;
             let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            let kinds = kiln::engine::cache::kinds::Kinds::new(kube::Client::try_from(config)?);
+            let kinds = kiln::engine::cache::Kinds::new(kube::Client::try_from(config)?);
             for rule in &set.rules {
                 let gvks = std::iter::once(&rule.primary.gvk)
                     .chain(rule.children.iter().map(|c| &c.gvk))

@@ -4,8 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use kiln::engine::decision::decorate;
-use kiln::engine::decision::plan::Plan;
+use kiln::engine::decision::Plan;
 use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{self, Rule};
 use kiln::template::generate::Draw;
@@ -145,8 +144,7 @@ fn render_rule(rule: &Rule, inputs: &Inputs, args: &RenderArgs) -> anyhow::Resul
         }
         Err(plan) => {
             eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
-            if let kiln::engine::decision::status::Outcome::Failed { message, .. } =
-                &plan.status.outcome
+            if let kiln::engine::decision::Outcome::Failed { message, .. } = &plan.status.outcome
                 && let Some(at) = super::render_at::locate(rule, message)
             {
                 eprintln!("{at}");
@@ -217,7 +215,7 @@ fn print_rendered(
 fn print_decorations(rule: &Rule, inputs: &Inputs, plan: &Plan) -> anyhow::Result<bool> {
     let this = kiln::template::to_jinja(&inputs.primary);
     let decorations = kiln::template::limits::render_stack(|| {
-        decorate::of_plan(
+        kiln::engine::decision::decorations(
             plan,
             rule,
             "kiln",

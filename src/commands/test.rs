@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use kiln::engine::decision::status::Outcome;
+use kiln::engine::decision::Outcome;
 use kiln::render::Inputs;
 use kiln::template::generate::Draw;
 use serde::Deserialize;

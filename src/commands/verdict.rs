@@ -2,9 +2,9 @@
 //! it. `kiln explain` and `kiln render` print the engine's own plan
 //! through this, so neither restates a verdict of its own.
 
-use kiln::engine::decision::decorate::{self, Decorations, Done};
-use kiln::engine::decision::plan::{ChildVerdict, Plan, Verdict};
-use kiln::engine::decision::status::{Outcome, reasons};
+use kiln::engine::decision::{
+    ChildVerdict, DecorationVerdict, Decorations, Done, Outcome, Plan, Verdict, reasons,
+};
 
 /// The plan's lines, each starting with `indent`.
 pub fn lines(plan: &Plan, indent: &str) -> String {
@@ -21,7 +21,7 @@ pub fn lines_with(
     if plan.suspended {
         out.push_str(&format!(
             "{indent}suspended: {}\n",
-            kiln::engine::decision::suspend::message()
+            kiln::engine::decision::suspended_message()
         ));
     }
     match &plan.status.outcome {
@@ -114,7 +114,7 @@ pub fn decorations(decorations: &Result<Decorations, String>, indent: &str) -> S
 
 /// One decoration's line: the decorator, the object and what the engine
 /// does with it.
-pub fn decoration(v: &decorate::Verdict) -> String {
+pub fn decoration(v: &DecorationVerdict) -> String {
     let at = v
         .namespace
         .as_ref()

@@ -39,7 +39,7 @@ impl Default for Options {
 }
 
 /// kiln's own namespace: its service account's, else `default`.
-pub fn own_namespace() -> String {
+pub(super) fn own_namespace() -> String {
     std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "default".to_string())

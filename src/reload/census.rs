@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::engine::Engine;
-use crate::engine::runtime::controller::RuleController;
+use crate::engine::runtime::RuleController;
 
 /// One rule's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

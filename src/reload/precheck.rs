@@ -155,7 +155,7 @@ impl Checker {
         }
         let namespaced = |gvk: &Gvk| resolved.get(gvk).map(|k| k.namespaced);
         out.extend(
-            crate::engine::runtime::unwatched::unwatched(rule, &self.namespaces, namespaced)
+            crate::engine::runtime::unwatched(rule, &self.namespaces, namespaced)
                 .into_iter()
                 .map(blocks),
         );

@@ -279,7 +279,7 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decorator_resurrects_what_was_deleted() {
     use kiln::engine::decision::decorate;
-    use kiln::engine::runtime::decorations;
+    use kiln::engine::runtime::{Sent, send_decoration};
     let scene = Scene::new("resurrect").await.with_widgets().await;
     let cached = scene
         .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}}))
@@ -294,7 +294,7 @@ async fn a_decorator_resurrects_what_was_deleted() {
     };
     inputs.related.insert("target".into(), cached);
     let this = kiln::template::to_jinja(&widget);
-    let planned = decorate::plan(
+    let planned = decorate(
         &rule,
         "kiln",
         || kiln::render::context(&rule, &this, &inputs),
@@ -305,8 +305,8 @@ async fn a_decorator_resurrects_what_was_deleted() {
 
     let cms = scene.api("v1", "ConfigMap").await;
     cms.delete("target", &Default::default()).await.unwrap();
-    let sent = decorations::send(&cms, &planned.apply[0]).await.unwrap();
-    assert_eq!(sent, decorations::Sent::Gone);
+    let sent = send_decoration(&cms, &planned.apply[0]).await.unwrap();
+    assert_eq!(sent, Sent::Gone);
     assert!(
         scene.get("v1", "ConfigMap", "target").await.is_none(),
         "the decoration created the deleted target"
@@ -316,7 +316,7 @@ async fn a_decorator_resurrects_what_was_deleted() {
     scene
         .apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}}))
         .await;
-    let _ = decorations::send(&cms, &planned.apply[0]).await;
+    let _ = send_decoration(&cms, &planned.apply[0]).await;
     let now = scene.get("v1", "ConfigMap", "target").await.unwrap();
     assert!(now["metadata"]["labels"].get("marked").is_none(), "{now}");
     scene.end().await;

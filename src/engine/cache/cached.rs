@@ -548,7 +548,7 @@ impl<'a> Labels<'a> {
     }
 
     /// The labels as a map.
-    pub fn to_map(&self) -> BTreeMap<String, String> {
+    pub fn to_map(self) -> BTreeMap<String, String> {
         self.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()

@@ -21,10 +21,10 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 /// How long a watch outlives its last subscription (as informers do).
-pub const LINGER: std::time::Duration = super::registry::LINGER;
+pub(crate) const LINGER: std::time::Duration = super::registry::LINGER;
 
 /// The CRD as last seen by its watch (`None` until the first one arrives).
-pub type Seen = Option<Arc<Value>>;
+pub(crate) type Seen = Option<Arc<Value>>;
 
 /// The shared watches, by CRD name.
 #[derive(Default)]

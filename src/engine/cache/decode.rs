@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 /// One object from a list or a watch event.
 #[derive(Debug, Clone)]
-pub struct Incoming {
+pub(super) struct Incoming {
     /// The object; when it could not be decoded, only its type and metadata.
     pub object: DynamicObject,
     /// Why it could not be decoded (the decoder's words, never the body).
@@ -65,7 +65,7 @@ impl From<ShallowMeta> for ObjectMeta {
 
 impl Incoming {
     /// Decodes one object's JSON text.
-    pub fn decode(text: &str) -> Result<Self, serde_json::Error> {
+    pub(super) fn decode(text: &str) -> Result<Self, serde_json::Error> {
         match serde_json::from_str::<DynamicObject>(text) {
             Ok(object) => Ok(Self {
                 object,

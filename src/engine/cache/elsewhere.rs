@@ -44,7 +44,7 @@ type Prints = hashbrown::HashSet<u64, BuildHasherDefault<Passthrough>>;
 
 /// The names left out of one cache, per watch stream.
 #[derive(Debug)]
-pub struct Elsewhere {
+pub(super) struct Elsewhere {
     keys: RandomState,
     /// Per stream: the names noted.
     noted: Vec<Prints>,
@@ -54,7 +54,7 @@ pub struct Elsewhere {
 
 impl Elsewhere {
     /// Nothing noted, for `streams` watch streams.
-    pub fn new(streams: usize) -> Self {
+    pub(super) fn new(streams: usize) -> Self {
         Self {
             keys: RandomState::new(),
             noted: (0..streams).map(|_| Prints::default()).collect(),
@@ -63,7 +63,7 @@ impl Elsewhere {
     }
 
     /// The fingerprint of a name.
-    pub fn print(&self, namespace: Option<&str>, name: &str) -> u64 {
+    pub(super) fn print(&self, namespace: Option<&str>, name: &str) -> u64 {
         let mut h = self.keys.build_hasher();
         h.write(namespace.unwrap_or_default().as_bytes());
         h.write_u8(0xff);
@@ -81,13 +81,13 @@ impl Elsewhere {
 
     /// Stream `stream` starts a list: what it notes replaces its notes
     /// when the list is complete.
-    pub fn listing(&mut self, stream: usize) {
+    pub(super) fn listing(&mut self, stream: usize) {
         self.ensure(stream);
         self.listing[stream] = Some(Prints::default());
     }
 
     /// Stream `stream`'s list is complete.
-    pub fn listed(&mut self, stream: usize) {
+    pub(super) fn listed(&mut self, stream: usize) {
         if let Some(done) = self.listing.get_mut(stream).and_then(Option::take)
             && let Some(noted) = self.noted.get_mut(stream)
         {
@@ -97,7 +97,7 @@ impl Elsewhere {
     }
 
     /// The filter left this object out.
-    pub fn left_out(&mut self, stream: usize, namespace: Option<&str>, name: &str) {
+    pub(super) fn left_out(&mut self, stream: usize, namespace: Option<&str>, name: &str) {
         let print = self.print(namespace, name);
         self.ensure(stream);
         match &mut self.listing[stream] {
@@ -107,13 +107,13 @@ impl Elsewhere {
     }
 
     /// The object was kept, or deleted: its name is no longer noted.
-    pub fn not_left_out(&mut self, stream: usize, namespace: Option<&str>, name: &str) {
+    pub(super) fn not_left_out(&mut self, stream: usize, namespace: Option<&str>, name: &str) {
         let print = self.print(namespace, name);
         self.forget(stream, print);
     }
 
     /// [`not_left_out`](Self::not_left_out) by the name's fingerprint.
-    pub fn forget(&mut self, stream: usize, print: u64) {
+    pub(super) fn forget(&mut self, stream: usize, print: u64) {
         if let Some(Some(listing)) = self.listing.get_mut(stream) {
             listing.remove(&print);
         }
@@ -124,7 +124,7 @@ impl Elsewhere {
 
     /// Whether an object of this name was left out (or one sharing its
     /// fingerprint): it may exist though the cache does not show it.
-    pub fn may_hold(&self, namespace: Option<&str>, name: &str) -> bool {
+    pub(super) fn may_hold(&self, namespace: Option<&str>, name: &str) -> bool {
         let print = self.print(namespace, name);
         self.noted
             .iter()
@@ -133,12 +133,14 @@ impl Elsewhere {
     }
 
     /// How many names are noted.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
         self.noted.iter().map(Prints::len).sum()
     }
 
     /// Whether no name is noted.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -41,7 +41,7 @@ pub enum Change<'a> {
 }
 
 /// A subscriber's callback.
-pub type Handler = Arc<dyn Fn(&Change<'_>) + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(&Change<'_>) + Send + Sync>;
 
 /// A shared watch + cache for one kind.
 pub struct Informer {
@@ -93,12 +93,12 @@ pub struct Informer {
 /// The share of a kind to ask the API server for (its shard selector),
 /// asked each time the streams (re)start; `None`: everything (the kind is
 /// not selected by its own uid).
-pub type Select =
+pub(crate) type Select =
     Arc<dyn Fn(&crate::rules::Gvk) -> Option<crate::shard::ring::Buckets> + Send + Sync>;
 
 /// Decides whether the cache of a kind keeps an object (a sharded replica
 /// keeps only its share); asked at ingest, before the store.
-pub type Keep = Arc<dyn Fn(&crate::rules::Gvk, &DynamicObject) -> bool + Send + Sync>;
+pub(crate) type Keep = Arc<dyn Fn(&crate::rules::Gvk, &DynamicObject) -> bool + Send + Sync>;
 
 /// An object the API server holds but kiln cannot decode (nested past the
 /// decoder's limit): left out of the cache, reported once.
@@ -113,7 +113,7 @@ pub struct Undecodable {
 }
 
 /// Told about each object that cannot be decoded; must not block.
-pub type UndecodableSink = Arc<dyn Fn(&Undecodable) + Send + Sync>;
+pub(crate) type UndecodableSink = Arc<dyn Fn(&Undecodable) + Send + Sync>;
 
 impl fmt::Debug for Informer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

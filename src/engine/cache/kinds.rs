@@ -107,6 +107,6 @@ impl Kinds {
 
 /// Whether kiln writes conditions to this kind's status: custom resources
 /// with a status subresource. Built-in kinds have typed statuses of their own.
-pub fn writes_status(kind: &Kind) -> bool {
+pub(crate) fn writes_status(kind: &Kind) -> bool {
     kind.has_status && kind.gvk.is_custom()
 }

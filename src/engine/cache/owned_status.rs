@@ -16,14 +16,14 @@ use kube::core::ObjectMeta;
 use serde_json::{Map, Value};
 
 /// Whether `entry` is `manager`'s entry for the status subresource.
-pub fn is_status_entry(entry: &ManagedFieldsEntry, manager: &str) -> bool {
+pub(crate) fn is_status_entry(entry: &ManagedFieldsEntry, manager: &str) -> bool {
     entry.manager.as_deref() == Some(manager) && entry.subresource.as_deref() == Some("status")
 }
 
 /// The status fields `manager` owns according to `meta`'s managed fields:
 /// top-level field names, and `conditions/<type>` for each condition of a
 /// map-list `conditions` (`k:{"type":"Ready"}`).
-pub fn owned(meta: &ObjectMeta, manager: &str) -> Vec<String> {
+pub(crate) fn owned(meta: &ObjectMeta, manager: &str) -> Vec<String> {
     let statuses = meta
         .managed_fields
         .iter()
@@ -55,7 +55,7 @@ pub fn owned(meta: &ObjectMeta, manager: &str) -> Vec<String> {
 /// Cuts a status entry to what [`owned`] reads: its manager and
 /// subresource, and under `f:status` the top-level fields and the
 /// conditions' keys, each with nothing below.
-pub fn trim(entry: &mut ManagedFieldsEntry) {
+pub(crate) fn trim(entry: &mut ManagedFieldsEntry) {
     entry.time = None;
     entry.api_version = None;
     entry.fields_type = None;

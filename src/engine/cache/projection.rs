@@ -347,7 +347,7 @@ fn apply(keep: &Keep, object: &mut Value) {
 /// what any template reads of `children.<id>`; each watched kind what any
 /// template reads of `related.<name>`; a kind a decorator patches, whole.
 /// A kind named twice gets the union.
-pub fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
+pub(crate) fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
     let references: Vec<String> = templates_of(rule)
         .into_iter()
         .flat_map(|id| rule.templates.references(id))

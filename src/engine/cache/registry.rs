@@ -14,7 +14,7 @@ use super::projection::Projection;
 
 /// How long an informer no rule uses is kept before it stops, so that a rule
 /// swapped by a reload finds its caches warm instead of re-listing.
-pub const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
 
 struct Entry {
     informer: Arc<Informer>,

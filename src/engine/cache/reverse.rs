@@ -11,7 +11,7 @@ use crate::rules::LabelSelector;
 
 /// One primary's selector watch: objects in `namespace` with these labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelectorRef {
+pub(crate) struct SelectorRef {
     /// The watch's name.
     pub watch: String,
     /// Where to look (`None`: cluster-scoped kind).
@@ -39,14 +39,14 @@ struct Targets {
 /// once however many primaries name it (at the bench's N=3000
 /// copies of keys and watch names would take about 0.8 MB).
 #[derive(Debug, Default)]
-pub struct Reverse {
+pub(crate) struct Reverse {
     by_target: HashMap<Target, HashSet<Arc<ObjKey>>>,
     by_primary: HashMap<Arc<ObjKey>, Targets>,
 }
 
 impl Reverse {
     /// Records what `primary` refers to now, replacing what it referred to before.
-    pub fn set(
+    pub(crate) fn set(
         &mut self,
         primary: &ObjKey,
         refs: Vec<(String, ObjKey)>,
@@ -77,7 +77,7 @@ impl Reverse {
     }
 
     /// Drops everything `primary` referred to.
-    pub fn forget(&mut self, primary: &ObjKey) {
+    pub(crate) fn forget(&mut self, primary: &ObjKey) {
         let Some(targets) = self.by_primary.remove(primary) else {
             return;
         };
@@ -92,7 +92,7 @@ impl Reverse {
     }
 
     /// Primaries whose watch `watch` refers to `object` (with these labels).
-    pub fn primaries_for(
+    pub(crate) fn primaries_for(
         &self,
         watch: &str,
         object: &ObjKey,

@@ -17,12 +17,12 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-pub use super::cached::{Cached, Labels, Uid};
+pub(super) use super::cached::{Cached, Uid};
 use crate::engine::key::ObjKey;
 
 /// Objects by namespace and name, the key read from the objects.
 #[derive(Default)]
-pub struct Objects {
+pub(super) struct Objects {
     table: HashTable<Arc<Cached>>,
     hasher: RandomState,
 }
@@ -37,7 +37,7 @@ impl Objects {
     }
 
     /// Holds `obj`; returns the object it replaces (the same key).
-    pub fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
+    pub(super) fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
         let hash = Self::hash_of(&self.hasher, &obj);
         let hasher = &self.hasher;
         match self.table.entry(
@@ -56,13 +56,13 @@ impl Objects {
     }
 
     /// The object at `namespace`/`name`.
-    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<Cached>> {
+    pub(super) fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<Cached>> {
         let hash = Self::hash(&self.hasher, namespace, name);
         self.table.find(hash, |o| o.is(namespace, name))
     }
 
     /// Drops the object at `namespace`/`name`; returns it.
-    pub fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<Cached>> {
+    pub(super) fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<Cached>> {
         let hash = Self::hash(&self.hasher, namespace, name);
         self.table
             .find_entry(hash, |o| o.is(namespace, name))
@@ -71,22 +71,24 @@ impl Objects {
     }
 
     /// Whether an object is held at `key`.
-    pub fn contains_key(&self, key: &ObjKey) -> bool {
+    #[cfg(test)]
+    pub(super) fn contains_key(&self, key: &ObjKey) -> bool {
         self.get(key.namespace.as_deref(), &key.name).is_some()
     }
 
     /// Every object.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Cached>> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Arc<Cached>> {
         self.table.iter()
     }
 
     /// How many objects are held.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.table.len()
     }
 
     /// Whether none is held.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
 }
@@ -139,7 +141,7 @@ impl OwnerIndex {
 
 /// The cached objects of one informer, indexed by key and by owner uid.
 #[derive(Default)]
-pub struct Store {
+pub(super) struct Store {
     objects: Objects,
     /// Owner uid → the objects it owns.
     owned: OwnerIndex,
@@ -151,7 +153,7 @@ pub struct Store {
 
 impl Store {
     /// Caches `obj`; returns what it replaces.
-    pub fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
+    pub(super) fn insert(&mut self, obj: Arc<Cached>) -> Option<Arc<Cached>> {
         for (at, owner) in obj.owners_at() {
             self.index(owner, at, &obj);
         }
@@ -169,7 +171,7 @@ impl Store {
     }
 
     /// Drops the object at `key`; returns it.
-    pub fn remove(&mut self, key: &ObjKey) -> Option<Arc<Cached>> {
+    pub(super) fn remove(&mut self, key: &ObjKey) -> Option<Arc<Cached>> {
         let old = self.objects.remove(key.namespace.as_deref(), &key.name)?;
         self.bytes -= old.bytes();
         for owner in old.owners() {
@@ -250,17 +252,17 @@ impl Store {
     }
 
     /// The object at `key`.
-    pub fn get(&self, key: &ObjKey) -> Option<&Arc<Cached>> {
+    pub(super) fn get(&self, key: &ObjKey) -> Option<&Arc<Cached>> {
         self.objects.get(key.namespace.as_deref(), &key.name)
     }
 
     /// Every object.
-    pub fn all(&self) -> impl Iterator<Item = &Arc<Cached>> {
+    pub(super) fn all(&self) -> impl Iterator<Item = &Arc<Cached>> {
         self.objects.iter()
     }
 
     /// The objects indexed under owner `uid`.
-    pub fn owned_by(&self, uid: &str) -> impl Iterator<Item = &Arc<Cached>> {
+    pub(super) fn owned_by(&self, uid: &str) -> impl Iterator<Item = &Arc<Cached>> {
         let owned = self.owned.get(&Uid::new(uid));
         let one = match owned {
             Some(Owned::One(one, _)) => Some(one),
@@ -274,33 +276,34 @@ impl Store {
     }
 
     /// How many objects are cached.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.objects.len()
     }
 
     /// Bytes of the cached objects' strings: JSON text, namespace, name and
     /// labels (the fixed part of each object not counted).
-    pub fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
 
     /// A re-list of `stream` begins: what it lists is gathered apart.
-    pub fn begin_relist(&mut self, stream: usize) {
+    pub(super) fn begin_relist(&mut self, stream: usize) {
         self.relist.insert(stream, Objects::default());
     }
 
     /// One object of the re-list of `stream`.
-    pub fn relisted(&mut self, stream: usize, obj: Arc<Cached>) {
+    pub(super) fn relisted(&mut self, stream: usize, obj: Arc<Cached>) {
         self.relist.entry(stream).or_default().insert(obj);
     }
 
     /// The re-list of `stream` is complete: what it listed.
-    pub fn end_relist(&mut self, stream: usize) -> Objects {
+    pub(super) fn end_relist(&mut self, stream: usize) -> Objects {
         self.relist.remove(&stream).unwrap_or_default()
     }
 }

@@ -13,10 +13,10 @@ use super::informer::{Undecodable, UndecodableSink};
 use crate::metrics::{self, Metrics};
 
 /// The Event reason.
-pub const REASON: &str = "Undecodable";
+pub(crate) const REASON: &str = "Undecodable";
 
 /// A sink that reports each undecodable object through `recorder` and `metrics`.
-pub fn sink(recorder: Recorder, metrics: Arc<Metrics>) -> UndecodableSink {
+pub(crate) fn sink(recorder: Recorder, metrics: Arc<Metrics>) -> UndecodableSink {
     Arc::new(move |u: &Undecodable| {
         let gvk = u.kind.gvk.to_string();
         let object = u.object.metadata.name.clone().unwrap_or_default();

@@ -15,21 +15,21 @@ use crate::engine::backoff;
 use crate::rules::Backoff;
 
 /// The retry bounds of a failing list or watch (kube's default is 0.8 s to 30 s).
-pub const RETRY: Backoff = Backoff {
+pub(super) const RETRY: Backoff = Backoff {
     initial: Duration::from_secs(1),
     max: Duration::from_secs(30),
 };
 
 /// A failing watch logs at most this often.
-pub const LOG_EVERY: Duration = Duration::from_secs(60);
+pub(super) const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// A watch failing for longer than this makes kiln unready: a blip (a watch
 /// closed by the server, one refused reconnection) does not.
-pub const UNREADY_AFTER: Duration = Duration::from_secs(5);
+pub(super) const UNREADY_AFTER: Duration = Duration::from_secs(5);
 
 /// The state of one watch stream.
 #[derive(Debug, Default)]
-pub struct WatchHealth {
+pub(super) struct WatchHealth {
     failures: u32,
     failing_since: Option<Instant>,
     last_logged: Option<Instant>,
@@ -39,7 +39,7 @@ pub struct WatchHealth {
 
 /// What to do about one failure.
 #[derive(Debug, PartialEq)]
-pub struct Verdict {
+pub(super) struct Verdict {
     /// Wait this long before the next try.
     pub retry_in: Duration,
     /// Log it now, saying how many failures went unlogged since the last line.
@@ -48,7 +48,7 @@ pub struct Verdict {
 
 impl WatchHealth {
     /// A failure at `now`, with `jitter` in [0, 1).
-    pub fn failed(&mut self, now: Instant, error: &str, jitter: f64) -> Verdict {
+    pub(super) fn failed(&mut self, now: Instant, error: &str, jitter: f64) -> Verdict {
         let retry_in = backoff::delay(RETRY, self.failures, jitter);
         self.failures = self.failures.saturating_add(1);
         self.failing_since.get_or_insert(now);
@@ -67,7 +67,7 @@ impl WatchHealth {
     }
 
     /// The list finished or a change arrived: the watch works again.
-    pub fn progressed(&mut self) {
+    pub(super) fn progressed(&mut self) {
         self.failures = 0;
         self.failing_since = None;
         self.last_logged = None;
@@ -75,7 +75,7 @@ impl WatchHealth {
     }
 
     /// Why the watch makes kiln unready at `now`, if it does.
-    pub fn trouble(&self, now: Instant) -> Option<String> {
+    pub(super) fn trouble(&self, now: Instant) -> Option<String> {
         let since = self.failing_since?;
         let failing = now.duration_since(since);
         (failing >= UNREADY_AFTER).then(|| {

@@ -12,7 +12,11 @@ use crate::rules::Child;
 /// Why `child` may not take over the object at `key` for a primary in
 /// `primary_namespace` (`None`: cluster-scoped), if it may not. A child
 /// that does not adopt is not asked.
-pub fn refused(child: &Child, key: &ObjKey, primary_namespace: Option<&str>) -> Option<String> {
+pub(super) fn refused(
+    child: &Child,
+    key: &ObjKey,
+    primary_namespace: Option<&str>,
+) -> Option<String> {
     let confined = !child.outside
         && primary_namespace.is_some()
         && key.namespace.as_deref() == primary_namespace;
@@ -36,7 +40,7 @@ pub fn refused(child: &Child, key: &ObjKey, primary_namespace: Option<&str>) -> 
 
 /// Whether `child` takes over whatever holds `key` (it adopts, within its
 /// bound).
-pub fn adopts(child: Option<&Child>, key: &ObjKey, primary_namespace: Option<&str>) -> bool {
+pub(super) fn adopts(child: Option<&Child>, key: &ObjKey, primary_namespace: Option<&str>) -> bool {
     child.is_some_and(|c| c.adopt && refused(c, key, primary_namespace).is_none())
 }
 

@@ -28,13 +28,13 @@ use crate::rules::{Gvk, Requeue};
 /// means another controller keeps undoing what kiln sets (a fight), and
 /// kiln pauses that primary's writes instead of answering every change
 /// (crossplane#6751 needed the same breaker).
-pub const BUDGET: usize = 20;
+pub(crate) const BUDGET: usize = 20;
 /// The window of [`BUDGET`].
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
 /// One write kiln is about to make: where, and what (fingerprints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Write {
+pub(crate) struct Write {
     target: u64,
     body: u64,
 }
@@ -42,7 +42,7 @@ pub struct Write {
 impl Write {
     /// The write of `body` to the object `target` names (kind, namespace,
     /// name and, for a decoration, the field manager).
-    pub fn of(target: impl Hash, body: &Value) -> Self {
+    pub(crate) fn of(target: impl Hash, body: &Value) -> Self {
         Self {
             target: hash(target),
             body: hash(body.to_string()),
@@ -58,7 +58,7 @@ fn hash(value: impl Hash) -> u64 {
 
 /// The writes of one primary within the last [`WINDOW`].
 #[derive(Debug, Default)]
-pub struct Window {
+pub(crate) struct Window {
     writes: VecDeque<Made>,
 }
 
@@ -72,7 +72,7 @@ struct Made {
 
 impl Window {
     /// Forgets writes older than [`WINDOW`].
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         while self
             .writes
             .front()
@@ -87,14 +87,14 @@ impl Window {
     }
 
     /// Whether no write is remembered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
 
     /// A pause starts: the repeated writes are forgiven (after it, kiln
     /// has the whole budget again), but what kiln last wrote where is
     /// kept, so the first answer after the pause counts as a repeat.
-    pub fn forgive(&mut self) {
+    pub(crate) fn forgive(&mut self) {
         for made in &mut self.writes {
             made.again = false;
         }
@@ -103,7 +103,7 @@ impl Window {
     /// Spends the budget on `writes` made `now`, recording them; or, when
     /// they would repeat more than [`BUDGET`] writes within the window,
     /// records nothing and returns the index of the first repeated one.
-    pub fn spend(&mut self, now: Instant, writes: &[Write]) -> Result<(), usize> {
+    pub(crate) fn spend(&mut self, now: Instant, writes: &[Write]) -> Result<(), usize> {
         let again: Vec<bool> = writes.iter().map(|w| self.repeats(w)).collect();
         let before = self.writes.iter().filter(|m| m.again).count();
         let more = again.iter().filter(|a| **a).count();
@@ -121,7 +121,12 @@ impl Window {
 
     /// What the budget says of `writes` made `now` while `paused` (the
     /// explanation of a pause in force): they are recorded when within it.
-    pub fn judge(&mut self, now: Instant, paused: Option<&str>, writes: &[Write]) -> Verdict {
+    pub(crate) fn judge(
+        &mut self,
+        now: Instant,
+        paused: Option<&str>,
+        writes: &[Write],
+    ) -> Verdict {
         if writes.is_empty() {
             return Verdict::Within;
         }
@@ -147,7 +152,7 @@ impl Window {
 
 /// What the budget says of a reconcile's writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Within the budget: write.
     Within,
     /// The primary's writes are paused, for this reason: write nothing.
@@ -162,7 +167,7 @@ pub enum Verdict {
 
 /// A pause of a primary's writes: until when, and why (its failure's message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pause {
+pub(crate) struct Pause {
     /// The end of the pause.
     pub until: Instant,
     /// Why, for the status and the Event.
@@ -172,7 +177,7 @@ pub struct Pause {
 /// The pause that starts `now` when the write to `what` went over budget:
 /// as long as the slowest retry (`requeue.onError.max`), naming the `other`
 /// field manager that last changed the object, when known.
-pub fn pause(now: Instant, what: &str, other: Option<&str>, requeue: &Requeue) -> Pause {
+pub(crate) fn pause(now: Instant, what: &str, other: Option<&str>, requeue: &Requeue) -> Pause {
     let cool_down = requeue.on_error.max;
     let why = format!(
         "{what} was rewritten more than {BUDGET} times in {}s with what kiln last wrote: another controller ({}) keeps changing what the rule sets; kiln pauses its writes to this object for {}s",
@@ -188,7 +193,7 @@ pub fn pause(now: Instant, what: &str, other: Option<&str>, requeue: &Requeue) -
 
 /// A write a reconcile is about to make.
 #[derive(Debug, Clone, Copy)]
-pub enum Written<'a> {
+pub(crate) enum Written<'a> {
     /// Applying a child.
     Child(&'a DesiredChild),
     /// Applying a decoration (or taking one back).
@@ -199,7 +204,7 @@ pub enum Written<'a> {
 
 impl Written<'_> {
     /// The object written, for people.
-    pub fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         match self {
             Self::Child(child) => format!("{} {}", child.gvk.kind, key_of(child)),
             Self::Strip(gvk, key) => format!("{} {key} (replace)", gvk.kind),
@@ -215,7 +220,7 @@ impl Written<'_> {
 }
 
 /// Every write of a plan and its decorations, fingerprinted for the budget.
-pub fn planned<'a>(
+pub(crate) fn planned<'a>(
     plan: &'a Plan,
     decorations: Option<&'a Decorations>,
 ) -> Vec<(Write, Written<'a>)> {

@@ -13,18 +13,18 @@ use std::collections::{BTreeSet, HashMap};
 use crate::engine::key::ObjKey;
 
 /// One object decorated as one field manager: kind, namespace, name, manager.
-pub type Target = (String, Option<String>, String, String);
+pub(crate) type Target = (String, Option<String>, String, String);
 
 /// The targets each primary of one rule decorates.
 #[derive(Debug, Default)]
-pub struct Claims {
+pub(crate) struct Claims {
     by_target: HashMap<Target, BTreeSet<ObjKey>>,
     by_primary: HashMap<ObjKey, BTreeSet<Target>>,
 }
 
 /// What recording a primary's targets found.
 #[derive(Debug, Default, PartialEq)]
-pub struct Claimed {
+pub(crate) struct Claimed {
     /// Targets another primary decorates too, with that primary.
     pub shared: Vec<(Target, ObjKey)>,
     /// Primaries that gained or lost a co-claimant: they look again.
@@ -33,7 +33,7 @@ pub struct Claimed {
 
 impl Claims {
     /// Records that `primary` decorates `targets` now (and nothing else).
-    pub fn set(&mut self, primary: &ObjKey, targets: BTreeSet<Target>) -> Claimed {
+    pub(crate) fn set(&mut self, primary: &ObjKey, targets: BTreeSet<Target>) -> Claimed {
         let before = self.by_primary.remove(primary).unwrap_or_default();
         let mut touched = BTreeSet::new();
         // Only a change wakes the others: a primary that claims what it
@@ -65,7 +65,7 @@ impl Claims {
 
     /// Forgets a deleted primary; returns the primaries that shared a
     /// target with it.
-    pub fn forget(&mut self, primary: &ObjKey) -> BTreeSet<ObjKey> {
+    pub(crate) fn forget(&mut self, primary: &ObjKey) -> BTreeSet<ObjKey> {
         self.set(primary, BTreeSet::new()).touched
     }
 

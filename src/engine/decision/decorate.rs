@@ -118,7 +118,7 @@ pub fn of_plan(
 }
 
 /// The field manager of decorator `id` of `rule` (kiln's own is `base`).
-pub fn manager(base: &str, rule: &str, id: &str) -> String {
+pub(crate) fn manager(base: &str, rule: &str, id: &str) -> String {
     format!("{base}.{rule}.{id}")
 }
 
@@ -386,7 +386,7 @@ fn managers(object: &Value) -> Vec<String> {
 /// Whether `target` already holds `patch` as `manager` set it: every value
 /// in place, and the manager owning exactly the fields the patch sets (a
 /// field it no longer sets must be taken back by applying again).
-pub fn shows(target: &Value, patch: &Value, manager: &str) -> bool {
+pub(crate) fn shows(target: &Value, patch: &Value, manager: &str) -> bool {
     if !diff::satisfied(target, patch) {
         return false;
     }
@@ -401,7 +401,7 @@ pub fn shows(target: &Value, patch: &Value, manager: &str) -> bool {
 
 /// The leaf paths of a managed-fields set (`f:metadata` → `metadata`), a
 /// list counting as one leaf.
-pub fn owned_paths(fields: &Value) -> BTreeSet<String> {
+pub(crate) fn owned_paths(fields: &Value) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut todo = vec![(String::new(), fields)];
     while let Some((path, node)) = todo.pop() {
@@ -434,7 +434,7 @@ pub fn owned_paths(fields: &Value) -> BTreeSet<String> {
 }
 
 /// The leaf paths a patch sets, a list or an empty map counting as one leaf.
-pub fn set_paths(patch: &Value) -> BTreeSet<String> {
+pub(crate) fn set_paths(patch: &Value) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut todo = vec![(String::new(), patch)];
     while let Some((path, node)) = todo.pop() {

@@ -11,14 +11,14 @@ use super::plan::{LiveChild, Next, Prune, orphaned};
 use crate::rules::{DeletionPolicy, Rule};
 
 /// The finalizer a rule with ordered deletion keeps on its primaries.
-pub fn finalizer(rule: &str) -> String {
+pub(crate) fn finalizer(rule: &str) -> String {
     format!("{rule}.kiln.dev/ordered-deletion")
 }
 
 /// Whether the rule holds its finalizer on primaries: it deletes its
 /// children in order, or it has `outside` children it deletes (no owner
 /// reference lets the garbage collector delete those; kiln does).
-pub fn needed(rule: &Rule) -> bool {
+pub(crate) fn needed(rule: &Rule) -> bool {
     rule.ordered_deletion
         || rule
             .children
@@ -27,14 +27,14 @@ pub fn needed(rule: &Rule) -> bool {
 }
 
 /// Whether a primary with these `finalizers` carries the rule's.
-pub fn holds(rule: &Rule, finalizers: &[String]) -> bool {
+pub(crate) fn holds(rule: &Rule, finalizers: &[String]) -> bool {
     let finalizer = finalizer(&rule.name);
     finalizers.contains(&finalizer)
 }
 
 /// What a reconcile does with the rule's finalizer before anything else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finalizing {
+pub(crate) enum Finalizing {
     /// The primary is going and the finalizer holds it: take the next
     /// [`step`] of the teardown.
     TearDown,
@@ -57,7 +57,7 @@ pub enum Finalizing {
 /// and whether it is `going`.
 /// Never act on missing information: an unknown want keeps the finalizer as
 /// it is, going or not, and the reconcile says why it waits.
-pub fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
+pub(crate) fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
     let Some(wants) = wants else {
         return Finalizing::Keep;
     };
@@ -73,7 +73,7 @@ pub fn finalizing(holds: bool, wants: Option<bool>, going: bool) -> Finalizing {
 /// What to delete now while a primary with ordered deletion goes away: the
 /// live children no other live child waits for (a child goes before the
 /// children it waits for). Nothing left alive means the finalizer may go.
-pub fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
+pub(crate) fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
     let waited_for = |id: &str| {
         live.iter().any(|other| {
             other.id != id
@@ -96,7 +96,7 @@ pub fn teardown(rule: &Rule, live: &[LiveChild]) -> Vec<Prune> {
 
 /// One step of a teardown.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Delete nothing now, and look again (why, for the log).
     Wait(&'static str),
     /// Let go of the finalizer: nothing kiln deletes is left.
@@ -107,7 +107,7 @@ pub enum Step {
 
 /// The next step of tearing down a primary, from its `live` children as
 /// the caches hold them (`blind`: a cache cannot be trusted).
-pub fn step(rule: &Rule, blind: bool, live: &[LiveChild]) -> Step {
+pub(crate) fn step(rule: &Rule, blind: bool, live: &[LiveChild]) -> Step {
     // Never act on missing information: a child a blind cache lacks may exist.
     if blind {
         return Step::Wait("a cache of the rule's kinds cannot be trusted yet");
@@ -125,7 +125,7 @@ pub fn step(rule: &Rule, blind: bool, live: &[LiveChild]) -> Step {
 
 impl Step {
     /// When to look again once the step is carried out.
-    pub fn next(&self, rule: &Rule) -> Next {
+    pub(crate) fn next(&self, rule: &Rule) -> Next {
         match self {
             Self::Release => Next::Done,
             Self::Wait(_) | Self::Prune(_) => Next::After(rule.requeue.waiting),

@@ -73,7 +73,7 @@ pub struct Normalized {
 /// What the server changed when it stored `sent` as `stored` (an apply's
 /// response); `None` when it stored every field as sent, the usual case, so
 /// nothing is kept for it.
-pub fn normalized(sent: &Value, stored: &Value) -> Option<Normalized> {
+pub(crate) fn normalized(sent: &Value, stored: &Value) -> Option<Normalized> {
     let mut leaves = Vec::new();
     walk(sent, Some(stored), &mut Vec::new(), &mut leaves);
     if leaves.is_empty() {
@@ -113,14 +113,14 @@ fn walk(
 }
 
 /// The `kiln.dev/applied` hash an object carries.
-pub fn applied_hash(object: &Value) -> Option<&str> {
+pub(crate) fn applied_hash(object: &Value) -> Option<&str> {
     object["metadata"]["annotations"][APPLIED_ANNOTATION].as_str()
 }
 
 /// Whether `live` holds what kiln would apply (`desired`, as render made it),
 /// comparing the leaves the server is known to store differently as it
 /// stores them.
-pub fn converged(live: &Value, desired: &Value, known: Option<&Normalized>) -> bool {
+pub(crate) fn converged(live: &Value, desired: &Value, known: Option<&Normalized>) -> bool {
     match known.filter(|n| applied_hash(desired) == Some(n.hash.as_str())) {
         None => satisfied_object(live, desired),
         Some(n) => {

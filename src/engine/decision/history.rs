@@ -11,7 +11,7 @@ use super::plan::LiveChild;
 use crate::render::history::Filed;
 
 /// The filed children that stay, among the `live` children of the snapshot.
-pub fn kept<'f>(filed: &'f [Filed], live: &[LiveChild]) -> Vec<&'f Filed> {
+pub(super) fn kept<'f>(filed: &'f [Filed], live: &[LiveChild]) -> Vec<&'f Filed> {
     let mut classes: BTreeMap<(&str, usize), Vec<&Filed>> = BTreeMap::new();
     let counted = |f: &Filed| live.iter().any(|l| is(f, l) && !l.deleting && !l.orphan);
     for f in filed.iter().filter(|f| counted(f)) {
@@ -28,7 +28,7 @@ pub fn kept<'f>(filed: &'f [Filed], live: &[LiveChild]) -> Vec<&'f Filed> {
 }
 
 /// Whether `live` is one of the children kept.
-pub fn keeps(kept: &[&Filed], live: &LiveChild) -> bool {
+pub(super) fn keeps(kept: &[&Filed], live: &LiveChild) -> bool {
     kept.iter().any(|f| is(f, live))
 }
 

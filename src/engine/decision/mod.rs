@@ -4,24 +4,38 @@
 //! a primary's deletion does (`deletion`) and how a reconcile ends
 //! (`outcome`). No kube client in here: everything it reads is handed to it;
 //! the runtime only carries the decisions out.
+//!
+//! The runtime reaches the modules it drives (`pub(crate)`); the rest of
+//! kiln (the offline commands: `render`, `diff`, `explain`, `test`) only
+//! what is re-exported here.
 
-pub mod adoption;
-pub mod budget;
-pub mod claims;
-pub mod decorate;
-pub mod deletion;
-pub mod diff;
-pub mod failure;
-pub mod history;
-pub mod outcome;
-pub mod placed;
-pub mod placing;
-pub mod plan;
-pub mod related;
-pub mod remember;
-pub mod reown;
-pub mod replace;
-pub mod schema;
-pub mod status;
-pub mod suspend;
-pub mod touch;
+mod adoption;
+pub(crate) mod budget;
+pub(crate) mod claims;
+pub(crate) mod decorate;
+pub(crate) mod deletion;
+pub(crate) mod diff;
+pub(crate) mod failure;
+mod history;
+pub(crate) mod outcome;
+pub(crate) mod placed;
+pub(crate) mod placing;
+pub(crate) mod plan;
+pub(crate) mod related;
+mod remember;
+pub(crate) mod reown;
+mod replace;
+pub(crate) mod schema;
+pub(crate) mod status;
+pub(crate) mod suspend;
+pub(crate) mod touch;
+
+pub use decorate::{
+    Decorations, Done, Verdict as DecorationVerdict, of_plan as decorations, plan as decorate,
+};
+pub use diff::{equal, satisfied};
+pub use placed::{believed as placed_believed, identity as placed_identity};
+pub use plan::{ChildVerdict, Draft, Known, LiveChild, Observed, Occupants, Plan, Verdict, draft};
+pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};
+pub use status::{Contributor, Outcome, compose as compose_status, reasons};
+pub use suspend::message as suspended_message;

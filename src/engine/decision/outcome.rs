@@ -15,7 +15,7 @@ use crate::rules::Requeue;
 
 /// What becomes of the primary's last Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Report {
+pub(crate) enum Report {
     /// Raise this one (once per distinct reason and message).
     Raise(Raise),
     /// None, and the last one is forgotten: the next failure or wait is
@@ -28,7 +28,7 @@ pub enum Report {
 
 /// The end of a reconcile, besides its status and its retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ending {
+pub(crate) struct Ending {
     /// The reason of a reconcile that ended failed (its failure metric's label).
     pub failed: Option<&'static str>,
     /// The Event.
@@ -38,7 +38,7 @@ pub struct Ending {
 /// How a reconcile whose writes all went through ends: a waiting plan
 /// raises a Normal Event, a failed one a Warning (and counts as failed),
 /// success clears the last Event.
-pub fn succeeded(plan: &Plan) -> Ending {
+pub(crate) fn succeeded(plan: &Plan) -> Ending {
     match plan.event() {
         Some(event) => Ending {
             failed: event.warning.then_some(event.reason),
@@ -53,7 +53,7 @@ pub fn succeeded(plan: &Plan) -> Ending {
 
 /// How a reconcile ends once a write of its plan failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failed {
+pub(crate) struct Failed {
     /// The failure, with every Secret value the reconcile saw redacted
     /// (the API server may quote a value back, and a value may come from
     /// a Secret).
@@ -73,7 +73,12 @@ pub struct Failed {
 /// retried slowly or once something changes, a denial raises a Warning
 /// and backs off, anything else backs off quietly. `secrets` are kept out
 /// of every message.
-pub fn failed(plan: &Plan, failure: Failure, secrets: &[String], requeue: &Requeue) -> Failed {
+pub(crate) fn failed(
+    plan: &Plan,
+    failure: Failure,
+    secrets: &[String],
+    requeue: &Requeue,
+) -> Failed {
     let failure = Failure {
         message: crate::redact::redact(&failure.message, secrets),
         ..failure
@@ -108,7 +113,7 @@ impl Failed {
     /// when it has none; a status write that failed for a while (it backs
     /// off) when the failure's retry is slow. A status refused for good
     /// does not change the retry: the Event says why.
-    pub fn next(self, written: Result<(), Failure>) -> Result<Next, Failure> {
+    pub(crate) fn next(self, written: Result<(), Failure>) -> Result<Next, Failure> {
         match (self.retry, written) {
             (Some(next), Ok(())) => Ok(next),
             (Some(next), Err(e)) if e.category.retry(self.slow).is_some() => Ok(next),

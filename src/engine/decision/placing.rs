@@ -33,7 +33,7 @@ pub enum ConditionList {
 /// field manager `owned` shows: owning `conditions` with no condition of
 /// its own by type means the server keeps it as one atomic field (a schema
 /// kiln could not read says nothing).
-pub fn stored(list: ConditionList, owned: &[String]) -> ConditionList {
+pub(crate) fn stored(list: ConditionList, owned: &[String]) -> ConditionList {
     let whole = owned.iter().any(|o| o == "conditions")
         && !owned.iter().any(|o| o.starts_with("conditions/"));
     if whole { ConditionList::Whole } else { list }
@@ -43,7 +43,7 @@ pub fn stored(list: ConditionList, owned: &[String]) -> ConditionList {
 /// shown by the object, and not among `owned` (kiln's, as
 /// [`owned`](crate::engine::cache::owned_status::owned) lists them). On a whole list
 /// ownership is not per type, so none is known to be another's.
-pub fn theirs(live: &Value, owned: &[String], list: ConditionList) -> Vec<String> {
+pub(crate) fn theirs(live: &Value, owned: &[String], list: ConditionList) -> Vec<String> {
     if list == ConditionList::Whole {
         return Vec::new();
     }
@@ -64,7 +64,12 @@ pub fn theirs(live: &Value, owned: &[String], list: ConditionList) -> Vec<String
 /// types in `skip` left out, kiln's conditions the object shows in the
 /// order it shows them, new ones at the end; on a [`ConditionList::Whole`]
 /// list the others' conditions are kept in their places.
-pub fn place(mut status: Value, live: &Value, list: ConditionList, skip: &[String]) -> Value {
+pub(crate) fn place(
+    mut status: Value,
+    live: &Value,
+    list: ConditionList,
+    skip: &[String],
+) -> Value {
     let Some(mine) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
         return status;
     };

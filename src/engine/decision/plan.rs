@@ -112,7 +112,7 @@ impl Observed {
 }
 
 /// Whether a kind is the core Secret.
-pub fn is_secret(gvk: &Gvk) -> bool {
+pub(crate) fn is_secret(gvk: &Gvk) -> bool {
     gvk.group.is_empty() && gvk.kind == "Secret"
 }
 
@@ -276,7 +276,8 @@ impl Plan {
 /// Decides one reconcile from a complete snapshot (its occupants read
 /// already): [`draft`], then [`Draft::decide`]. `this` is the primary
 /// converted for templates.
-pub fn plan(
+#[cfg(test)]
+pub(crate) fn plan(
     rule: &Rule,
     this: &JinjaValue,
     observed: &Observed,
@@ -544,7 +545,7 @@ fn policy<'r>(rule: &'r Rule, id: &str) -> Option<&'r crate::rules::Child> {
 /// Whether a live child is left behind rather than pruned: it was created
 /// without an owner reference, or the rule now says `deletionPolicy: Orphan`
 /// for its id.
-pub fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
+pub(crate) fn orphaned(rule: &Rule, live: &LiveChild) -> bool {
     live.orphan || policy(rule, &live.id).is_some_and(|c| c.deletion_policy == Orphan)
 }
 
@@ -687,7 +688,7 @@ impl Plan {
 }
 
 /// The key of a desired child.
-pub fn key_of(child: &DesiredChild) -> ObjKey {
+pub(crate) fn key_of(child: &DesiredChild) -> ObjKey {
     ObjKey {
         namespace: child.namespace.clone(),
         name: child.name.clone(),
@@ -695,7 +696,7 @@ pub fn key_of(child: &DesiredChild) -> ObjKey {
 }
 
 /// The status part after a write of the plan failed.
-pub fn failed(plan: &Plan, reason: &'static str, message: String) -> Part {
+pub(crate) fn failed(plan: &Plan, reason: &'static str, message: String) -> Part {
     unrendered(Outcome::Failed { reason, message }, plan.status.generation)
 }
 

@@ -27,7 +27,7 @@ use crate::render::DesiredChild;
 use crate::rules::{Rule, UpdatePolicy};
 
 /// The annotation holding `rule`'s record on a primary.
-pub fn annotation(rule: &str) -> String {
+pub(super) fn annotation(rule: &str) -> String {
     format!("{rule}.kiln.dev/created-once")
 }
 
@@ -54,13 +54,13 @@ fn recorded(rule: &Rule, primary: &Value) -> BTreeSet<String> {
 }
 
 /// Whether `child`, not there, was made before and is not made again.
-pub fn forgone(rule: &Rule, child: &DesiredChild, primary: &Value) -> bool {
+pub(super) fn forgone(rule: &Rule, child: &DesiredChild, primary: &Value) -> bool {
     remembers(rule, &child.id) && recorded(rule, primary).contains(&entry(&child.id, &child.name))
 }
 
 /// The record the primary should hold, when it differs from the one it
 /// holds: kept entries of remembered ids, and every remembered child live.
-pub fn update(rule: &Rule, primary: &Value, live: &[LiveChild]) -> Option<Touch> {
+pub(super) fn update(rule: &Rule, primary: &Value, live: &[LiveChild]) -> Option<Touch> {
     let old = recorded(rule, primary);
     let mut new: BTreeSet<String> = old
         .iter()

@@ -71,7 +71,7 @@ impl Ownership {
 /// change owner to match `desired`, as rendered now with its policy's
 /// owner reference or annotations. An `outside` child (neither) never does;
 /// nor does one another controller owns.
-pub fn needed(desired: &DesiredChild, live: &Value) -> Option<Reown> {
+pub(crate) fn needed(desired: &DesiredChild, live: &Value) -> Option<Reown> {
     let meta = &desired.object["metadata"];
     let to = if let Some(reference) = meta["ownerReferences"].get(0) {
         let uid = reference["uid"].as_str()?;
@@ -103,7 +103,7 @@ pub fn needed(desired: &DesiredChild, live: &Value) -> Option<Reown> {
 /// ownership `to`, conditioned on its `resourceVersion`; `None` when it has
 /// it already, or when another controller owns it (an object has one
 /// controller: kiln does not take it).
-pub fn patch(live: &Value, to: &Ownership) -> Option<Value> {
+pub(crate) fn patch(live: &Value, to: &Ownership) -> Option<Value> {
     let uid = to.uid()?;
     let refs = live["metadata"]["ownerReferences"]
         .as_array()

@@ -15,7 +15,7 @@ use crate::rules::Child;
 
 /// The full paths of keys under `paths` that `live` holds and `desired`
 /// does not.
-pub fn extra(paths: &[Vec<String>], desired: &Value, live: &Value) -> Vec<Vec<String>> {
+pub(super) fn extra(paths: &[Vec<String>], desired: &Value, live: &Value) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for path in paths {
         let (Some(Value::Object(want)), Some(Value::Object(have))) =
@@ -38,7 +38,7 @@ fn at<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
 
 /// The touch that removes what `live` holds beyond the rendered `desired`
 /// under `child`'s `replace` paths, if anything.
-pub fn needed(child: Option<&Child>, desired: &DesiredChild, live: &Value) -> Option<Touch> {
+pub(super) fn needed(child: Option<&Child>, desired: &DesiredChild, live: &Value) -> Option<Touch> {
     let paths = &child?.replace;
     if extra(paths, &desired.object, live).is_empty() {
         return None;

@@ -13,13 +13,13 @@ use serde_json::{Map, Value, json};
 use crate::render::RuleCondition;
 
 /// Condition types kiln owns.
-pub mod types {
+pub(crate) mod types {
     /// Every child exists and is ready.
-    pub const READY: &str = "Ready";
+    pub(crate) const READY: &str = "Ready";
     /// The last reconcile applied everything.
-    pub const RECONCILED: &str = "Reconciled";
+    pub(crate) const RECONCILED: &str = "Reconciled";
     /// A required related object is missing.
-    pub const WAITING: &str = "Waiting";
+    pub(crate) const WAITING: &str = "Waiting";
 }
 
 /// Condition reasons (CamelCase, bounded set: also used as Event reasons).
@@ -216,7 +216,7 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
 const TYPES: [&str; 3] = [types::READY, types::RECONCILED, types::WAITING];
 
 /// The condition type a rule owns on an object it shares with other rules.
-pub fn rule_condition(rule: &str, kind: &str) -> String {
+pub(crate) fn rule_condition(rule: &str, kind: &str) -> String {
     format!("{rule}.kiln.dev/{kind}")
 }
 
@@ -270,7 +270,8 @@ fn condition(
 
 /// The conditions for `outcome` of a single rule, keeping transition times
 /// from `previous`.
-pub fn conditions(
+#[cfg(test)]
+pub(crate) fn conditions(
     outcome: &Outcome,
     previous: &[Value],
     now: &str,
@@ -416,7 +417,7 @@ fn fields(rules: &[Contributor<'_>], previous: &Value) -> Map<String, Value> {
 /// before (`owned`, from kiln's managed fields: a field name, or
 /// `conditions/<type>` for a condition) is missing from `desired` — that
 /// must leave, which takes a write.
-pub fn converged(live: &Value, desired: &Value, owned: &[String]) -> bool {
+pub(crate) fn converged(live: &Value, desired: &Value, owned: &[String]) -> bool {
     let Some(d) = desired.as_object() else {
         return false;
     };

@@ -9,13 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 /// The annotation whose value `suspended` stops kiln writing for the object.
-pub const RECONCILE: &str = "kiln.dev/reconcile";
+pub(crate) const RECONCILE: &str = "kiln.dev/reconcile";
 /// The value of [`RECONCILE`] that suspends the object.
-pub const SUSPENDED: &str = "suspended";
-/// The annotation whose new value asks for a reconcile now.
-pub const REQUESTED_AT: &str = "kiln.dev/reconcile-requested-at";
+pub(crate) const SUSPENDED: &str = "suspended";
 /// The reason of the Event kiln publishes once when it finds an object suspended.
-pub const REASON: &str = "Suspended";
+pub(crate) const REASON: &str = "Suspended";
 
 /// What kiln says, once, of a suspended object.
 pub fn message() -> String {
@@ -25,7 +23,7 @@ pub fn message() -> String {
 }
 
 /// Whether the primary's metadata suspends it.
-pub fn suspended_meta(meta: &ObjectMeta) -> bool {
+pub(crate) fn suspended_meta(meta: &ObjectMeta) -> bool {
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(RECONCILE))
@@ -33,7 +31,7 @@ pub fn suspended_meta(meta: &ObjectMeta) -> bool {
 }
 
 /// Whether the primary, as JSON, is suspended.
-pub fn suspended(primary: &Value) -> bool {
+pub(crate) fn suspended(primary: &Value) -> bool {
     primary["metadata"]["annotations"][RECONCILE].as_str() == Some(SUSPENDED)
 }
 

@@ -41,7 +41,7 @@ use crate::engine::decision::diff;
 use crate::engine::decision::failure::{Category, Failure, Stage};
 use crate::engine::decision::placed;
 use crate::engine::decision::placing;
-pub use crate::engine::decision::plan::Next;
+pub(super) use crate::engine::decision::plan::Next;
 use crate::engine::decision::plan::{
     self, Blind, Known, LiveChild, Observed, Occupants, Plan, Prune,
 };

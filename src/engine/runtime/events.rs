@@ -18,7 +18,7 @@ const PREFIX: usize = 200;
 
 /// Publishes `event` about `reference` through `recorder`, or, when kube's
 /// name for it would be too long, creates it under a name of [`event_name`].
-pub async fn publish(
+pub(super) async fn publish(
     recorder: &Recorder,
     client: &kube::Client,
     event: &Event,
@@ -63,7 +63,7 @@ pub async fn publish(
 /// The name of an Event about the object `name` at `nanos`, when kube's
 /// (`<name>.<nanos in hex>`) would be too long: the name's first
 /// characters, a hash of all of it and the time. `None`: kube's fits.
-pub fn event_name(name: &str, nanos: i128) -> Option<String> {
+pub(super) fn event_name(name: &str, nanos: i128) -> Option<String> {
     let time = format!("{nanos:x}");
     if name.len() + 1 + time.len() <= MAX_NAME {
         return None;

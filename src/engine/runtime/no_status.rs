@@ -9,10 +9,10 @@ use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 /// The reason of the Warning Event.
-pub const REASON: &str = "NoStatusSubresource";
+pub(super) const REASON: &str = "NoStatusSubresource";
 
 /// The Event's message for an object of `kind`.
-pub fn message(kind: &str) -> String {
+pub(super) fn message(kind: &str) -> String {
     format!(
         "kiln writes no status on this object: {kind} has no status subresource (add `subresources: {{status: {{}}}}` to its CustomResourceDefinition)"
     )

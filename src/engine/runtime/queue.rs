@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 /// The queue. Cheap to share behind an `Arc`.
 #[derive(Debug)]
-pub struct Queue<K> {
+pub(super) struct Queue<K> {
     inner: Mutex<Inner<K>>,
     notify: Notify,
 }
@@ -90,7 +90,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     }
 
     /// Queues `key` now.
-    pub fn add(&self, key: K) {
+    pub(super) fn add(&self, key: K) {
         let mut inner = self.lock();
         if inner.closed {
             return;
@@ -101,7 +101,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     }
 
     /// Queues `key` after `delay`, unless it is already due sooner.
-    pub fn add_after(&self, key: K, delay: Duration) {
+    pub(super) fn add_after(&self, key: K, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
@@ -128,7 +128,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
 
     /// Waits for the next key and says how long it waited since it became
     /// ready; `None` once the queue is shut down.
-    pub async fn next(&self) -> Option<(K, Duration)> {
+    pub(super) async fn next(&self) -> Option<(K, Duration)> {
         loop {
             let wake_at = {
                 let mut inner = self.lock();
@@ -164,7 +164,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     }
 
     /// Marks `key` as processed; if it was added meanwhile, queues it again.
-    pub fn done(&self, key: &K) {
+    pub(super) fn done(&self, key: &K) {
         let mut inner = self.lock();
         inner.active.remove(key);
         if let Some(key) = inner.dirty.take(key) {
@@ -175,17 +175,18 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     }
 
     /// Keys waiting (not counting delayed ones).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.lock().ready.len()
     }
 
     /// Whether no key is waiting.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Wakes every worker with `None`; later adds are ignored.
-    pub fn shutdown(&self) {
+    pub(super) fn shutdown(&self) {
         self.lock().closed = true;
         self.notify.notify_waiters();
         self.notify.notify_one();

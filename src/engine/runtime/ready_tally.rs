@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::engine::key::ObjKey;
 
 /// The values of a `Ready` condition's status, as the gauge's `ready` label.
-pub const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+pub(super) const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
 
 /// Per rule, each primary's `Ready` status (an index into [`STATUSES`]).
 #[derive(Default)]

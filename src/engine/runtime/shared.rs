@@ -49,7 +49,7 @@ pub struct Shared {
 }
 
 /// How many rules send their start-up requests at once.
-pub const STARTING: usize = 4;
+pub(crate) const STARTING: usize = 4;
 
 /// Answers whether this replica may write right now.
 pub type Fence = Arc<dyn Fn() -> bool + Send + Sync>;

@@ -26,7 +26,7 @@ use crate::rules::Rule;
 
 /// Why the record of a rule's first load could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum SinceError {
+pub(super) enum SinceError {
     /// The API server refused or failed the request.
     #[error("reading or creating ConfigMap {namespace}/{name}: {source}")]
     Api {
@@ -43,14 +43,14 @@ pub enum SinceError {
 }
 
 /// The name of the record of `rule`'s first load.
-pub fn record_name(rule: &str) -> String {
+pub(super) fn record_name(rule: &str) -> String {
     format!("kiln-since-{rule}")
 }
 
 /// Whether a primary created at `created` is taken by a rule first loaded
 /// at `since` (`None`: the rule takes existing objects too). An object
 /// without a creation time is not taken.
-pub fn takes(since: Option<Timestamp>, created: Option<Timestamp>) -> bool {
+pub(super) fn takes(since: Option<Timestamp>, created: Option<Timestamp>) -> bool {
     match (since, created) {
         (None, _) => true,
         (Some(since), Some(created)) => created > since,
@@ -60,7 +60,8 @@ pub fn takes(since: Option<Timestamp>, created: Option<Timestamp>) -> bool {
 
 /// Why a primary created at `created` is not taken, for `kiln explain`
 /// and logs; `None` when it is.
-pub fn refusal(since: Option<Timestamp>, created: Option<Timestamp>) -> Option<String> {
+#[cfg(test)]
+pub(super) fn refusal(since: Option<Timestamp>, created: Option<Timestamp>) -> Option<String> {
     let since = since.filter(|_| !takes(since, created))?;
     Some(format!(
         "it was created ({}) before the rule was first loaded ({since}), and spec.for.takeExisting is false",
@@ -94,7 +95,7 @@ fn record(namespace: &str, rule: &str) -> ConfigMap {
 
 /// When `rule` was first loaded: the record's creation time, creating the
 /// record now if there is none.
-pub async fn first_loaded(
+pub(super) async fn first_loaded(
     client: &kube::Client,
     namespace: &str,
     rule: &str,
@@ -122,7 +123,7 @@ pub async fn first_loaded(
 
 /// The instant the rule takes primaries from (`None`: every primary),
 /// waiting while the record cannot be read; `None` when stopped meanwhile.
-pub async fn resolve(
+pub(super) async fn resolve(
     rule: &Rule,
     shared: &Shared,
     stop: &mut watch::Receiver<bool>,

@@ -20,7 +20,7 @@ use crate::template::{Piece, Tree};
 /// names a namespace kiln does not watch (`namespaces`; empty: every
 /// namespace) literally is refused, one line per child. `namespaced` says
 /// whether a kind is namespaced (`None`: not known; not judged).
-pub fn unwatched(
+pub(crate) fn unwatched(
     rule: &Rule,
     namespaces: &[String],
     namespaced: impl Fn(&Gvk) -> Option<bool>,
@@ -37,7 +37,7 @@ pub fn unwatched(
 
 /// Why the children `rendered` for a primary may not be written: an
 /// `outside` child rendered into a namespace kiln does not watch.
-pub fn unseen(rule: &Rule, rendered: &Rendered, namespaces: &[String]) -> Option<String> {
+pub(super) fn unseen(rule: &Rule, rendered: &Rendered, namespaces: &[String]) -> Option<String> {
     let why: Vec<String> = rendered
         .children
         .iter()
@@ -63,7 +63,7 @@ fn refusal_of(id: &str, kind: &str, ns: &str, namespaces: &[String]) -> String {
 
 /// Why `rule` may not run on an engine watching `namespaces`, with its
 /// kinds resolved: the reasons of [`unwatched`] as one line.
-pub fn refusal(rule: &Rule, namespaces: &[String], kinds: &[Arc<Kind>]) -> Option<String> {
+pub(super) fn refusal(rule: &Rule, namespaces: &[String], kinds: &[Arc<Kind>]) -> Option<String> {
     let namespaced = |gvk: &Gvk| kinds.iter().find(|k| &k.gvk == gvk).map(|k| k.namespaced);
     let why = unwatched(rule, namespaces, namespaced);
     (!why.is_empty()).then(|| why.join("; "))

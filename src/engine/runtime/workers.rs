@@ -21,7 +21,7 @@ use super::queue::Queue;
 /// Hands the keys of `queue` to `work`, at most `n` at once, until the
 /// queue shuts down; then waits for the reconciles under way. Dropping
 /// this future (the rule aborted) cancels them.
-pub async fn run<K, F, Fut>(queue: &Queue<K>, n: usize, work: F)
+pub(super) async fn run<K, F, Fut>(queue: &Queue<K>, n: usize, work: F)
 where
     K: Clone + Eq + Hash,
     F: Fn(K, Duration) -> Fut,
