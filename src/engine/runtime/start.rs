@@ -84,47 +84,8 @@ pub(crate) async fn run_rule(
             .unwrap_or_else(std::sync::PoisonError::into_inner) = s
     };
     loop {
-        // Resolve every kind; wait (and say so) while any is not served.
-        let (kinds, schema) = loop {
-            let permit = shared.starting.acquire().await;
-            let (resolved, missing) = resolve(&rule, &shared).await;
-            if missing.is_empty() {
-                let read = status_schema(&rule, &shared.client, &resolved[0]).await;
-                drop(permit);
-                match read {
-                    Ok(schema) => {
-                        if let Some(why) =
-                            unwatched::refusal(&rule, &shared.options.namespaces, &resolved)
-                        {
-                            tracing::error!(rule = %rule.name, error = %why, "rule refused: it writes where kiln does not watch");
-                            set_state(RuleState::Refused(why.clone()));
-                            break (resolved, Schema::refused(why));
-                        }
-                        set_state(RuleState::Syncing);
-                        break (resolved, schema);
-                    }
-                    Err(SchemaRead::Refused(why)) => {
-                        tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema; it only tears down primaries being deleted");
-                        set_state(RuleState::Refused(why.to_string()));
-                        break (resolved, Schema::refused(why.to_string()));
-                    }
-                    Err(SchemaRead::Failed(error)) => {
-                        tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed; the rule waits for it");
-                    }
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(shared.options.kind_retry) => {}
-                    _ = stop.changed() => return,
-                }
-                continue;
-            }
-            drop(permit);
-            tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
-            set_state(RuleState::WaitingForKinds(missing));
-            tokio::select! {
-                () = tokio::time::sleep(shared.options.kind_retry) => {}
-                _ = stop.changed() => return,
-            }
+        let Some((kinds, schema)) = resolved(&rule, &shared, &mut stop, &set_state).await else {
+            return;
         };
         match run_resolved(&rule, &shared, &kinds, schema, &mut stop, &set_state, &slot).await {
             Ended::Stopped => return,
@@ -138,6 +99,58 @@ pub(crate) async fn run_rule(
                 }
                 set_state(RuleState::WaitingForKinds(vec![gvk.to_string()]));
             }
+        }
+    }
+}
+
+/// Resolves every kind of the rule and reads its status schema, waiting
+/// (and saying so) while a kind is not served or the CRD cannot be read;
+/// `None` once told to stop.
+async fn resolved(
+    rule: &Rule,
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+    set_state: &(dyn Fn(RuleState) + Sync),
+) -> Option<(Vec<Arc<kinds::Kind>>, Schema)> {
+    loop {
+        let permit = shared.starting.acquire().await;
+        let (resolved, missing) = resolve(rule, shared).await;
+        if missing.is_empty() {
+            let read = status_schema(rule, &shared.client, &resolved[0]).await;
+            drop(permit);
+            match read {
+                Ok(schema) => {
+                    if let Some(why) =
+                        unwatched::refusal(rule, &shared.options.namespaces, &resolved)
+                    {
+                        tracing::error!(rule = %rule.name, error = %why, "rule refused: it writes where kiln does not watch");
+                        set_state(RuleState::Refused(why.clone()));
+                        return Some((resolved, Schema::refused(why)));
+                    }
+                    set_state(RuleState::Syncing);
+                    return Some((resolved, schema));
+                }
+                Err(SchemaRead::Refused(why)) => {
+                    tracing::error!(rule = %rule.name, error = %why, "rule refused: its status does not fit the primary's schema; it only tears down primaries being deleted");
+                    set_state(RuleState::Refused(why.to_string()));
+                    return Some((resolved, Schema::refused(why.to_string())));
+                }
+                Err(SchemaRead::Failed(error)) => {
+                    tracing::warn!(rule = %rule.name, %error, "reading the primary's CustomResourceDefinition failed; the rule waits for it");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(shared.options.kind_retry) => {}
+                _ = stop.changed() => return None,
+            }
+            continue;
+        }
+        drop(permit);
+        tracing::warn!(rule = %rule.name, kinds = ?missing, "waiting for kinds the API server does not serve yet");
+        set_state(RuleState::WaitingForKinds(missing));
+        tokio::select! {
+            () = tokio::time::sleep(shared.options.kind_retry) => {}
+            _ = stop.changed() => return None,
         }
     }
 }
