@@ -189,15 +189,6 @@ impl RenderFailure {
     }
 }
 
-/// Watches marked `required` whose object is missing from `inputs`.
-pub fn missing_required<'r>(rule: &'r Rule, inputs: &Inputs) -> Vec<&'r str> {
-    rule.watches
-        .iter()
-        .filter(|w| w.required && inputs.related.get(&w.name).is_none_or(Value::is_null))
-        .map(|w| w.name.as_str())
-        .collect()
-}
-
 /// The template context for a primary. `this` is the primary already
 /// converted for templates ([`to_jinja`]), so a reconcile converts it once for
 /// both its watch references and its render.

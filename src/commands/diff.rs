@@ -99,7 +99,7 @@ async fn diff_rule(
         }
         let primary = serde_json::to_value(&object)?;
         let title = format!("{} {key} (rule {})", rule.primary.gvk.kind, rule.name);
-        let reading = match observe::read(client, rule, &primary, &key).await? {
+        let reading = match observe::read(client, rule, &primary).await? {
             Ok(reading) => reading,
             Err(why) => anyhow::bail!("{title}: its watches cannot be read: {why}"),
         };

@@ -156,7 +156,7 @@ async fn rules_section(client: &Client, found: &Found, taking: &[&Rule]) -> anyh
                 if rule.read_only {
                     out.push_str(&format!("  {}: spec.for.readOnly: kiln writes nothing on this object (no condition, observedGeneration, status field, finalizer, label or annotation)\n", rule.name));
                 }
-                out.push_str(&children(client, rule, primary, key).await?);
+                out.push_str(&children(client, rule, primary).await?);
             }
         }
     }
@@ -209,13 +209,8 @@ fn events_section(events: &[Event]) -> String {
 
 /// One rule's children of the primary: the engine's plan, from what the
 /// API server holds now, with the fields each changed child would get.
-async fn children(
-    client: &Client,
-    rule: &Rule,
-    primary: &Value,
-    key: &ObjKey,
-) -> anyhow::Result<String> {
-    Ok(match observe::read(client, rule, primary, key).await? {
+async fn children(client: &Client, rule: &Rule, primary: &Value) -> anyhow::Result<String> {
+    Ok(match observe::read(client, rule, primary).await? {
         Err(m) => format!("    its watches cannot be read: {m}\n"),
         Ok(reading) => {
             let children = super::verdict::lines_with(&reading.plan, "    ", |v| {

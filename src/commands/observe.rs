@@ -7,15 +7,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kiln::engine::ObjKey;
 use kiln::engine::decision::{
-    self, Decorations, Found, LiveChild, Observed, Plan, Refusal, Target,
+    self, Decorations, Found, Live, LiveChild, Observed, Plan, Source, Target,
 };
 use kiln::ownership;
-use kiln::render::{self, CHILD_LABEL, Inputs, RULE_LABEL};
-use kiln::rules::{Gvk, Rule};
+use kiln::render::{self, Inputs, RULE_LABEL};
+use kiln::rules::{Gvk, Rule, Watch};
 use kiln::template::generate::Draw;
-use kiln::template::{Budget, Piece, to_jinja};
+use kiln::template::to_jinja;
 use kube::api::{DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
@@ -58,46 +59,21 @@ pub async fn read(
     client: &Client,
     rule: &Rule,
     primary: &Value,
-    key: &ObjKey,
 ) -> anyhow::Result<Result<Reading, String>> {
     let this = to_jinja(primary);
-    let mut observed = Observed {
-        inputs: Inputs {
-            primary: primary.clone(),
-            // A child that does not exist yet shows as missing; nothing is drawn.
-            draw: Draw::Placeholder,
-            ..Inputs::default()
-        },
-        ..Observed::default()
+    let source = ApiServer::of(client, rule).await?;
+    let inputs = Inputs {
+        primary: primary.clone(),
+        // A child that does not exist yet shows as missing; nothing is drawn.
+        draw: Draw::Placeholder,
+        ..Inputs::default()
     };
-    if let Err(refusal) = related(client, rule, &this, key, &mut observed).await {
-        let (Refusal::Template(m) | Refusal::Namespace(m)) = refusal;
-        return Ok(Err(m));
-    }
-    let scopes = live_children(client, rule, primary, key, &mut observed).await?;
-    let scope_of = |gvk: &Gvk| scopes.get(gvk).map(|(_, s)| *s == Scope::Namespaced);
-    let plan = match decision::draft(rule, &this, &observed, &scope_of) {
-        Ok(draft) => {
-            let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
-            let mut occupants = decision::Occupants::new();
-            for (gvk, at) in draft.names(rule, &observed) {
-                let Some((ar, scope)) = scopes.get(gvk) else {
-                    continue;
-                };
-                let found = api(client, ar, scope, at.namespace.as_deref())
-                    .get_metadata_opt(&at.name)
-                    .await?;
-                if let Some(who) =
-                    found.and_then(|f| ownership::holder(&f.metadata, &rule.name, uid))
-                {
-                    occupants.insert((gvk.clone(), at), who);
-                }
-            }
-            observed.occupants = occupants;
-            draft.decide(rule, &observed, &decision::Known::new())
-        }
-        Err(plan) => *plan,
+    let mut observed = match decision::snapshot(&source, rule, &this, inputs).await? {
+        Ok(observed) => observed,
+        Err((_, refusal)) => return Ok(Err(refusal.message().to_string())),
     };
+    let known = decision::Known::new();
+    let (plan, _) = decision::decide(&source, rule, &this, &mut observed, &known, false).await?;
     let decorations = decision::decorations(
         &plan,
         rule,
@@ -112,35 +88,51 @@ pub async fn read(
     }))
 }
 
-/// The rule's related objects for the primary, read as the engine reads
-/// them, with the required ones not found.
-async fn related(
-    client: &Client,
-    rule: &Rule,
-    this: &minijinja::Value,
-    key: &ObjKey,
-    observed: &mut Observed,
-) -> Result<(), Refusal> {
-    let ctx = render::context(rule, this, &observed.inputs);
-    let mut budget = Budget::default();
-    let mut found = serde_json::Map::new();
-    for watch in &rule.watches {
-        let (ar, scope) = resolve(client, &watch.gvk)
-            .await
-            .map_err(|e| Refusal::Template(e.to_string()))?;
-        let mut text = |piece: &Piece| {
-            piece
-                .render_string(&rule.templates, &ctx, &mut budget)
-                .map_err(|e| Refusal::Template(e.to_string()))
-        };
-        let target = decision::related_target(watch, scope == Scope::Namespaced, key, &mut text)?;
-        let read = |e: kube::Error| Refusal::Template(e.to_string());
-        let got = match &target {
+/// The API server, read for one rule: each kind the rule reads or writes
+/// resolved once.
+struct ApiServer<'c> {
+    client: &'c Client,
+    kinds: HashMap<Gvk, (ApiResource, Scope)>,
+}
+
+impl<'c> ApiServer<'c> {
+    /// Resolves the rule's child and watched kinds; fails when the cluster
+    /// does not serve one.
+    async fn of(client: &'c Client, rule: &Rule) -> anyhow::Result<Self> {
+        let mut kinds = HashMap::new();
+        let gvks = rule.children.iter().map(|c| &c.gvk);
+        for gvk in gvks.chain(rule.watches.iter().map(|w| &w.gvk)) {
+            if !kinds.contains_key(gvk) {
+                kinds.insert(gvk.clone(), resolve(client, gvk).await?);
+            }
+        }
+        Ok(Self { client, kinds })
+    }
+
+    /// The API of `gvk` in `namespace` (every namespace: `None`).
+    fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> anyhow::Result<Api<DynamicObject>> {
+        let (ar, scope) = self
+            .kinds
+            .get(gvk)
+            .with_context(|| format!("{gvk} was not resolved"))?;
+        Ok(api(self.client, ar, scope, namespace))
+    }
+}
+
+impl Source for ApiServer<'_> {
+    type Error = anyhow::Error;
+
+    fn namespaced(&self, gvk: &Gvk) -> Option<bool> {
+        self.kinds.get(gvk).map(|(_, s)| *s == Scope::Namespaced)
+    }
+
+    async fn related(&self, watch: &Watch, target: &Target) -> anyhow::Result<Option<Found>> {
+        Ok(Some(match target {
             Target::Named(at) => {
-                let got = api(client, &ar, &scope, at.namespace.as_deref())
+                let got = self
+                    .api(&watch.gvk, at.namespace.as_deref())?
                     .get_opt(&at.name)
-                    .await
-                    .map_err(read)?;
+                    .await?;
                 Found::Named(got.map(|o| serde_json::to_value(o).unwrap_or_default()))
             }
             Target::Selected {
@@ -153,129 +145,77 @@ async fn related(
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
-                let list = api(client, &ar, &scope, namespace.as_deref())
-                    .list(&ListParams::default().labels(&labels.join(",")))
-                    .await
-                    .map_err(read)?;
+                let params = ListParams::default().labels(&labels.join(","));
+                let list = self
+                    .api(&watch.gvk, namespace.as_deref())?
+                    .list(&params)
+                    .await?;
+                let no_labels = BTreeMap::new();
                 Found::Selected(
                     list.items
                         .into_iter()
                         .filter(|o| {
-                            selector.matches(o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                            selector.matches(o.metadata.labels.as_ref().unwrap_or(&no_labels))
                         })
                         .map(|o| serde_json::to_value(o).unwrap_or_default())
                         .collect(),
                 )
             }
-        };
-        let (value, absent) = decision::related_seen(watch, &target, got);
-        observed.missing.extend(absent);
-        if let Some(value) = value {
-            found.insert(watch.name.clone(), value);
-        }
+        }))
     }
-    observed.inputs.related = found;
-    Ok(())
-}
 
-/// The rule's live children of the primary, read from the API server as
-/// the engine reads its caches: kiln's mark names the rule and the primary
-/// (an `outside` child is looked for in every namespace). Returns each
-/// child kind's resource and scope.
-async fn live_children(
-    client: &Client,
-    rule: &Rule,
-    primary: &Value,
-    key: &ObjKey,
-    observed: &mut Observed,
-) -> anyhow::Result<HashMap<Gvk, (ApiResource, Scope)>> {
-    let uid = primary["metadata"]["uid"].as_str().unwrap_or_default();
-    let identity = decision::placed_identity(&serde_json::from_value(primary["metadata"].clone())?);
-    let mut scopes = HashMap::new();
-    for child in &rule.children {
-        let (ar, scope) = resolve(client, &child.gvk).await?;
-        let params = ListParams::default().labels(&format!(
-            "{RULE_LABEL}={},{CHILD_LABEL}={}",
-            rule.name, child.id
-        ));
-        let namespace = key.namespace.as_deref().filter(|_| !child.outside);
-        let listed = api(client, &ar, &scope, namespace).list(&params).await?;
-        let mut items = Vec::new();
-        for o in listed.items {
-            let Some(mark) = ownership::read(&o.metadata).filter(|m| {
-                m.of(&rule.name, uid)
-                    && decision::placed_believed(rule, m, &ObjKey::of(&o), &identity)
-            }) else {
+    /// Lists each child kind by kiln's rule label, in the primary's
+    /// namespace (every namespace for a kind some `outside` child is),
+    /// and takes what the engine's judgement takes.
+    async fn children(&self, rule: &Rule, primary: &Value) -> anyhow::Result<Vec<Live>> {
+        let meta: ObjectMeta = serde_json::from_value(primary["metadata"].clone())?;
+        let uid = meta.uid.clone().unwrap_or_default();
+        let identity = decision::placed_identity(&meta);
+        let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", rule.name));
+        let mut live = Vec::new();
+        let mut seen: Vec<&Gvk> = Vec::new();
+        for spec in &rule.children {
+            if seen.contains(&&spec.gvk) {
                 continue;
-            };
-            observed.children.push(LiveChild {
-                id: mark.child.clone(),
-                gvk: child.gvk.clone(),
-                key: ObjKey::of(&o),
-                uid: o.metadata.uid.clone(),
-                deleting: o.metadata.deletion_timestamp.is_some(),
-                orphan: mark.orphaned(),
-            });
-            items.push(serde_json::to_value(o).unwrap_or_default());
+            }
+            seen.push(&spec.gvk);
+            let outside = rule.children.iter().any(|c| c.gvk == spec.gvk && c.outside);
+            let namespace = meta.namespace.as_deref().filter(|_| !outside);
+            for o in self.api(&spec.gvk, namespace)?.list(&params).await?.items {
+                let key = ObjKey::of(&o);
+                let Some(mark) = decision::child_mark(rule, &uid, &identity, &o.metadata, &key)
+                else {
+                    continue;
+                };
+                live.push(Live {
+                    child: LiveChild {
+                        id: mark.child.clone(),
+                        gvk: spec.gvk.clone(),
+                        key,
+                        uid: o.metadata.uid.clone(),
+                        deleting: o.metadata.deletion_timestamp.is_some(),
+                        orphan: mark.orphaned(),
+                    },
+                    object: serde_json::to_value(o)?,
+                });
+            }
         }
-        by_name(&mut items);
-        scopes.insert(child.gvk.clone(), (ar, scope));
-        let value = match child.for_each {
-            Some(_) => Value::Array(items),
-            None if items.is_empty() => continue,
-            None => items.swap_remove(0),
-        };
-        observed.inputs.observed.insert(child.id.clone(), value);
+        Ok(live)
     }
-    gone_children(client, rule, uid, key, &scopes, observed).await?;
-    Ok(scopes)
-}
 
-/// The rule's live children of the primary whose id the rule no longer
-/// has, in the primary's namespace, of the kinds the rule's children still
-/// are (those the engine watches): the plan prunes them.
-async fn gone_children(
-    client: &Client,
-    rule: &Rule,
-    uid: &str,
-    key: &ObjKey,
-    scopes: &HashMap<Gvk, (ApiResource, Scope)>,
-    observed: &mut Observed,
-) -> anyhow::Result<()> {
-    let params = ListParams::default().labels(&format!("{RULE_LABEL}={}", rule.name));
-    for (gvk, (ar, scope)) in scopes {
-        let listed = api(client, ar, scope, key.namespace.as_deref())
-            .list(&params)
+    async fn holder(
+        &self,
+        rule: &Rule,
+        gvk: &Gvk,
+        at: &ObjKey,
+        uid: &str,
+    ) -> anyhow::Result<Option<String>> {
+        let found = self
+            .api(gvk, at.namespace.as_deref())?
+            .get_metadata_opt(&at.name)
             .await?;
-        for o in listed.items {
-            let Some(mark) = ownership::read(&o.metadata).filter(|m| {
-                let (at, of) = (o.metadata.namespace.as_deref(), key.namespace.as_deref());
-                m.of(&rule.name, uid)
-                    && ownership::in_place(at, of)
-                    && !rule.children.iter().any(|c| c.id == m.child)
-            }) else {
-                continue;
-            };
-            observed.children.push(LiveChild {
-                id: mark.child.clone(),
-                gvk: gvk.clone(),
-                key: ObjKey::of(&o),
-                uid: o.metadata.uid.clone(),
-                deleting: o.metadata.deletion_timestamp.is_some(),
-                orphan: mark.orphaned(),
-            });
-        }
+        Ok(found.and_then(|f| ownership::holder(&f.metadata, &rule.name, uid)))
     }
-    Ok(())
-}
-
-/// Sorts objects by name, as the engine orders `forEach` children.
-fn by_name(items: &mut [Value]) {
-    items.sort_by(|a, b| {
-        a["metadata"]["name"]
-            .as_str()
-            .cmp(&b["metadata"]["name"].as_str())
-    });
 }
 
 pub async fn resolve(client: &Client, gvk: &Gvk) -> anyhow::Result<(ApiResource, Scope)> {

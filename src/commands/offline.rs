@@ -2,11 +2,15 @@
 //! the rules that take an object, its defaults, the snapshot filled from
 //! files, and the engine's own plan over it.
 
+use std::convert::Infallible;
+
 use kiln::engine::ObjKey;
-use kiln::engine::decision::{self, Contributor, LiveChild, Observed, Outcome, Plan, Verdict};
+use kiln::engine::decision::{
+    self, Contributor, Found, Known, Live, LiveChild, Outcome, Plan, Source, Target, Verdict,
+};
 use kiln::ownership;
 use kiln::render::{self, Inputs, Rendered};
-use kiln::rules::{Rule, RuleSet};
+use kiln::rules::{Gvk, Rule, RuleSet, Watch};
 use serde_json::Value;
 
 /// The rules whose primary kind is the object's (only `only`, if given).
@@ -54,20 +58,25 @@ pub fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
 }
 
 /// The engine's plan for one rule over the objects given (`inputs` as
-/// [`with_empty_selections`] leaves them): the rendered children and the
-/// plan, or the plan of a render that failed. Offline no object holds a
-/// name: the decision sees none.
+/// [`with_empty_selections`] leaves them), read through [`Files`]: the
+/// rendered children and the plan, or the plan of a render that failed.
 pub fn decide(rule: &Rule, inputs: &Inputs) -> Decided {
-    let mut observed = observed_from_files(rule, inputs);
-    observed.missing = render::missing_required(rule, inputs)
-        .iter()
-        .map(|w| format!("related.{w} (pass --related {w}=FILE)"))
-        .collect();
     let this = kiln::template::to_jinja(&inputs.primary);
-    let draft = decision::draft(rule, &this, &observed, &render::well_known_scope)?;
-    let rendered = draft.rendered().clone();
-    let plan = draft.decide(rule, &observed, &decision::Known::new());
-    Ok((rendered, plan))
+    let source = Files { inputs };
+    let known = Known::new();
+    let read = decision::read(&source, rule, &this, inputs.clone(), &known, true);
+    let Some(Ok(reading)) = decision::at_once(read) else {
+        let why = "the files given were not read at once".to_string();
+        return Err(Box::new(Plan::refused(
+            decision::reasons::INVALID,
+            why,
+            None,
+        )));
+    };
+    match reading.rendered {
+        Some(rendered) => Ok((rendered, reading.plan)),
+        None => Err(Box::new(reading.plan)),
+    }
 }
 
 /// What [`decide`] gives: the rendered children and the plan, or the plan
@@ -155,44 +164,94 @@ fn not_there(rendered: &Rendered, plan: &mut Plan, filled: &[String]) {
     }
 }
 
-/// The snapshot a decision reads, from the objects given: the primary,
-/// related objects and observed children (each taken as this primary's
-/// child of its id, in the primary's namespace unless it names one).
-fn observed_from_files(rule: &Rule, inputs: &Inputs) -> Observed {
-    let namespace = inputs.primary["metadata"]["namespace"].as_str();
-    let mut children = Vec::new();
-    for (id, value) in &inputs.observed {
-        let Some(spec) = rule.children.iter().find(|c| &c.id == id) else {
-            continue;
-        };
-        let items = match value {
-            Value::Array(items) => items.iter().collect(),
-            one => vec![one],
-        };
-        for o in items {
-            let meta = &o["metadata"];
-            let namespaced = render::well_known_scope(&spec.gvk).unwrap_or(true);
-            let at = meta["namespace"]
-                .as_str()
-                .or(namespace)
-                .filter(|_| namespaced);
-            children.push(LiveChild {
-                id: id.clone(),
-                gvk: spec.gvk.clone(),
-                key: ObjKey {
-                    namespace: at.map(str::to_string),
-                    name: meta["name"].as_str().unwrap_or_default().to_string(),
-                },
-                uid: meta["uid"].as_str().map(str::to_string),
-                deleting: !meta["deletionTimestamp"].is_null(),
-                orphan: ownership::read(meta).is_some_and(|m| m.orphaned()),
-            });
-        }
+/// Files: the objects given on the command line. A related object is what
+/// its watch finds wherever it looks; an observed one is this primary's
+/// child of its id, in the primary's namespace unless it names one. No
+/// other object holds a name.
+struct Files<'a> {
+    inputs: &'a Inputs,
+}
+
+impl Source for Files<'_> {
+    type Error = Infallible;
+
+    fn namespaced(&self, gvk: &Gvk) -> Option<bool> {
+        render::well_known_scope(gvk)
     }
-    Observed {
-        inputs: inputs.clone(),
-        children,
-        ..Observed::default()
+
+    /// A watched kind not known offline is taken as namespaced: the object
+    /// given is found wherever the watch looks.
+    fn watch_scope(&self, watch: &Watch) -> Option<bool> {
+        Some(render::well_known_scope(&watch.gvk).unwrap_or(true))
+    }
+
+    async fn related(&self, watch: &Watch, target: &Target) -> Result<Option<Found>, Infallible> {
+        let given = self
+            .inputs
+            .related
+            .get(&watch.name)
+            .filter(|v| !v.is_null());
+        Ok(Some(match target {
+            Target::Named(_) => Found::Named(given.cloned()),
+            Target::Selected { .. } => Found::Selected(match given {
+                Some(Value::Array(items)) => items.clone(),
+                Some(one) => vec![one.clone()],
+                None => Vec::new(),
+            }),
+        }))
+    }
+
+    async fn children(&self, rule: &Rule, primary: &Value) -> Result<Vec<Live>, Infallible> {
+        let namespace = primary["metadata"]["namespace"].as_str();
+        let mut live = Vec::new();
+        for (id, value) in &self.inputs.observed {
+            let Some(spec) = rule.children.iter().find(|c| &c.id == id) else {
+                continue;
+            };
+            let items = match value {
+                Value::Array(items) => items.iter().collect(),
+                one => vec![one],
+            };
+            let namespaced = render::well_known_scope(&spec.gvk).unwrap_or(true);
+            for o in items {
+                let meta = &o["metadata"];
+                let at = meta["namespace"]
+                    .as_str()
+                    .or(namespace)
+                    .filter(|_| namespaced);
+                let child = LiveChild {
+                    id: id.clone(),
+                    gvk: spec.gvk.clone(),
+                    key: ObjKey {
+                        namespace: at.map(str::to_string),
+                        name: meta["name"].as_str().unwrap_or_default().to_string(),
+                    },
+                    uid: meta["uid"].as_str().map(str::to_string),
+                    deleting: !meta["deletionTimestamp"].is_null(),
+                    orphan: ownership::read(meta).is_some_and(|m| m.orphaned()),
+                };
+                live.push(Live {
+                    child,
+                    object: o.clone(),
+                });
+            }
+        }
+        Ok(live)
+    }
+
+    async fn holder(
+        &self,
+        _rule: &Rule,
+        _gvk: &Gvk,
+        _at: &ObjKey,
+        _uid: &str,
+    ) -> Result<Option<String>, Infallible> {
+        Ok(None)
+    }
+
+    fn missing(&self, watch: &Watch, _described: String) -> String {
+        let w = &watch.name;
+        format!("related.{w} (pass --related {w}=FILE)")
     }
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod deletion;
 pub(crate) mod diff;
 pub(crate) mod failure;
 mod history;
+pub(crate) mod observe;
 pub(crate) mod outcome;
 pub(crate) mod placed;
 pub(crate) mod placing;
@@ -34,6 +35,7 @@ pub use decorate::{
     Decorations, Done, Verdict as DecorationVerdict, of_plan as decorations, plan as decorate,
 };
 pub use diff::{equal, satisfied};
+pub use observe::{Live, Reading, Source, at_once, child_mark, decide, read, snapshot};
 pub use placed::{believed as placed_believed, identity as placed_identity};
 pub use plan::{ChildVerdict, Draft, Known, LiveChild, Observed, Occupants, Plan, Verdict, draft};
 pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};

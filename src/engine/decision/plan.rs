@@ -84,6 +84,9 @@ pub struct Observed {
     /// did not make for this primary is there (read for the names
     /// [`Draft::names`] gives, before [`Draft::decide`]).
     pub occupants: Occupants,
+    /// Where each watch looked (watch name, target): what the primary's
+    /// reconcile depends on besides its children.
+    pub targets: Vec<(String, super::related::Target)>,
 }
 
 impl Observed {

@@ -6,7 +6,7 @@
 //! reconcile: observe (cache reads) ─▶ plan (pure, plan.rs) ─▶ apply ─▶ prune ─▶ status ─▶ next
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -42,20 +42,18 @@ use crate::engine::decision::failure::{Category, Failure, Stage};
 use crate::engine::decision::placed;
 use crate::engine::decision::placing;
 pub(super) use crate::engine::decision::plan::Next;
-use crate::engine::decision::plan::{
-    self, Blind, Known, LiveChild, Observed, Occupants, Plan, Prune,
-};
-use crate::engine::decision::related::{self, Found, Refusal, Target};
+use crate::engine::decision::plan::{self, Blind, Known, LiveChild, Plan, Prune};
+use crate::engine::decision::related::{Found, Target};
 use crate::engine::decision::reown::{self, Reown};
 use crate::engine::decision::schema::StatusSchema;
-use crate::engine::decision::status::{self, Contributor, Part, reasons};
+use crate::engine::decision::status::{self, Contributor, Part};
 use crate::engine::decision::touch::Touch;
 use crate::engine::key::ObjKey;
 use crate::metrics;
 use crate::render::{self, DesiredChild};
 use crate::rules::{Gvk, LabelSelector, LabelSource, Rule};
 use crate::shard::Whose;
-use crate::template::{Budget, to_jinja};
+use crate::template::to_jinja;
 use handlers::{handler, matching, namespace_takes};
 use observe::{blindness, status_names};
 use state::PrimaryState;
@@ -332,8 +330,13 @@ impl RuleController {
         // Converted for templates once, for the watch references and the render.
         let this = to_jinja(&primary);
         // Reading the watches and rendering run on one big stack (template limits).
-        let (plan, secrets, decorations) =
-            crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this));
+        let decided =
+            crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this))?;
+        let observe::Decided {
+            plan,
+            secrets,
+            decorations,
+        } = decided;
         self.execute(&obj, &plan, &decorations, &secrets).await
     }
 }

@@ -116,7 +116,10 @@ impl RuleController {
         let live = if blind {
             Vec::new()
         } else {
-            self.live_children(obj).0
+            self.live_children(obj)
+                .into_iter()
+                .map(|l| l.child)
+                .collect()
         };
         let step = deletion::step(&self.rule, blind, &live);
         match &step {

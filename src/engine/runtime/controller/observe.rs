@@ -1,55 +1,122 @@
-//! Observe: one complete snapshot of what a reconcile decides on (the
-//! primary, its related objects, its live children, the caches that cannot
-//! be trusted, who holds each name), read from the caches, then handed to
-//! the decision.
+//! Observe: the engine's [`Source`], this rule's caches. The reconcile
+//! reads its snapshot through it and the decision's [`observe::read`]
+//! decides, as `kiln explain` does from the API server and `kiln render`
+//! from files.
+
+use std::convert::Infallible;
 
 use super::*;
+use crate::engine::decision::observe::{self, Live, Source};
+use crate::render::Rendered;
+use crate::rules::Watch;
+
+/// This rule's caches, read for one primary.
+struct Caches<'a> {
+    controller: &'a RuleController,
+    primary: &'a DynamicObject,
+}
+
+impl Source for Caches<'_> {
+    type Error = Infallible;
+
+    fn blind(&self) -> Vec<Blind> {
+        self.controller.blind()
+    }
+
+    fn namespaced(&self, gvk: &Gvk) -> Option<bool> {
+        self.controller.shared.kinds.namespaced(gvk)
+    }
+
+    async fn related(&self, watch: &Watch, target: &Target) -> Result<Option<Found>, Infallible> {
+        let Some(informer) = self.controller.wiring.related.get(&watch.name) else {
+            return Ok(None);
+        };
+        Ok(Some(match target {
+            Target::Named(key) => Found::Named(informer.get(key).map(|o| to_json(&o))),
+            Target::Selected {
+                namespace,
+                all_namespaces,
+                selector,
+            } => Found::Selected(matching(
+                informer,
+                namespace.as_deref(),
+                *all_namespaces,
+                selector,
+            )),
+        }))
+    }
+
+    async fn children(&self, _rule: &Rule, _primary: &Value) -> Result<Vec<Live>, Infallible> {
+        Ok(self.controller.live_children(self.primary))
+    }
+
+    async fn holder(
+        &self,
+        rule: &Rule,
+        gvk: &Gvk,
+        at: &ObjKey,
+        uid: &str,
+    ) -> Result<Option<String>, Infallible> {
+        // The live children are read before the render, the names' holders
+        // after it: a child whose create came back through the watch in
+        // between is no stranger (a false "already exists" on kiln's own
+        // RoleBinding, seen at the demo's start).
+        let found = self
+            .controller
+            .wiring
+            .children
+            .get(gvk)
+            .and_then(|informer| informer.get(at));
+        Ok(found.and_then(|f| stranger(&f, &rule.name, uid)))
+    }
+
+    fn unseen(&self, rule: &Rule, rendered: &Rendered) -> Option<String> {
+        unwatched::unseen(rule, rendered, &self.controller.shared.options.namespaces)
+    }
+}
+
+/// What a reconcile decided from the caches.
+pub(super) struct Decided {
+    /// The plan.
+    pub(super) plan: Plan,
+    /// The Secret values it saw, kept out of every message.
+    pub(super) secrets: Vec<String>,
+    /// The decorations, or why they cannot render.
+    pub(super) decorations: Result<Decorations, String>,
+}
 
 impl RuleController {
-    /// Observes and plans; returns the plan and the Secret values it saw
-    /// (kept out of every message).
+    /// Observes and plans from the caches.
     pub(super) fn decide(
         &self,
         key: &ObjKey,
         obj: &DynamicObject,
         primary: Value,
         this: &JinjaValue,
-    ) -> (Plan, Vec<String>, Result<Decorations, String>) {
-        let mut observed = match self.observe(key, obj, primary, this) {
-            Ok(observed) => observed,
-            // A watch reference that does not render, or points where it
-            // may not, fails for this object like any template.
-            Err(refusal) => {
-                let (reason, message) = match refusal {
-                    Refusal::Template(m) => (reasons::TEMPLATE_ERROR, m),
-                    Refusal::Namespace(m) => (reasons::NAMESPACE_NOT_ALLOWED, m),
-                };
-                let plan = Plan::refused(reason, message, obj.metadata.generation);
-                return (plan, Vec::new(), Ok(Decorations::default()));
-            }
-        };
+    ) -> Result<Decided, Failure> {
         let known = lock(&self.states)
             .get(key)
             .and_then(|s| s.rare.as_ref().and_then(|r| r.known().cloned()))
             .unwrap_or_default();
-        let kinds = &self.shared.kinds;
-        let scope_of = |gvk: &Gvk| kinds.namespaced(gvk);
-        let plan = match plan::draft(&self.rule, this, &observed, &scope_of) {
-            Ok(draft) => {
-                let namespaces = &self.shared.options.namespaces;
-                if let Some(why) = unwatched::unseen(&self.rule, draft.rendered(), namespaces) {
-                    let generation = obj.metadata.generation;
-                    return (
-                        Plan::refused(reasons::NAMESPACE_NOT_ALLOWED, why, generation),
-                        Vec::new(),
-                        Ok(Decorations::default()),
-                    );
-                }
-                observed.occupants = self.occupants(&draft, &observed, obj);
-                draft.decide(&self.rule, &observed, &known)
-            }
-            Err(plan) => *plan,
+        let inputs = render::Inputs {
+            primary,
+            // One instant for all of this reconcile's templates (`now()`).
+            now: Some(crate::template::time::current()),
+            ..render::Inputs::default()
         };
+        let source = Caches {
+            controller: self,
+            primary: obj,
+        };
+        let read = observe::read(&source, &self.rule, this, inputs, &known, false);
+        let Some(Ok(reading)) = observe::at_once(read) else {
+            let why = "a read of the caches did not complete at once";
+            return Err(Failure::new(Category::Transient, why));
+        };
+        let observe::Reading { observed, plan, .. } = reading;
+        if observed.blind.is_empty() {
+            self.remember_targets(key, &observed.targets);
+        }
         let drawn = plan.apply.iter().flat_map(|c| &c.generated);
         let secrets = crate::redact::with_drawn(observed.secrets(&self.rule), drawn);
         let decorations = decorate::of_plan(
@@ -59,123 +126,67 @@ impl RuleController {
             || crate::render::context(&self.rule, this, &observed.inputs),
             &observed.inputs,
         );
-        (plan, secrets, decorations)
+        Ok(Decided {
+            plan,
+            secrets,
+            decorations,
+        })
     }
 
-    /// Who holds, in the cache, each name the draft's children take that
-    /// is not this primary's live child (part of the snapshot the
-    /// decision reads).
-    pub(super) fn occupants(
-        &self,
-        draft: &plan::Draft,
-        observed: &Observed,
-        obj: &DynamicObject,
-    ) -> Occupants {
-        let uid = obj.uid().unwrap_or_default();
-        draft
-            .names(&self.rule, observed)
-            .filter_map(|(gvk, key)| {
-                let found = self.wiring.children.get(gvk)?.get(&key)?;
-                let who = stranger(&found, &self.rule.name, &uid)?;
-                Some(((gvk.clone(), key), who))
-            })
-            .collect()
-    }
-
-    /// Reads what the plan needs from the caches: related objects (recording
-    /// the references in the reverse index) and this rule's live children.
-    pub(super) fn observe(
-        &self,
-        key: &ObjKey,
-        obj: &DynamicObject,
-        primary: Value,
-        this: &JinjaValue,
-    ) -> Result<Observed, Refusal> {
-        let mut observed = Observed::default();
-        observed.inputs.primary = primary;
-        // One instant for all of this reconcile's templates (`now()`).
-        observed.inputs.now = Some(crate::template::time::current());
-        observed.blind = self.blind();
-        if !observed.blind.is_empty() {
-            return Ok(observed);
-        }
-        self.gather_related(key, this, &mut observed)?;
-        let (children, mut by_id) = self.live_children(obj);
-        observed.children = children;
-        for child in &self.rule.children {
-            let Some(mut live) = by_id.remove(child.id.as_str()) else {
-                continue;
-            };
-            let value = if child.for_each.is_some() {
-                live.sort_by(|a, b| {
-                    a["metadata"]["name"]
-                        .as_str()
-                        .cmp(&b["metadata"]["name"].as_str())
-                });
-                Value::Array(live)
-            } else {
-                live.swap_remove(0)
-            };
-            observed.inputs.observed.insert(child.id.clone(), value);
-        }
-        Ok(observed)
-    }
-
-    /// The rule's live children of `obj`, and the objects of those whose id
-    /// and kind the rule has now, by id.
-    pub(super) fn live_children(
-        &self,
-        obj: &DynamicObject,
-    ) -> (Vec<LiveChild>, BTreeMap<&str, Vec<Value>>) {
-        let uid = obj.uid().unwrap_or_default();
-        let mut children = Vec::new();
-        let mut by_id: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    /// The rule's live children of `obj` in the caches: the objects naming
+    /// its uid that [`observe::child_mark`] takes as this rule's.
+    pub(super) fn live_children(&self, obj: &DynamicObject) -> Vec<Live> {
+        let meta = &obj.metadata;
+        let uid = meta.uid.as_deref().unwrap_or_default();
+        let identity = placed::identity(meta);
+        let mut live = Vec::new();
         for (gvk, informer) in &self.wiring.children {
-            for child in informer.owned_by(&uid) {
-                // The index finds every object naming the uid; the mark
-                // says whether it is this rule's child of this primary.
-                let Some(mark) = self.child_of(&child, obj) else {
+            // The index finds every object naming the uid; the mark says
+            // whether it is this rule's child of this primary.
+            for child in informer.owned_by(uid) {
+                let key = ObjKey::of(&child);
+                let Some(mark) =
+                    observe::child_mark(&self.rule, uid, &identity, &child.metadata, &key)
+                else {
                     continue;
                 };
-                let id = mark.child.clone();
-                // Every child of the rule is live (a removed id is pruned);
-                // templates see those of the ids and kinds the rule has now.
-                if let Some(spec) = self
-                    .rule
-                    .children
-                    .iter()
-                    .find(|c| c.id == id && &c.gvk == gvk)
-                {
-                    by_id
-                        .entry(spec.id.as_str())
-                        .or_default()
-                        .push(to_json(&child));
-                }
-                children.push(LiveChild {
-                    id,
-                    gvk: gvk.clone(),
-                    key: ObjKey::of(&child),
-                    uid: child.uid(),
-                    deleting: child.metadata.deletion_timestamp.is_some(),
-                    orphan: mark.orphaned(),
+                live.push(Live {
+                    child: LiveChild {
+                        id: mark.child.clone(),
+                        gvk: gvk.clone(),
+                        key,
+                        uid: child.uid(),
+                        deleting: child.metadata.deletion_timestamp.is_some(),
+                        orphan: mark.orphaned(),
+                    },
+                    object: to_json(&child),
                 });
             }
         }
-        (children, by_id)
+        live
     }
 
-    /// The mark of `child` when it is this rule's child of `primary`:
-    /// marked so, and where kiln put it (`placed::believed`).
-    pub(super) fn child_of(
-        &self,
-        child: &DynamicObject,
-        primary: &DynamicObject,
-    ) -> Option<crate::ownership::Mark> {
-        let uid = primary.metadata.uid.as_deref().unwrap_or_default();
-        let mark =
-            crate::ownership::read(&child.metadata).filter(|m| m.of(&self.rule.name, uid))?;
-        let identity = placed::identity(&primary.metadata);
-        placed::believed(&self.rule, &mark, &ObjKey::of(child), &identity).then_some(mark)
+    /// Records in the reverse index what the primary's watches read, so a
+    /// change there queues it.
+    fn remember_targets(&self, key: &ObjKey, targets: &[(String, Target)]) {
+        let mut refs = Vec::new();
+        let mut selectors = Vec::new();
+        for (watch, target) in targets {
+            match target {
+                Target::Named(at) => refs.push((watch.clone(), at.clone())),
+                Target::Selected {
+                    namespace,
+                    all_namespaces,
+                    selector,
+                } => selectors.push(SelectorRef {
+                    watch: watch.clone(),
+                    namespace: namespace.clone(),
+                    all_namespaces: *all_namespaces,
+                    selector: selector.clone(),
+                }),
+            }
+        }
+        lock(&self.reverse).set(key, refs, selectors);
     }
 
     /// The caches of related and child kinds (and of Namespaces, when the
@@ -201,63 +212,6 @@ impl RuleController {
     pub(super) fn namespaces_blind(&self) -> Option<Blind> {
         self.wiring.namespaces.as_deref().and_then(blindness)
     }
-
-    /// Renders each watch's reference, records it in the reverse index and
-    /// reads the related objects from the cache, noting required ones missing.
-    pub(super) fn gather_related(
-        &self,
-        key: &ObjKey,
-        this: &JinjaValue,
-        observed: &mut Observed,
-    ) -> Result<(), Refusal> {
-        let ctx = render::context(&self.rule, this, &observed.inputs);
-        let set = &self.rule.templates;
-        let mut budget = Budget::default();
-        let mut refs = Vec::new();
-        let mut selectors = Vec::new();
-        for watch in &self.rule.watches {
-            let Some(informer) = self.wiring.related.get(&watch.name) else {
-                continue;
-            };
-            let mut text = |piece: &crate::template::Piece| {
-                piece
-                    .render_string(set, &ctx, &mut budget)
-                    .map_err(|e| Refusal::Template(e.to_string()))
-            };
-            let target = related::target(watch, informer.kind().namespaced, key, &mut text)?;
-            let found = match &target {
-                Target::Named(key) => {
-                    refs.push((watch.name.clone(), key.clone()));
-                    Found::Named(informer.get(key).map(|o| to_json(&o)))
-                }
-                Target::Selected {
-                    namespace,
-                    all_namespaces,
-                    selector,
-                } => {
-                    selectors.push(SelectorRef {
-                        watch: watch.name.clone(),
-                        namespace: namespace.clone(),
-                        all_namespaces: *all_namespaces,
-                        selector: selector.clone(),
-                    });
-                    Found::Selected(matching(
-                        informer,
-                        namespace.as_deref(),
-                        *all_namespaces,
-                        selector,
-                    ))
-                }
-            };
-            let (value, missing) = related::seen(watch, &target, found);
-            observed.missing.extend(missing);
-            if let Some(value) = value {
-                observed.inputs.related.insert(watch.name.clone(), value);
-            }
-        }
-        lock(&self.reverse).set(key, refs, selectors);
-        Ok(())
-    }
 }
 
 /// Why a cache cannot be trusted now (an object it lacks may exist), if it cannot.
@@ -273,10 +227,7 @@ pub(super) fn blindness(informer: &Informer) -> Option<Blind> {
 }
 
 /// Who holds a child's name in the cache, unless it is this rule's own
-/// child of this primary. The live children are read before the render,
-/// the names' holders after it: a child whose create came back through the
-/// watch in between is no stranger (a false "already exists" on kiln's own
-/// RoleBinding, seen at the demo's start).
+/// child of this primary.
 pub(super) fn stranger(found: &DynamicObject, rule: &str, primary_uid: &str) -> Option<String> {
     crate::ownership::holder(&found.metadata, rule, primary_uid)
 }
