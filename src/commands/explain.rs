@@ -210,9 +210,12 @@ fn events_section(events: &[Event]) -> String {
 /// One rule's children of the primary: the engine's plan, from what the
 /// API server holds now, with the fields each changed child would get.
 async fn children(client: &Client, rule: &Rule, primary: &Value) -> anyhow::Result<String> {
-    Ok(match observe::read(client, rule, primary).await? {
-        Err(m) => format!("    its watches cannot be read: {m}\n"),
-        Ok(reading) => {
+    Ok(match observe::read(client, rule, primary).await {
+        // What the API server refuses (a kind kiln's credentials may not
+        // read) is said here; the primary's conditions and Events follow.
+        Err(e) => format!("    cannot be read: {e:#}\n"),
+        Ok(Err(m)) => format!("    its watches cannot be read: {m}\n"),
+        Ok(Ok(reading)) => {
             let children = super::verdict::lines_with(&reading.plan, "    ", |v| {
                 super::live_diff::changed_fields(&reading, v)
             });
