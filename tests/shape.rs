@@ -7,6 +7,8 @@
 //!   `decision` nor `runtime`, `engine::decision` neither `cache` nor
 //!   `runtime` (both only themselves and the engine's shared leaves), and
 //!   the decision holds no kube client (`kube::Api`, `kube::Client`);
+//! - no two modules of the crate use each other, directly or
+//!   through others: what both need lives in a leaf;
 //! - each engine layer (`src/engine/<layer>/mod.rs`) declares no `pub mod`:
 //!   what the rest of kiln uses is re-exported there, its facade;
 //! - comments in `src/` and `tests/` say what the code does, not which
@@ -421,6 +423,146 @@ fn the_engine_layers_import_no_cycle() {
     );
 }
 
+/// The modules each module's production code names, as edges between
+/// files of the module tree: the longest module path each used path
+/// starts with. A module and its ancestors are not edges (a parent
+/// declares its children, a child reaches its parent's items with
+/// `super`).
+fn module_edges(modules: &[Module]) -> Vec<BTreeSet<usize>> {
+    let index: std::collections::HashMap<&[String], usize> = modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.path.as_slice(), i))
+        .collect();
+    modules
+        .iter()
+        .map(|module| {
+            let mut paths = Paths::default();
+            paths.visit_file(&module.ast);
+            paths
+                .found
+                .iter()
+                .filter_map(|(_, path)| {
+                    let abs = resolved(&module.path, path);
+                    (1..=abs.len())
+                        .rev()
+                        .find_map(|n| index.get(&abs[..n]).copied())
+                })
+                .filter(|&to| {
+                    let (a, b) = (&module.path, &modules[to].path);
+                    !a.starts_with(b) && !b.starts_with(a)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The strongly connected components of more than one module (Tarjan's
+/// algorithm): each is an import cycle.
+fn cycles(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
+    struct Walk<'e> {
+        edges: &'e [BTreeSet<usize>],
+        next: usize,
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on_stack: Vec<bool>,
+        out: Vec<Vec<usize>>,
+    }
+    impl Walk<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in self.edges[v].iter() {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(i) if self.on_stack[w] => self.low[v] = self.low[v].min(i),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort_unstable();
+                    self.out.push(component);
+                }
+            }
+        }
+    }
+    let n = edges.len();
+    let mut walk = Walk {
+        edges,
+        next: 0,
+        index: vec![None; n],
+        low: vec![0; n],
+        stack: Vec::new(),
+        on_stack: vec![false; n],
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if walk.index[v].is_none() {
+            walk.visit(v);
+        }
+    }
+    walk.out
+}
+
+/// The import cycles among the modules under `scope`, each as the files
+/// in it and the edges that close it.
+fn cycles_under(modules: &[Module], scope: &[&str]) -> Vec<String> {
+    let edges = module_edges(modules);
+    let inside = |i: usize| {
+        modules[i]
+            .path
+            .starts_with(&scope.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    };
+    cycles(&edges)
+        .into_iter()
+        .filter(|c| c.iter().all(|&i| inside(i)))
+        .map(|c| {
+            let uses: Vec<String> = c
+                .iter()
+                .flat_map(|&a| {
+                    let c = &c;
+                    edges[a]
+                        .iter()
+                        .filter(move |b| c.contains(b))
+                        .map(move |&b| {
+                            format!("  {} uses {}", modules[a].file, modules[b].path.join("::"))
+                        })
+                })
+                .collect();
+            uses.join("\n")
+        })
+        .collect()
+}
+
+#[test]
+fn no_module_imports_a_cycle() {
+    let modules = modules();
+    assert!(modules.len() > 50, "the module tree was not followed");
+    let found = cycles_under(&modules, &["crate"]);
+    assert!(
+        found.is_empty(),
+        "modules that use each other: move what both need into a leaf module \
+         (as engine::key, decision::live):\n{}",
+        found.join("\n\n")
+    );
+}
+
 /// The `pub mod` declarations of an engine layer's `mod.rs`: a layer's
 /// modules are private or `pub(crate)`, its facade re-exports the rest.
 fn public_submodules(module: &Module) -> Vec<String> {
@@ -634,4 +776,36 @@ fn a_public_module_in_a_layer_fails() {
         "pub mod inner {}\n",
     );
     assert!(public_submodules(&leaf).is_empty());
+}
+
+#[test]
+fn a_cycle_between_two_modules_is_found_and_a_parent_is_not_one() {
+    let modules = vec![
+        made_up(
+            "src/engine/mod.rs",
+            &["crate", "engine"],
+            "pub(crate) mod a;\npub(crate) mod b;\npub struct Shared;",
+        ),
+        made_up(
+            "src/engine/a.rs",
+            &["crate", "engine", "a"],
+            "use super::b::B;\nuse super::Shared;\npub struct A;",
+        ),
+        made_up(
+            "src/engine/b.rs",
+            &["crate", "engine", "b"],
+            "pub struct B;\nfn f() -> crate::engine::a::A { todo!() }",
+        ),
+        made_up(
+            "src/engine/c.rs",
+            &["crate", "engine", "c"],
+            "use super::a::A;",
+        ),
+    ];
+    assert_eq!(
+        cycles_under(&modules, &["crate", "engine"]),
+        ["  src/engine/a.rs uses crate::engine::b\n  src/engine/b.rs uses crate::engine::a"]
+    );
+    let without = &modules[..1];
+    assert!(cycles_under(without, &["crate", "engine"]).is_empty());
 }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::decorate::{Decoration, Decorations};
-use super::plan::{Plan, key_of};
+use super::live::key_of;
+use super::plan::Plan;
 use super::touch::Touch;
 use crate::engine::key::ObjKey;
 use crate::render::DesiredChild;

@@ -7,7 +7,8 @@
 //! Pure: the controller reads the primary's finalizers, the caches and the
 //! live children, and carries each step out (`runtime/controller/finalizer.rs`).
 
-use super::plan::{LiveChild, Next, Prune, orphaned};
+use super::live::LiveChild;
+use super::plan::{Next, Prune, orphaned};
 use crate::rules::{DeletionPolicy, Rule};
 
 /// The finalizer a rule with ordered deletion keeps on its primaries.

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::LiveChild;
+use super::live::LiveChild;
 use crate::render::history::Filed;
 
 /// The filed children that stay, among the `live` children of the snapshot.

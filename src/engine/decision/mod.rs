@@ -15,8 +15,10 @@ pub(crate) mod claims;
 pub(crate) mod decorate;
 pub(crate) mod deletion;
 pub(crate) mod diff;
+pub(crate) mod existing;
 pub(crate) mod failure;
 mod history;
+mod live;
 pub(crate) mod observe;
 pub(crate) mod outcome;
 pub(crate) mod placed;
@@ -35,9 +37,10 @@ pub use decorate::{
     Decorations, Done, Verdict as DecorationVerdict, of_plan as decorations, plan as decorate,
 };
 pub use diff::{equal, satisfied};
+pub use live::LiveChild;
 pub use observe::{Live, Reading, Source, at_once, child_mark, decide, read, snapshot};
 pub use placed::{believed as placed_believed, identity as placed_identity};
-pub use plan::{ChildVerdict, Draft, Known, LiveChild, Observed, Occupants, Plan, Verdict, draft};
+pub use plan::{ChildVerdict, Draft, Known, Observed, Occupants, Plan, Verdict, draft};
 pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};
 pub use status::{Contributor, Outcome, compose as compose_status, reasons};
 pub use suspend::message as suspended_message;

@@ -12,6 +12,7 @@ use minijinja::Value as JinjaValue;
 
 use super::adoption;
 use super::diff::{Normalized, converged};
+pub(crate) use super::live::{LiveChild, key_of};
 use super::reown::Reown;
 use super::status::{Outcome, Part, reasons};
 use crate::engine::key::ObjKey;
@@ -38,25 +39,6 @@ impl Next {
             (next, None) => next,
         }
     }
-}
-
-/// A child of this rule for this primary, as the cache holds it. Its object
-/// is in [`Inputs::observed`], under its id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveChild {
-    /// The child's id in the rule (its `kiln.dev/child` label).
-    pub id: String,
-    /// Its kind.
-    pub gvk: Gvk,
-    /// Its namespace and name.
-    pub key: ObjKey,
-    /// Its uid (a delete is conditioned on it).
-    pub uid: Option<String>,
-    /// Whether it is being deleted already.
-    pub deleting: bool,
-    /// Whether it was left to outlive its primary (`deletionPolicy:
-    /// Orphan`: no owner reference): kiln never deletes it.
-    pub orphan: bool,
 }
 
 /// A cache the reconcile reads from that cannot be trusted yet: an object
@@ -687,14 +669,6 @@ impl Plan {
             }),
             Outcome::Applied { .. } => None,
         }
-    }
-}
-
-/// The key of a desired child.
-pub(crate) fn key_of(child: &DesiredChild) -> ObjKey {
-    ObjKey {
-        namespace: child.namespace.clone(),
-        name: child.name.clone(),
     }
 }
 

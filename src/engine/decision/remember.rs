@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::plan::LiveChild;
+use super::live::LiveChild;
 use super::touch::Touch;
 use crate::render::DesiredChild;
 use crate::rules::{Rule, UpdatePolicy};

@@ -93,7 +93,7 @@ pub(crate) fn needed(desired: &DesiredChild, live: &Value) -> Option<Reown> {
     };
     Some(Reown {
         gvk: desired.gvk.clone(),
-        key: super::plan::key_of(desired),
+        key: super::live::key_of(desired),
         uid: live["metadata"]["uid"].as_str().map(str::to_string),
         to,
     })

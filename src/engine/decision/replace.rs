@@ -9,32 +9,9 @@
 
 use serde_json::Value;
 
-use super::touch::Touch;
+use super::touch::{Touch, extra};
 use crate::render::DesiredChild;
 use crate::rules::Child;
-
-/// The full paths of keys under `paths` that `live` holds and `desired`
-/// does not.
-pub(super) fn extra(paths: &[Vec<String>], desired: &Value, live: &Value) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for path in paths {
-        let (Some(Value::Object(want)), Some(Value::Object(have))) =
-            (at(desired, path), at(live, path))
-        else {
-            continue;
-        };
-        for key in have.keys().filter(|k| !want.contains_key(*k)) {
-            let mut full = path.clone();
-            full.push(key.clone());
-            out.push(full);
-        }
-    }
-    out
-}
-
-fn at<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
-    path.iter().try_fold(value, |v, k| v.get(k))
-}
 
 /// The touch that removes what `live` holds beyond the rendered `desired`
 /// under `child`'s `replace` paths, if anything.
@@ -45,7 +22,7 @@ pub(super) fn needed(child: Option<&Child>, desired: &DesiredChild, live: &Value
     }
     Some(Touch::Strip {
         gvk: desired.gvk.clone(),
-        key: super::plan::key_of(desired),
+        key: super::live::key_of(desired),
         uid: live["metadata"]["uid"].as_str().map(str::to_string),
         paths: paths.clone(),
         desired: desired.object.clone(),

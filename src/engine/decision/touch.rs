@@ -63,7 +63,7 @@ impl Touch {
                 json!({"metadata": {"annotations": {annotation.as_str(): value}}})
             }
             Self::Strip { paths, desired, .. } => {
-                let extra = super::replace::extra(paths, desired, live);
+                let extra = extra(paths, desired, live);
                 if extra.is_empty() {
                     return None;
                 }
@@ -73,6 +73,29 @@ impl Touch {
         patch["metadata"]["resourceVersion"] = version;
         Some(patch)
     }
+}
+
+/// The full paths of keys under `paths` that `live` holds and `desired`
+/// does not (what a `replace` path holds beyond what the rule renders).
+pub(super) fn extra(paths: &[Vec<String>], desired: &Value, live: &Value) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let (Some(Value::Object(want)), Some(Value::Object(have))) =
+            (at(desired, path), at(live, path))
+        else {
+            continue;
+        };
+        for key in have.keys().filter(|k| !want.contains_key(*k)) {
+            let mut full = path.clone();
+            full.push(key.clone());
+            out.push(full);
+        }
+    }
+    out
+}
+
+fn at<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |v, k| v.get(k))
 }
 
 /// A merge patch setting each path to null (removing it).

@@ -88,7 +88,7 @@ impl Board {
                 rules
                     .iter()
                     .filter(|r| r.primary.selects(namespace.as_deref(), obj.labels()))
-                    .filter(|r| super::since::takes(since(r), created))
+                    .filter(|r| crate::engine::decision::existing::takes(since(r), created))
                     .cloned()
                     .collect()
             })

@@ -304,7 +304,7 @@ impl RuleController {
         }
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels())
-            && super::since::takes(
+            && crate::engine::decision::existing::takes(
                 self.wiring.since,
                 obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
             );

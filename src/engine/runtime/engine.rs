@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::controller::RuleController;
 use super::shared::{Fence, Shared};
-use super::start::run_rule;
+use super::start::{RuleState, run_rule};
 use super::{board, no_status, ready_tally};
 use crate::engine::cache::crd_watch;
 use crate::engine::cache::kinds::Kinds;
@@ -18,21 +18,6 @@ use crate::engine::cache::undecodable;
 use crate::engine::cache::{informer, registry::Registry};
 use crate::engine::options::Options;
 use crate::rules::{Gvk, Rule, RuleSet};
-
-/// The state of one rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RuleState {
-    /// Resolving kinds and filling caches.
-    Syncing,
-    /// Waiting for kinds the API server does not serve yet.
-    WaitingForKinds(Vec<String>),
-    /// Running.
-    Running,
-    /// Refused: the rule cannot run against the kinds as served (a status
-    /// field the primary's schema does not declare). Checked again every
-    /// `kind_retry`, so fixing the CRD starts the rule.
-    Refused(String),
-}
 
 struct Running {
     stop: watch::Sender<bool>,

@@ -20,8 +20,9 @@ mod unwatched;
 mod workers;
 
 pub use decorations::{Sent, send as send_decoration};
-pub use engine::{Engine, RuleState};
+pub use engine::Engine;
 pub use shared::Fence;
+pub use start::RuleState;
 
 pub(crate) use controller::RuleController;
 pub(crate) use crd::{SchemaRead, status_schema};

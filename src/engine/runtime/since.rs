@@ -47,28 +47,6 @@ pub(super) fn record_name(rule: &str) -> String {
     format!("kiln-since-{rule}")
 }
 
-/// Whether a primary created at `created` is taken by a rule first loaded
-/// at `since` (`None`: the rule takes existing objects too). An object
-/// without a creation time is not taken.
-pub(super) fn takes(since: Option<Timestamp>, created: Option<Timestamp>) -> bool {
-    match (since, created) {
-        (None, _) => true,
-        (Some(since), Some(created)) => created > since,
-        (Some(_), None) => false,
-    }
-}
-
-/// Why a primary created at `created` is not taken, for `kiln explain`
-/// and logs; `None` when it is.
-#[cfg(test)]
-pub(super) fn refusal(since: Option<Timestamp>, created: Option<Timestamp>) -> Option<String> {
-    let since = since.filter(|_| !takes(since, created))?;
-    Some(format!(
-        "it was created ({}) before the rule was first loaded ({since}), and spec.for.takeExisting is false",
-        created.map_or_else(|| "at no known time".to_string(), |c| c.to_string())
-    ))
-}
-
 /// The record of a rule's first load, as kiln creates it.
 fn record(namespace: &str, rule: &str) -> ConfigMap {
     ConfigMap {
@@ -149,29 +127,6 @@ pub(super) async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(s: &str) -> Option<Timestamp> {
-        Some(s.parse().unwrap())
-    }
-
-    #[test]
-    fn only_objects_created_after_the_first_load_are_taken() {
-        let since = at("2026-11-26T12:00:00Z");
-        assert!(takes(None, at("2020-01-01T00:00:00Z")), "takeExisting");
-        assert!(takes(since, at("2026-11-26T12:00:01Z")));
-        assert!(!takes(since, at("2026-11-26T11:59:59Z")));
-        assert!(
-            !takes(since, at("2026-11-26T12:00:00Z")),
-            "the same second counts as existing"
-        );
-        assert!(!takes(since, None), "no creation time: not taken");
-        assert!(
-            refusal(since, at("2026-11-26T11:00:00Z"))
-                .unwrap()
-                .contains("takeExisting")
-        );
-        assert_eq!(refusal(since, at("2026-11-26T13:00:00Z")), None);
-    }
 
     #[test]
     fn the_record_is_named_after_the_rule_and_marked() {

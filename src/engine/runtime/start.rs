@@ -10,13 +10,27 @@ use tokio::sync::watch;
 
 use super::controller::{RuleController, Wiring};
 use super::crd::{Schema, SchemaRead, schema_change, status_schema};
-use super::engine::RuleState;
 use super::shared::Shared;
 use super::{since, unwatched};
 use crate::engine::cache::informer;
 use crate::engine::cache::kinds::{self, KindError};
 use crate::engine::cache::projection::{self, Projection};
 use crate::rules::{Gvk, Rule};
+
+/// The state of one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleState {
+    /// Resolving kinds and filling caches.
+    Syncing,
+    /// Waiting for kinds the API server does not serve yet.
+    WaitingForKinds(Vec<String>),
+    /// Running.
+    Running,
+    /// Refused: the rule cannot run against the kinds as served (a status
+    /// field the primary's schema does not declare). Checked again every
+    /// `kind_retry`, so fixing the CRD starts the rule.
+    Refused(String),
+}
 
 /// Every GVK a rule touches, primary first.
 pub(crate) fn kinds_of(rule: &Rule) -> Vec<Gvk> {
