@@ -417,6 +417,10 @@ pub struct ExplainArgs {
     /// Kubeconfig context (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
+    /// The field manager `kiln run` applies as (its `--field-manager`):
+    /// what a decorator already set is read from that manager's fields.
+    #[arg(long, default_value = "kiln")]
+    pub field_manager: String,
 }
 
 /// `kiln diff`
@@ -435,6 +439,10 @@ pub struct DiffArgs {
     /// Kubeconfig context (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
+    /// The field manager `kiln run` applies as (its `--field-manager`):
+    /// what a decorator already set is read from that manager's fields.
+    #[arg(long, default_value = "kiln")]
+    pub field_manager: String,
 }
 
 /// `kiln schema`
@@ -486,6 +494,10 @@ pub struct RenderArgs {
     /// Set it to make a render that reads the time reproducible.
     #[arg(long, value_parser = parse_now)]
     pub now: Option<jiff::Timestamp>,
+    /// The field manager `kiln run` applies as (its `--field-manager`):
+    /// what a decorator already set is read from that manager's fields.
+    #[arg(long, default_value = "kiln")]
+    pub field_manager: String,
 }
 
 fn parse_now(s: &str) -> Result<jiff::Timestamp, String> {

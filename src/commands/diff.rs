@@ -1,8 +1,9 @@
 //! `kiln diff --rules DIR`: what the given rules would change in the
 //! cluster, before they run. For every primary the rules select: the
 //! children kiln would create, change (a YAML diff of the fields it would
-//! send against the live object's values) or prune, and the status it would
-//! write. The snapshot and plan are those of `kiln explain`
+//! send against the live object's values) or prune, the objects its
+//! decorators would patch (judged by the fields of `--field-manager`, the
+//! one `kiln run` applies as) and the status it would write. The snapshot and plan are those of `kiln explain`
 //! (`super::observe`), the engine's own. It reads, never writes.
 //!
 //! Exit codes as `kubectl diff`: 0 nothing would change, 1 something
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use kiln::engine::ObjKey;
-use kiln::engine::decision::{ChildVerdict, Verdict};
+use kiln::engine::decision::{ChildVerdict, Done, Verdict};
 use kiln::rules::Rule;
 use kube::Client;
 use kube::api::ListParams;
@@ -44,7 +45,11 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
             let mut out = String::new();
             let mut changed = false;
             for rule in &set.rules {
-                changed |= diff_rule(&client, rule, args.namespace.as_deref(), &mut out).await?;
+                let at = Target {
+                    namespace: args.namespace.as_deref(),
+                    field_manager: &args.field_manager,
+                };
+                changed |= diff_rule(&client, rule, &at, &mut out).await?;
             }
             print!("{out}");
             anyhow::Ok(changed)
@@ -60,15 +65,22 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Where a diff reads: the namespace (`None`: all), and the field manager
+/// the engine applies as.
+struct Target<'a> {
+    namespace: Option<&'a str>,
+    field_manager: &'a str,
+}
+
 /// Appends what `rule` would change to `out`; true when anything would.
 async fn diff_rule(
     client: &Client,
     rule: &Rule,
-    namespace: Option<&str>,
+    at: &Target<'_>,
     out: &mut String,
 ) -> anyhow::Result<bool> {
     let (ar, caps) = observe::capabilities(client, &rule.primary.gvk).await?;
-    let namespace = namespace.filter(|_| caps.scope == Scope::Namespaced);
+    let namespace = at.namespace.filter(|_| caps.scope == Scope::Namespaced);
     let listed = observe::api(client, &ar, &caps.scope, namespace)
         .list(&ListParams::default())
         .await?;
@@ -99,14 +111,17 @@ async fn diff_rule(
         }
         let primary = serde_json::to_value(&object)?;
         let title = format!("{} {key} (rule {})", rule.primary.gvk.kind, rule.name);
-        let reading = match observe::read(client, rule, &primary).await? {
+        let reading = match observe::read(client, rule, &primary, at.field_manager).await? {
             Ok(reading) => reading,
             Err(why) => anyhow::bail!("{title}: its watches cannot be read: {why}"),
         };
         // As the engine: only a custom kind's status subresource is written.
         let has_status = rule.primary.gvk.is_custom()
             && caps.subresources.iter().any(|(s, _)| s.plural == "status");
-        let text = primary_diff(rule, &reading, has_status)?;
+        let text = match &reading.decorations {
+            Ok(_) => primary_diff(rule, &reading, has_status)?,
+            Err(why) => anyhow::bail!("{title}: decorating: {why}"),
+        };
         if !text.is_empty() {
             out.push_str(&format!("# {title}\n{text}"));
             changed = true;
@@ -132,6 +147,10 @@ fn primary_diff(rule: &Rule, reading: &Reading, has_status: bool) -> anyhow::Res
             r.key,
             r.to.describe()
         ));
+    }
+    let decorations = reading.decorations.iter().flat_map(|d| &d.verdicts);
+    for d in decorations.filter(|d| !matches!(d.done, Done::Applied)) {
+        out.push_str(&format!("~ {}\n", super::verdict::decoration(d)));
     }
     if has_status {
         out.push_str(&status_diff(rule, reading)?);

@@ -70,7 +70,7 @@ async fn explain(
         .map(AsRef::as_ref)
         .filter(|r| r.primary.gvk == found.gvk)
         .collect();
-    out.push_str(&rules_section(client, &found, &taking).await?);
+    out.push_str(&rules_section(client, &found, &taking, &args.field_manager).await?);
     let no_status = found.gvk.is_custom() && !found.status_subresource && !taking.is_empty();
     out.push_str(&conditions_section(&found, no_status));
     let events = events(client, found.key.namespace.as_deref(), uid).await?;
@@ -118,7 +118,12 @@ async fn find(client: &Client, args: &ExplainArgs) -> anyhow::Result<Found> {
 
 /// The rules taking the object's kind: whether each selects it (and why
 /// not), and each selecting rule's plan for its children.
-async fn rules_section(client: &Client, found: &Found, taking: &[&Rule]) -> anyhow::Result<String> {
+async fn rules_section(
+    client: &Client,
+    found: &Found,
+    taking: &[&Rule],
+    field_manager: &str,
+) -> anyhow::Result<String> {
     let (key, primary) = (&found.key, &found.primary);
     let mut out = "\nRules:\n".to_string();
     if taking.is_empty() {
@@ -156,7 +161,7 @@ async fn rules_section(client: &Client, found: &Found, taking: &[&Rule]) -> anyh
                 if rule.read_only {
                     out.push_str(&format!("  {}: spec.for.readOnly: kiln writes nothing on this object (no condition, observedGeneration, status field, finalizer, label or annotation)\n", rule.name));
                 }
-                out.push_str(&children(client, rule, primary).await?);
+                out.push_str(&children(client, rule, primary, field_manager).await?);
             }
         }
     }
@@ -209,19 +214,26 @@ fn events_section(events: &[Event]) -> String {
 
 /// One rule's children of the primary: the engine's plan, from what the
 /// API server holds now, with the fields each changed child would get.
-async fn children(client: &Client, rule: &Rule, primary: &Value) -> anyhow::Result<String> {
-    Ok(match observe::read(client, rule, primary).await {
-        // What the API server refuses (a kind kiln's credentials may not
-        // read) is said here; the primary's conditions and Events follow.
-        Err(e) => format!("    cannot be read: {e:#}\n"),
-        Ok(Err(m)) => format!("    its watches cannot be read: {m}\n"),
-        Ok(Ok(reading)) => {
-            let children = super::verdict::lines_with(&reading.plan, "    ", |v| {
-                super::live_diff::changed_fields(&reading, v)
-            });
-            children + &super::verdict::decorations(&reading.decorations, "    ")
-        }
-    })
+async fn children(
+    client: &Client,
+    rule: &Rule,
+    primary: &Value,
+    field_manager: &str,
+) -> anyhow::Result<String> {
+    Ok(
+        match observe::read(client, rule, primary, field_manager).await {
+            // What the API server refuses (a kind kiln's credentials may not
+            // read) is said here; the primary's conditions and Events follow.
+            Err(e) => format!("    cannot be read: {e:#}\n"),
+            Ok(Err(m)) => format!("    its watches cannot be read: {m}\n"),
+            Ok(Ok(reading)) => {
+                let children = super::verdict::lines_with(&reading.plan, "    ", |v| {
+                    super::live_diff::changed_fields(&reading, v)
+                });
+                children + &super::verdict::decorations(&reading.decorations, "    ")
+            }
+        },
+    )
 }
 
 /// kiln's latest Events about the object with this uid.

@@ -47,8 +47,8 @@ pub struct Reading {
     pub observed: Observed,
     /// The engine's plan.
     pub plan: Plan,
-    /// What the engine's decorators would do (as field managers under
-    /// kiln's default `kiln`), or why they cannot render.
+    /// What the engine's decorators would do (judged by the fields of the
+    /// field manager given), or why they cannot render.
     pub decorations: Result<Decorations, String>,
 }
 
@@ -59,6 +59,7 @@ pub async fn read(
     client: &Client,
     rule: &Rule,
     primary: &Value,
+    field_manager: &str,
 ) -> anyhow::Result<Result<Reading, String>> {
     let this = to_jinja(primary);
     let source = ApiServer::of(client, rule).await?;
@@ -77,7 +78,7 @@ pub async fn read(
     let decorations = decision::decorations(
         &plan,
         rule,
-        "kiln",
+        field_manager,
         || render::context(rule, &this, &observed.inputs),
         &observed.inputs,
     );

@@ -140,7 +140,7 @@ fn render_rule(rule: &Rule, inputs: &Inputs, args: &RenderArgs) -> anyhow::Resul
     match decided {
         Ok((rendered, plan)) => {
             print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
-            Ok(args.children_only || print_decorations(rule, &inputs, &plan)?)
+            Ok(args.children_only || print_decorations(rule, &inputs, &plan, &args.field_manager)?)
         }
         Err(plan) => {
             eprint!("rule `{}`: {}", rule.name, super::verdict::lines(&plan, ""));
@@ -212,13 +212,18 @@ fn print_rendered(
 /// Prints what each decorator would apply to the objects given (the
 /// primary, `--related` ones), and the engine's verdict on each object
 /// decorated; false when a decorator fails to render.
-fn print_decorations(rule: &Rule, inputs: &Inputs, plan: &Plan) -> anyhow::Result<bool> {
+fn print_decorations(
+    rule: &Rule,
+    inputs: &Inputs,
+    plan: &Plan,
+    field_manager: &str,
+) -> anyhow::Result<bool> {
     let this = kiln::template::to_jinja(&inputs.primary);
     let decorations = kiln::template::limits::render_stack(|| {
         kiln::engine::decision::decorations(
             plan,
             rule,
-            "kiln",
+            field_manager,
             || render::context(rule, &this, inputs),
             inputs,
         )

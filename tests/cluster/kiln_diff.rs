@@ -1,6 +1,7 @@
 //! `kiln diff` against the real control plane: an edited rule's changes
 //! (a child changed, one created, one pruned) are shown, with exit 1, and
 //! nothing in the namespace is written; the rules that run give exit 0.
+//! Decorations are judged by the field manager `kiln run` applies as.
 
 use std::collections::BTreeMap;
 
@@ -39,8 +40,8 @@ fn after() -> String {
         .replace("extra", "fresh")
 }
 
-/// `kiln diff --rules DIR -n NS`: exit code and stdout.
-fn kiln_diff(rule: &str, namespace: &str) -> (Option<i32>, String) {
+/// `kiln diff --rules DIR -n NS EXTRA…`: exit code and stdout.
+fn kiln_diff(rule: &str, namespace: &str, extra: &[&str]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rule.yaml"), rule).unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
@@ -50,6 +51,7 @@ fn kiln_diff(rule: &str, namespace: &str) -> (Option<i32>, String) {
         .arg(dir.path().join("rule.yaml"))
         .args(["-n", namespace, "--kubeconfig"])
         .arg(&kubeconfig)
+        .args(extra)
         .output()
         .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -98,13 +100,13 @@ async fn kiln_diff_shows_an_edited_rule_s_changes_and_writes_nothing() {
     // kiln stops, so that only `kiln diff` could write.
     scene.engine().shutdown().await;
 
-    let (code, out) = kiln_diff(BEFORE, scene.ns());
+    let (code, out) = kiln_diff(BEFORE, scene.ns(), &[]);
     assert_eq!(code, Some(0), "the running rules change nothing:\n{out}");
     assert!(out.is_empty(), "{out}");
 
     let before = versions(&scene.client, scene.ns()).await;
     assert!(before.contains_key("ConfigMap w-main"), "{before:?}");
-    let (code, out) = kiln_diff(&after(), scene.ns());
+    let (code, out) = kiln_diff(&after(), scene.ns(), &[]);
     assert_eq!(code, Some(1), "{out}");
     for line in [
         format!("# Widget {}/w (rule diffed)", scene.ns()),
@@ -133,6 +135,100 @@ async fn kiln_diff_shows_an_edited_rule_s_changes_and_writes_nothing() {
     assert!(
         explained.contains("main ConfigMap w-main: would change: the live object lacks or differs in a field the rule sets (fields: data.color)"),
         "{explained}"
+    );
+    scene.end().await;
+}
+
+/// A rule that only decorates: each Widget's Secret gets the Widget's team.
+const DECORATING: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: labelled}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  watches:
+    - name: creds
+      apiVersion: v1
+      kind: Secret
+      ref: {name: "{{ self.metadata.name }}-creds"}
+      required: true
+  decorate:
+    - id: team
+      target: related.creds
+      patch:
+        metadata:
+          labels: {team: "{{ self.spec.team }}"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_and_diff_judge_decorations_by_the_field_manager_kiln_runs_as() {
+    let scene = Scene::new("manager").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "w-creds"}, "data": {}}))
+        .await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {"team": "blue"}}))
+        .await;
+    let ns = scene.ns().to_string();
+    let kiln = support::KilnProcess::start(
+        DECORATING,
+        &["--namespace", &ns, "--field-manager", "platform"],
+    );
+    let secret = scene
+        .until("the Secret decorated", ("v1", "Secret", "w-creds"), |s| {
+            s["metadata"]["labels"]["team"] == "blue"
+        })
+        .await;
+    let managers: Vec<&str> = secret["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m.starts_with("platform.")),
+        "{managers:?}"
+    );
+    scene
+        .until(
+            "the Widget Ready",
+            ("test.kiln.dev/v1", "Widget", "w"),
+            |w| crate::support::scene::condition(w, "Ready")["status"] == "True",
+        )
+        .await;
+    drop(kiln);
+
+    let line = format!("decorate team Secret {ns}/w-creds: ");
+    let rules = [("rule.yaml", DECORATING)];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rule.yaml"), DECORATING).unwrap();
+    let rules_dir = dir.path().to_str().unwrap();
+    let explained = support::kiln_explain_with(
+        "test.kiln.dev/v1",
+        "Widget",
+        &format!("{ns}/w"),
+        &["--rules", rules_dir, "--field-manager", "platform"],
+    );
+    assert!(
+        explained.contains(&format!("{line}applied")),
+        "as the engine's manager, the decoration is applied:\n{explained}"
+    );
+    let as_default =
+        support::kiln_explain("test.kiln.dev/v1", "Widget", &format!("{ns}/w"), &rules);
+    assert!(
+        as_default.contains(&format!("{line}would set the fields it lacks")),
+        "another manager owns none of the fields:\n{as_default}"
+    );
+
+    let (code, out) = kiln_diff(DECORATING, &ns, &["--field-manager", "platform"]);
+    assert_eq!(code, Some(0), "nothing would change:\n{out}");
+    let (code, out) = kiln_diff(DECORATING, &ns, &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("~ {line}would set the fields it lacks")),
+        "{out}"
     );
     scene.end().await;
 }
