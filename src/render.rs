@@ -193,7 +193,7 @@ impl RenderFailure {
 /// converted for templates ([`to_jinja`]), so a reconcile converts it once for
 /// both its watch references and its render.
 pub fn context(rule: &Rule, this: &JinjaValue, inputs: &Inputs) -> JinjaValue {
-    context_with(rule, this, inputs, &inputs.observed, now_of(inputs))
+    context_with(rule, this, inputs, None, now_of(inputs))
 }
 
 /// The instant `now()` gives for `inputs`.
@@ -201,19 +201,26 @@ fn now_of(inputs: &Inputs) -> jiff::Timestamp {
     inputs.now.unwrap_or_else(crate::template::time::current)
 }
 
-/// [`context`], with `children` and the instant as given.
+/// [`context`], with the instant as given and `children` when they are
+/// not the live ones (`None`: `children` and `observed` are one value,
+/// converted once).
 fn context_with(
     rule: &Rule,
     this: &JinjaValue,
     inputs: &Inputs,
-    children: &Map<String, Value>,
+    children: Option<&Map<String, Value>>,
     now: jiff::Timestamp,
 ) -> JinjaValue {
+    let observed = JinjaValue::from(minijinja::value::Serde(&inputs.observed));
+    let children = children.map_or_else(
+        || observed.clone(),
+        |c| JinjaValue::from(minijinja::value::Serde(c)),
+    );
     minijinja::context! {
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
-        children => JinjaValue::from(minijinja::value::Serde(children)),
-        observed => JinjaValue::from(minijinja::value::Serde(&inputs.observed)),
+        children => children,
+        observed => observed,
         rule => minijinja::context! { name => rule.name.clone() },
         __kiln_now => now.to_string(),
     }
@@ -316,7 +323,7 @@ struct Frame<'a> {
 impl Frame<'_> {
     /// The context with `children` as the children.
     fn with_children(&self, children: &Map<String, Value>) -> JinjaValue {
-        context_with(self.rule, self.this, self.inputs, children, self.now)
+        context_with(self.rule, self.this, self.inputs, Some(children), self.now)
     }
 }
 
@@ -361,7 +368,7 @@ impl<'a> Walk<'a> {
         scope_of: ScopeOf<'a>,
     ) -> Result<Self, RenderFailure> {
         let now = now_of(inputs);
-        let live = context_with(rule, this, inputs, &inputs.observed, now);
+        let live = context_with(rule, this, inputs, None, now);
         let mut budget = Budget::default();
         let vars = eval_vars(rule, &live, &mut budget)?;
         Ok(Self {

@@ -247,6 +247,61 @@ impl Cached {
         object
     }
 
+    /// The whole object again as JSON: what `serde_json::to_value` gives of
+    /// [`decode`](Self::decode), key order included, without going
+    /// through a `DynamicObject` (whose flattened fields are slow to
+    /// deserialize). For the reads that want JSON: live children, related
+    /// objects.
+    pub fn to_value(&self) -> Value {
+        let Some(Value::Object(mut rest)) = parse::<Value>(self.text()) else {
+            return serde_json::to_value(self.decode()).unwrap_or(Value::Null);
+        };
+        let Some(Value::Object(mut meta)) = rest.shift_remove("metadata") else {
+            return serde_json::to_value(self.decode()).unwrap_or(Value::Null);
+        };
+        if self.referenced {
+            let references: Vec<Value> = self
+                .owners
+                .iter()
+                .filter_map(|o| o.reference.as_ref().map(|r| r.to_reference(&o.uid)))
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .collect();
+            meta.insert("ownerReferences".into(), Value::Array(references));
+        }
+        if self.named {
+            meta.insert("name".into(), self.name().into());
+        }
+        if let Some(namespace) = self.namespace() {
+            meta.insert("namespace".into(), namespace.into());
+        }
+        if let Some(uid) = &self.uid {
+            meta.insert("uid".into(), uid.to_string().into());
+        }
+        if let Some(version) = &self.resource_version {
+            meta.insert("resourceVersion".into(), version.to_string().into());
+        }
+        let labels = self.labels();
+        if !labels.is_empty() {
+            let labels = labels.iter().map(|(k, v)| (k.to_string(), v.into()));
+            meta.insert("labels".into(), Value::Object(labels.collect()));
+        }
+        // `ObjectMeta` serializes its fields in name order.
+        meta.sort_keys();
+        let mut object = serde_json::Map::with_capacity(rest.len() + 3);
+        if let Some(types) = &self.types {
+            object.insert("apiVersion".into(), types.api_version.clone().into());
+            object.insert("kind".into(), types.kind.clone().into());
+        }
+        object.insert("metadata".into(), Value::Object(meta));
+        object.extend(rest);
+        Value::Object(object)
+    }
+
+    /// Whether its `metadata.resourceVersion` is `version`.
+    pub fn is_version(&self, version: &str) -> bool {
+        self.resource_version.as_ref() == Some(&Version::new(version))
+    }
+
     /// Whether `other` holds the same thing but for its resource version.
     pub fn same_but_version(&self, other: &Cached) -> bool {
         self.packed == other.packed

@@ -528,6 +528,12 @@ impl Informer {
         found.map(|c| Arc::new(c.decode()))
     }
 
+    /// One cached object as JSON ([`Cached::to_value`]), parsed once.
+    pub fn get_value(&self, key: &ObjKey) -> Option<serde_json::Value> {
+        let found = self.read().get(key).cloned();
+        found.map(|c| c.to_value())
+    }
+
     /// Every cached object, parsed: for rare paths; filters on names,
     /// labels or uids read [`entries`](Self::entries) and parse only what
     /// they keep.
@@ -555,6 +561,12 @@ impl Informer {
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let found: Vec<Arc<Cached>> = self.read().owned_by(uid).cloned().collect();
         found.iter().map(|c| Arc::new(c.decode())).collect()
+    }
+
+    /// [`owned_by`](Self::owned_by) in the compact form, for callers that
+    /// want JSON ([`Cached::to_value`]) or only the header.
+    pub fn owned_entries(&self, uid: &str) -> Vec<Arc<Cached>> {
+        self.read().owned_by(uid).cloned().collect()
     }
 
     /// How many objects are cached.

@@ -57,7 +57,7 @@ use crate::template::to_jinja;
 use handlers::{handler, matching, namespace_takes};
 use observe::{blindness, status_names};
 use state::PrimaryState;
-use writes::{fingerprint, to_json};
+use writes::fingerprint;
 
 /// Kinds and informers a rule uses.
 pub struct Wiring {

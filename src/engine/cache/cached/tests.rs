@@ -219,3 +219,39 @@ fn only_a_new_resource_version_is_the_same_but_version() {
         .insert("x".into(), "y".into());
     assert!(!a.same_but_version(&Cached::new(relabelled)));
 }
+
+#[test]
+fn to_value_is_the_json_of_the_decoded_object_key_order_included() {
+    let objects = [
+        serde_json::to_value(deployment()).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"generateName": "gen-", "uid": "ABC", "resourceVersion": "007",
+                            "annotations": {"z": "1", "a": "2"}, "finalizers": ["f"],
+                            "deletionTimestamp": "2026-11-28T10:00:00Z"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "x", "namespace": "", "uid": UID.to_uppercase(),
+                            "resourceVersion": "18446744073709551616", "ownerReferences": []},
+               "data": {"b": "1", "a": "2"}, "binaryData": {}, "immutable": true}),
+        json!({"metadata": {"name": "bare"}, "zeta": 1, "alpha": [1, {"y": 2, "x": 1}]}),
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "é", "namespace": "ns", "labels": {}, "resourceVersion": "0",
+                            "creationTimestamp": "2026-01-02T03:04:05Z", "generation": 3},
+               "type": "Opaque", "data": {"k": "dg=="}}),
+    ];
+    for obj in objects {
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        let cached = Cached::new(obj);
+        let through_decode = serde_json::to_string(&serde_json::to_value(cached.decode()).unwrap());
+        assert_eq!(
+            serde_json::to_string(&cached.to_value()).unwrap(),
+            through_decode.unwrap()
+        );
+    }
+}
+
+#[test]
+fn a_resource_version_is_compared_as_it_prints() {
+    let cached = Cached::new(deployment());
+    assert!(cached.is_version("7"));
+    assert!(!cached.is_version("07") && !cached.is_version("8"));
+}

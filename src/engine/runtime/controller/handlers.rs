@@ -137,6 +137,6 @@ pub(super) fn matching(
         .entries()
         .into_iter()
         .filter(|o| (all || o.namespace() == namespace) && selector.matches(&o.labels()))
-        .map(|o| to_json(&o.decode()))
+        .map(|o| o.to_value())
         .collect()
 }

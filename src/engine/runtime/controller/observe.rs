@@ -32,7 +32,7 @@ impl Source for Caches<'_> {
             return Ok(None);
         };
         Ok(Some(match target {
-            Target::Named(key) => Found::Named(informer.get(key).map(|o| to_json(&o))),
+            Target::Named(key) => Found::Named(informer.get_value(key)),
             Target::Selected {
                 namespace,
                 all_namespaces,
@@ -143,24 +143,22 @@ impl RuleController {
         for (gvk, informer) in &self.wiring.children {
             // The index finds every object naming the uid; the mark says
             // whether it is this rule's child of this primary.
-            for child in informer.owned_by(uid) {
-                let key = ObjKey::of(&child);
-                let Some(mark) =
-                    observe::child_mark(&self.rule, uid, &identity, &child.metadata, &key)
-                else {
+            for entry in informer.owned_entries(uid) {
+                let key = entry.key();
+                let object = entry.to_value();
+                let meta = &object["metadata"];
+                let Some(mark) = observe::child_mark(&self.rule, uid, &identity, meta, &key) else {
                     continue;
                 };
-                live.push(Live {
-                    child: LiveChild {
-                        id: mark.child.clone(),
-                        gvk: gvk.clone(),
-                        key,
-                        uid: child.uid(),
-                        deleting: child.metadata.deletion_timestamp.is_some(),
-                        orphan: mark.orphaned(),
-                    },
-                    object: to_json(&child),
-                });
+                let child = LiveChild {
+                    id: mark.child.clone(),
+                    gvk: gvk.clone(),
+                    key,
+                    uid: meta["uid"].as_str().map(str::to_string),
+                    deleting: !meta["deletionTimestamp"].is_null(),
+                    orphan: mark.orphaned(),
+                };
+                live.push(Live { child, object });
             }
         }
         live

@@ -381,9 +381,10 @@ impl RuleController {
     /// the echo cannot slip between the two.
     fn wrote_status(&self, key: &ObjKey, version: Option<&str>) {
         let mut states = lock(&self.states);
-        let cached = self.wiring.primary.get(key);
-        let shown = cached.and_then(|o| o.metadata.resource_version.clone());
-        if version.is_some() && shown.as_deref() == version {
+        let shown = self.wiring.primary.entry(key);
+        if let Some(version) = version
+            && shown.is_some_and(|o| o.is_version(version))
+        {
             drop(states);
             self.enqueue(key.clone());
         } else if let Some(state) = states.get_mut(key) {
@@ -450,7 +451,7 @@ impl RuleController {
     }
 }
 
-pub(super) fn to_json(obj: &DynamicObject) -> Value {
+fn to_json(obj: &DynamicObject) -> Value {
     serde_json::to_value(obj).unwrap_or(Value::Null)
 }
 
