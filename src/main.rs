@@ -12,7 +12,9 @@ use cli::{Cli, Command, ControlplaneCommand, LogFormat};
 /// jemalloc instead of glibc's malloc: at the benchmark's N=3000 kiln's
 /// peak RSS was 61.7 MiB with glibc (its per-thread arenas keep the holes
 /// that convergence's short-lived objects leave between cached ones) and
-/// about 52 MiB with jemalloc, the same work done.
+/// about 52 MiB with jemalloc, the same work done. Its defaults are set at
+/// build time in `.cargo/config.toml` (one arena) and by the
+/// `background_threads` feature (freed pages returned while idle).
 #[cfg(unix)]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
