@@ -524,14 +524,12 @@ impl Informer {
 
     /// One cached object (parsed from its compact form).
     pub fn get(&self, key: &ObjKey) -> Option<Arc<DynamicObject>> {
-        let found = self.read().get(key).cloned();
-        found.map(|c| Arc::new(c.decode()))
+        self.entry(key).map(|c| Arc::new(c.decode()))
     }
 
     /// One cached object as JSON ([`Cached::to_value`]), parsed once.
     pub fn get_value(&self, key: &ObjKey) -> Option<serde_json::Value> {
-        let found = self.read().get(key).cloned();
-        found.map(|c| c.to_value())
+        self.entry(key).map(|c| c.to_value())
     }
 
     /// Every cached object, parsed: for rare paths; filters on names,
@@ -559,7 +557,7 @@ impl Informer {
     /// Cached objects with an owner reference to `uid` (or kiln's owner
     /// label or annotation naming `uid`: `outside` and orphaned children).
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
-        let found: Vec<Arc<Cached>> = self.read().owned_by(uid).cloned().collect();
+        let found = self.owned_entries(uid);
         found.iter().map(|c| Arc::new(c.decode())).collect()
     }
 
