@@ -9,14 +9,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::census::Census;
 use super::precheck::Finding;
-use super::resources::{Offered, Seen, file_of, rule_resource};
+use super::resources::{Offered, RuleObject, Seen, file_of};
 use super::tell::Speaks;
 use crate::rules::Diagnostic;
 
@@ -25,7 +25,8 @@ use crate::rules::Diagnostic;
 pub enum Outcome<'a> {
     /// It runs.
     Running,
-    /// It is invalid: the last good set keeps running.
+    /// These rules' new versions are refused: each keeps its last
+    /// accepted version, if any; the others run.
     Refused(&'a [Diagnostic]),
     /// It is valid but waits for the cluster.
     Waiting(&'a [Finding]),
@@ -37,7 +38,8 @@ pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Writes the status of every Rule after each load, and its counts every
 /// [`REFRESH`]; tells each change of `Ready` as an Event on the Rule.
 pub struct StatusWriter {
-    api: Api<DynamicObject>,
+    /// Decoded without the spec: one Rule too deep to decode is written too.
+    api: Api<RuleObject>,
     offered: Offered,
     /// The generation of each rule that runs.
     running: BTreeMap<String, i64>,
@@ -53,7 +55,7 @@ impl StatusWriter {
     /// For the Rules a [`RuleResources`](super::resources::RuleResources) hands out.
     pub fn new(client: Client, offered: Offered) -> Self {
         Self {
-            api: Api::all_with(client, &rule_resource()),
+            api: Api::all(client),
             offered,
             running: BTreeMap::new(),
             computed: BTreeMap::new(),
@@ -88,15 +90,14 @@ impl StatusWriter {
             .clone()
     }
 
+    /// The generation of each rule that runs (the accepted set, rule by rule).
+    pub fn running(&mut self, generations: BTreeMap<String, i64>) {
+        self.running = generations;
+    }
+
     /// Writes each Rule's status after `outcome` (0 writes when none changed).
     pub async fn after(&mut self, outcome: Outcome<'_>) {
         let offered = self.offered();
-        if matches!(outcome, Outcome::Running) {
-            self.running = offered
-                .iter()
-                .map(|(n, s)| (n.clone(), s.generation))
-                .collect();
-        }
         self.computed = offered
             .iter()
             .map(|(name, seen)| {

@@ -329,7 +329,7 @@ async fn reloader(client: &Client, yaml: &str) -> (Arc<Metrics>, Loader) {
 fn version(sources: Vec<Source>) -> Version {
     Version {
         sources,
-        read_errors: Vec::new(),
+        ..Version::default()
     }
 }
 

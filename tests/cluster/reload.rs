@@ -488,6 +488,7 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
         Version {
             sources,
             read_errors,
+            ..Version::default()
         },
         ReloadOptions::default(),
         metrics.clone(),
@@ -526,6 +527,7 @@ async fn every_invalid_rule_file_loaded_by_hot_reload_leaves_the_running_rules_u
             .consider(Version {
                 sources,
                 read_errors,
+                ..Version::default()
             })
             .await;
         assert_eq!(
