@@ -155,7 +155,7 @@ impl Grants {
 pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
     let Grants {
         all: mut grants,
-        named,
+        mut named,
     } = rule_grants(set, plural);
     let core = |g: &str, r: &str| (g.to_string(), r.to_string());
     grants
@@ -178,6 +178,16 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
             .or_default()
             .insert("create");
     }
+    // The accepted rules, saved in a ConfigMap of kiln's own
+    // (reload/saved.rs): created, then read and replaced by name only.
+    grants
+        .entry(core("", "configmaps"))
+        .or_default()
+        .insert("create");
+    named
+        .entry((String::new(), "configmaps".into(), crate::reload::saved::name("kiln")))
+        .or_default()
+        .extend(["get", "update"]);
     // The Rule resources (`kiln run --rules-from-cluster`): always granted,
     // so switching the source needs no new role.
     grants

@@ -74,6 +74,12 @@ pub enum SavedError {
     },
 }
 
+/// The name of the ConfigMap the kiln whose Lease is `lease` saves its
+/// accepted rules in.
+pub fn name(lease: &str) -> String {
+    format!("{lease}-accepted-rules")
+}
+
 /// The ConfigMap the accepted set is saved in.
 #[derive(Clone)]
 pub struct Saved {
@@ -97,7 +103,7 @@ impl Saved {
         Self {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
-            name: format!("{lease}-accepted-rules"),
+            name: name(lease),
         }
     }
 
