@@ -185,7 +185,11 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .or_default()
         .insert("create");
     named
-        .entry((String::new(), "configmaps".into(), crate::reload::saved::name("kiln")))
+        .entry((
+            String::new(),
+            "configmaps".into(),
+            crate::reload::saved::name("kiln"),
+        ))
         .or_default()
         .extend(["get", "update"]);
     // The Rule resources (`kiln run --rules-from-cluster`): always granted,

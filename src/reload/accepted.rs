@@ -77,6 +77,19 @@ impl Accepted {
         Accepted { rules }
     }
 
+    /// The accepted rules as a version of a source, one file per rule.
+    pub fn to_version(&self) -> Version {
+        Version {
+            sources: self.rules.iter().map(Entry::source).collect(),
+            generations: self
+                .rules
+                .iter()
+                .filter_map(|e| Some((e.file.clone(), e.generation?)))
+                .collect(),
+            ..Version::default()
+        }
+    }
+
     /// Compiles the accepted rules (the saved ones, read back at start).
     pub fn compile(&self) -> Result<RuleSet, Vec<Diagnostic>> {
         rules::load_sources(self.rules.iter().map(Entry::source).collect())

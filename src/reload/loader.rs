@@ -114,17 +114,21 @@ impl Loader {
         Ok(loader)
     }
 
-    /// Starts on the accepted set saved in the cluster (`Err` when it no
-    /// longer compiles); the source's version is then accepted over it
-    /// ([`Loader::settle`]), as a reload is.
+    /// Starts on the accepted set saved in the cluster, each saved rule
+    /// that still compiles (`Err` when none does); the source's version is
+    /// then accepted over it ([`Loader::settle`]), as a reload is.
     pub fn resume(
         saved: Accepted,
         options: ReloadOptions,
         metrics: Arc<Metrics>,
         teller: Teller,
     ) -> Result<Self, Refusal> {
-        let set = saved.compile().map_err(Refusal::Invalid)?;
-        let mut loader = Self::on(set, saved, options, metrics, teller);
+        let none = Accepted::default();
+        let composed = accepted::compose(&saved.to_version(), &none, options.allow_empty)?;
+        for d in &composed.refused {
+            tracing::warn!(location = %d.location(), "a saved rule no longer compiles: {}", d.message);
+        }
+        let mut loader = Self::on(composed.set, composed.accepted, options, metrics, teller);
         loader.first_refused = None;
         Ok(loader)
     }

@@ -358,3 +358,43 @@ async fn a_rule_resource_nested_200_deep_is_refused_alone() {
     raw_delete(&client, &deep).await;
     ns.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_runs_the_last_accepted_rules_when_the_rules_configmap_cannot_be_read() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "acc-unread").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let rules = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "rules"},
+        "data": {"widgets.yaml": rule("widgets", "Widget", &says("v1"))},
+    });
+    support::apply(&client, rules.clone(), Some(n)).await;
+    let source = format!("{n}/rules");
+    let mut args = vec!["--rules-configmap", &source];
+    args.extend(in_ns(n));
+    let kiln = KilnProcess::run(&args);
+    support::apply(&client, widget("a"), Some(n)).await;
+    assert_eq!(wait_cm(&client, n, "a-one").await["data"]["from"], "v1");
+    saved_holding(&client, n, "v1").await;
+    stop(kiln).await;
+
+    // The rules ConfigMap is gone: the saved rules run, and once it is
+    // back, kiln follows it.
+    support::delete(&client, ("v1", "ConfigMap"), Some(n), "rules").await;
+    let mut kiln = KilnProcess::run(&args);
+    support::apply(&client, widget("b"), Some(n)).await;
+    assert_eq!(child_says(&client, n, "b-one").await, "v1");
+    assert!(
+        kiln.child.try_wait().unwrap().is_none(),
+        "kiln keeps running"
+    );
+    let mut edited = rules;
+    edited["data"]["widgets.yaml"] = json!(rule("widgets", "Widget", &says("v3")));
+    support::apply(&client, edited, Some(n)).await;
+    support::apply(&client, widget("c"), Some(n)).await;
+    assert_eq!(child_says(&client, n, "c-one").await, "v3");
+    stop(kiln).await;
+    ns.delete().await;
+}
