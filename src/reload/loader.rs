@@ -69,6 +69,9 @@ pub struct Loader {
     first_refused: Option<Vec<Diagnostic>>,
     /// Where the accepted set is saved, and what is saved there.
     saving: Option<Saving>,
+    /// What was refused while this replica did not speak (a standby, or
+    /// the first load before the engine runs): told once it does.
+    untold: Vec<Diagnostic>,
 }
 
 /// A set waiting for the cluster: the rules, what they are, what was
@@ -155,6 +158,7 @@ impl Loader {
             edit_refused: BTreeSet::new(),
             first_refused: Some(Vec::new()),
             saving: None,
+            untold: Vec::new(),
         }
     }
 
@@ -249,7 +253,12 @@ impl Loader {
                         status.refresh().await;
                     }
                 }
-                _ = saves.tick(), if saving => self.save().await,
+                _ = saves.tick() => {
+                    self.tell_untold().await;
+                    if saving {
+                        self.save().await;
+                    }
+                }
                 version = source.next() => match version {
                     Some(version) => self.consider(version).await,
                     None => return,
@@ -310,6 +319,7 @@ impl Loader {
         self.pending = None;
         self.metrics.rules_pending.set(0);
         self.tell_first().await;
+        self.untold.clear();
         match accepted::compose(&version, &self.accepted, self.options.allow_empty) {
             Ok(composed) => {
                 if !composed.refused.is_empty() {
@@ -504,16 +514,7 @@ impl Loader {
     }
 
     async fn refuse(&mut self, diagnostics: &[Diagnostic]) {
-        let per_rule = by_rule(diagnostics);
-        self.mark_refused(per_rule.keys().cloned().collect());
-        // One Event per refused rule, so `kubectl describe` names each.
-        for (rule, problems) in per_rule.iter().take(MAX_RULE_EVENTS) {
-            let note = format!(
-                "rule {rule} is refused; its last accepted version, if any, keeps running: {}",
-                problems.join("; ")
-            );
-            self.teller.warn("RuleRefused", &note).await;
-        }
+        self.mark_refused(by_rule(diagnostics).into_keys().collect());
         let m = &self.metrics;
         m.reload_total
             .get_or_create(&crate::metrics::label("result", "error"))
@@ -526,6 +527,31 @@ impl Loader {
             kiln_rules_reload_total_error = m.reloads("error"),
             "rules refused; each keeps its last accepted version, if any, and the other rules take their new one"
         );
+        if self.teller.speaking() {
+            self.tell(diagnostics).await;
+        } else {
+            self.untold.extend_from_slice(diagnostics);
+        }
+    }
+
+    /// Tells what was refused while this replica did not speak, once it does.
+    async fn tell_untold(&mut self) {
+        if !self.untold.is_empty() && self.teller.speaking() {
+            let untold = std::mem::take(&mut self.untold);
+            self.tell(&untold).await;
+        }
+    }
+
+    /// The Warning Events of a refusal: one per refused rule, so `kubectl
+    /// describe` names each, and one for the whole.
+    async fn tell(&self, diagnostics: &[Diagnostic]) {
+        for (rule, problems) in by_rule(diagnostics).iter().take(MAX_RULE_EVENTS) {
+            let note = format!(
+                "rule {rule} is refused; its last accepted version, if any, keeps running: {}",
+                problems.join("; ")
+            );
+            self.teller.warn("RuleRefused", &note).await;
+        }
         let summary: Vec<String> = diagnostics
             .iter()
             .take(5)

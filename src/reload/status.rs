@@ -49,6 +49,9 @@ pub struct StatusWriter {
     written: BTreeMap<String, Value>,
     census: Option<Census>,
     events: Option<(Recorder, Speaks)>,
+    /// Rules whose `Ready` changed while this replica did not speak: told
+    /// once it does.
+    untold: std::collections::BTreeSet<String>,
 }
 
 impl StatusWriter {
@@ -62,6 +65,7 @@ impl StatusWriter {
             written: BTreeMap::new(),
             census: None,
             events: None,
+            untold: std::collections::BTreeSet::new(),
         }
     }
 
@@ -112,6 +116,7 @@ impl StatusWriter {
     /// changed.
     pub async fn refresh(&mut self) {
         let offered = self.offered();
+        self.tell_untold(&offered).await;
         let counts = self.census.as_ref().and_then(|census| census());
         let now = now();
         for (name, seen) in &offered {
@@ -153,18 +158,43 @@ impl StatusWriter {
         }
     }
 
-    /// An Event on the Rule when its `Ready` changed from what was read.
-    async fn tell(&self, name: &str, seen: &Seen, status: &Value) {
-        let Some((recorder, speaks)) = &self.events else {
+    /// An Event on the Rule when its `Ready` changed from what was read
+    /// (remembered until this replica speaks).
+    async fn tell(&mut self, name: &str, seen: &Seen, status: &Value) {
+        let Some((_, speaks)) = &self.events else {
             return;
         };
         let ready = |s: &Value| ready_of(s).map(|c| (c["status"].clone(), c["reason"].clone()));
-        let Some(now) = ready_of(status) else {
-            return;
-        };
-        if ready(&seen.status) == ready(status) || !speaks() {
+        if ready(&seen.status) == ready(status) {
             return;
         }
+        if !speaks() {
+            self.untold.insert(name.to_string());
+            return;
+        }
+        self.untold.remove(name);
+        self.publish(name, seen, status).await;
+    }
+
+    /// The Events on the Rules whose `Ready` changed while this replica
+    /// did not speak, as their status stands now.
+    async fn tell_untold(&mut self, offered: &BTreeMap<String, Seen>) {
+        let speaking = self.events.as_ref().is_some_and(|(_, speaks)| speaks());
+        if !speaking || self.untold.is_empty() {
+            return;
+        }
+        for name in std::mem::take(&mut self.untold) {
+            if let (Some(seen), Some(status)) = (offered.get(&name), self.written.get(&name)) {
+                self.publish(&name, seen, status).await;
+            }
+        }
+    }
+
+    /// An Event on the Rule saying its `Ready` now.
+    async fn publish(&self, name: &str, seen: &Seen, status: &Value) {
+        let (Some((recorder, _)), Some(now)) = (&self.events, ready_of(status)) else {
+            return;
+        };
         let event = Event {
             type_: if now["status"] == "True" {
                 EventType::Normal

@@ -63,9 +63,15 @@ async fn a_restart_runs_the_last_accepted_rules_when_the_current_are_invalid() {
     stop(kiln).await;
 
     // Restarted on an invalid edit (an unclosed template): the saved
-    // version runs, the edit is refused, kiln does not exit.
+    // version runs, the edit is refused (and told on the rules ConfigMap
+    // the chart names), kiln does not exit.
+    let events_on = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rules"}});
+    support::apply(&client, events_on, Some(n)).await;
     let bad = rule("widgets", "Widget", &says("v2").replace("v2\"", "{{ v2\""));
-    let mut kiln = KilnProcess::start(&bad, &in_ns(n));
+    let named = format!("{n}/rules");
+    let mut args = in_ns(n);
+    args.extend(["--rules-configmap", &named]);
+    let mut kiln = KilnProcess::start(&bad, &args);
     support::apply(&client, widget("b"), Some(n)).await;
     let cm = eventually("b-one", CONVERGE, || async {
         support::get(&client, "v1", "ConfigMap", n, "b-one").await
@@ -394,7 +400,11 @@ async fn a_restart_runs_the_last_accepted_rules_when_the_rules_configmap_cannot_
     edited["data"]["widgets.yaml"] = json!(rule("widgets", "Widget", &says("v3")));
     support::apply(&client, edited, Some(n)).await;
     support::apply(&client, widget("c"), Some(n)).await;
-    assert_eq!(child_says(&client, n, "c-one").await, "v3");
+    eventually("c-one made by v3", CONVERGE, || async {
+        let cm = support::get(&client, "v1", "ConfigMap", n, "c-one").await?;
+        (cm["data"]["from"] == "v3").then_some(())
+    })
+    .await;
     stop(kiln).await;
     ns.delete().await;
 }
