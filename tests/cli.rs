@@ -177,6 +177,48 @@ fn crd_compare_names_each_breaking_change_against_the_committed_crd() {
 }
 
 #[test]
+fn crd_prints_a_crd_with_several_versions_only_pointed_at_the_webhook() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (ok, out, err) = kiln_in(root, &["crd", "--rules", "rules/webapp-api.yaml"]);
+    assert!(!ok, "without the webhook's endpoint nothing is printed");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("webapps.apps.demo.kiln.dev has several versions (v1, v1alpha1)")
+            && err.contains(
+                "--conversion-service NAMESPACE/NAME[:PORT] or --conversion-url https://HOST:PORT"
+            ),
+        "{err}"
+    );
+    let printed = kiln_in_repo(&[
+        "crd",
+        "--rules",
+        "rules/webapp-api.yaml",
+        "--conversion-service",
+        "kiln-system/kiln-webhook:443",
+    ]);
+    let crd: serde_json::Value =
+        serde_norway::from_str(printed.trim_start_matches("---\n")).unwrap();
+    assert_eq!(
+        crd["spec"]["conversion"],
+        serde_json::json!({"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "kiln-system", "name": "kiln-webhook", "port": 443, "path": "/convert"}},
+        }}),
+        "pointed at the webhook; kiln run adds the CA bundle"
+    );
+    let committed = std::fs::read_to_string(root.join("examples/webapp-api/crd.yaml")).unwrap();
+    assert_eq!(
+        printed, committed,
+        "examples/webapp-api/crd.yaml is stale: run `kiln crd --rules rules/webapp-api.yaml --conversion-service kiln-system/kiln-webhook:443 > examples/webapp-api/crd.yaml`"
+    );
+    let (ok, out, _) = kiln_in(root, &["crd", "--rules", "rules/staticsite.yaml"]);
+    assert!(
+        ok && out.contains("staticsites.demo.kiln.dev"),
+        "one version needs no webhook"
+    );
+}
+
+#[test]
 fn validate_with_a_crd_finds_a_misspelled_spec_field_at_its_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let rule = dir.path().join("rule.yaml");
@@ -363,7 +405,7 @@ fn a_log_that_is_not_a_terminal_is_plain_text() {
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["run", "--rules", "rules/", "--kubeconfig"])
+        .args(["run", "--rules", "rules/staticsite.yaml", "--kubeconfig"])
         .arg(&kubeconfig)
         .args(["--metrics-bind-address", "127.0.0.1:0"])
         .args(["--health-probe-bind-address", "127.0.0.1:0"])
@@ -689,7 +731,13 @@ fn every_command_exits_quietly_when_its_reader_stops_reading() {
             "examples/tenant/namespace.yaml",
         ],
         &["rbac", "--rules", "rules/"],
-        &["crd", "--rules", "rules/"],
+        &[
+            "crd",
+            "--rules",
+            "rules/",
+            "--conversion-service",
+            "kiln-system/kiln-webhook:443",
+        ],
         &["configmap", "--rules", "rules/", "--name", "kiln-rules"],
         &["package", "--rules", "rules/", "--format", "helm-values"],
         &["validate", "rules/"],
