@@ -61,6 +61,10 @@ fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
     assert!(out.starts_with("ok: 8 rules in 8 files"), "{out}");
+    assert!(
+        out.contains("note: webapps.apps.demo.kiln.dev has several versions: kiln run serves it only with the conversion webhook (--conversion-addr"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -173,6 +177,30 @@ fn crd_compare_names_each_breaking_change_against_the_committed_crd() {
     assert_eq!(
         out,
         "staticsites.demo.kiln.dev: 2 breaking change(s), kiln run refuses them unless the rule sets spec.api.allowBreakingChanges: true:\n  v1 `spec.replicas`: maximum lowered from 5 to 3\n  v1 `spec.tags`: the field was removed\n"
+    );
+}
+
+#[test]
+fn crd_compare_names_a_map_made_an_object_whose_other_keys_would_be_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = |env: &str| {
+        format!(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: sites}}\nspec:\n  api:\n    group: sites.example.com\n    kind: Site\n    versions:\n      - name: v1\n        schema:\n          spec:\n            env: {env}\n"
+        )
+    };
+    let file = dir.path().join("rule.yaml");
+    std::fs::write(&file, rule("\"map[string]string\"")).unwrap();
+    let file = file.to_str().unwrap();
+    let (ok, committed, err) = kiln(&["crd", "--rules", file]);
+    assert!(ok, "{err}");
+    let old = dir.path().join("crd.yaml");
+    std::fs::write(&old, committed).unwrap();
+    std::fs::write(file, rule("{A: string}")).unwrap();
+    let (ok, out, _) = kiln(&["crd", "--rules", file, "--compare", old.to_str().unwrap()]);
+    assert!(!ok, "kiln run would refuse it");
+    assert!(
+        out.contains("v1 `spec.env`: a map became an object with fixed fields: every stored key but `A` is pruned, for good"),
+        "{out}"
     );
 }
 
