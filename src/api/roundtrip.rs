@@ -186,7 +186,7 @@ fn prune_object(object: &Value, schema: &Value) -> Value {
 /// `value` pruned to `schema`: an object keeps the fields its schema
 /// declares (all of them when it keeps unknown fields or is a map), each
 /// pruned to its own schema; a list's items are pruned to the items'.
-pub fn prune(value: &Value, schema: &Value) -> Value {
+fn prune(value: &Value, schema: &Value) -> Value {
     match value {
         Value::Object(fields) => {
             let keeps = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
@@ -319,6 +319,31 @@ mod tests {
         assert_eq!(
             sample(&schema, false),
             json!({"name": "sampleaa", "size": 7})
+        );
+    }
+
+    #[test]
+    fn pruning_keeps_what_the_schema_declares_as_the_api_server_stores_it() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "string"},
+            "env": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "string"}}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        }});
+        let value = json!({
+            "a": "x", "gone": 1,
+            "env": {"K": {"v": "1", "w": "2"}},
+            "free": {"any": {"thing": true}},
+            "list": [{"n": 1, "m": 2}],
+        });
+        assert_eq!(
+            prune(&value, &schema),
+            json!({
+                "a": "x",
+                "env": {"K": {"v": "1"}},
+                "free": {"any": {"thing": true}},
+                "list": [{"n": 1}],
+            })
         );
     }
 
