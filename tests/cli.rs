@@ -417,12 +417,9 @@ fn a_shard_identity_or_group_that_cannot_name_a_lease_is_refused_at_once() {
     );
 }
 
-#[test]
-fn a_log_that_is_not_a_terminal_is_plain_text() {
-    use std::io::{BufRead, BufReader};
-    // An API server nobody answers on: kiln starts, logs, and retries.
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
+/// A kubeconfig in `dir` naming an API server nobody answers on.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         "apiVersion: v1\nkind: Config\n\
@@ -432,6 +429,41 @@ fn a_log_that_is_not_a_terminal_is_plain_text() {
          current-context: c\n",
     )
     .unwrap();
+    kubeconfig
+}
+
+#[test]
+fn kiln_run_without_the_webhook_refuses_an_api_with_several_versions_and_names_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp-api.yaml");
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--metrics-bind-address",
+        "0",
+        "--health-probe-bind-address",
+        "0",
+    ]);
+    assert!(!ok, "nothing started");
+    assert!(
+        err.contains("webapps.apps.demo.kiln.dev has several versions (v1, v1alpha1)")
+            && err.contains(
+                "Give --conversion-addr :9443 and --conversion-service NAMESPACE/NAME[:PORT]"
+            ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_log_that_is_not_a_terminal_is_plain_text() {
+    use std::io::{BufRead, BufReader};
+    // An API server nobody answers on: kiln starts, logs, and retries.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["run", "--rules", "rules/staticsite.yaml", "--kubeconfig"])
         .arg(&kubeconfig)
