@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::Refusal;
 use super::source::Version;
+use super::{Refusal, ReloadOptions};
 use crate::rules::load::{self, Source};
 use crate::rules::{self, Diagnostic, RuleSet};
 
@@ -127,10 +127,12 @@ pub struct Composed {
 pub fn compose(
     version: &Version,
     accepted: &Accepted,
-    allow_empty: bool,
+    options: &ReloadOptions,
 ) -> Result<Composed, Refusal> {
+    let (allow_empty, conversion) = (options.allow_empty, options.serves_conversion);
     let entries = split(version);
-    match rules::load_sources_with(version.sources.clone(), version.read_errors.clone()) {
+    let sources = version.sources.clone();
+    match valid(sources, version.read_errors.clone(), conversion) {
         Ok(set) if set.rules.is_empty() && !allow_empty => {
             keep_all(accepted, vec![super::empty_set()], Refusal::Empty)
         }
@@ -142,7 +144,25 @@ pub fn compose(
             refused: Vec::new(),
             kept: Vec::new(),
         }),
-        Err(refused) => fall_back(entries, accepted, refused, allow_empty),
+        Err(refused) => fall_back(entries, accepted, refused, options),
+    }
+}
+
+/// Validates rules for this process: also refused, a rule whose API needs
+/// the conversion webhook when the process serves none (`conversion`).
+fn valid(
+    sources: Vec<Source>,
+    read_errors: Vec<Diagnostic>,
+    conversion: bool,
+) -> Result<RuleSet, Vec<Diagnostic>> {
+    let set = rules::load_sources_with(sources, read_errors)?;
+    if conversion {
+        return Ok(set);
+    }
+    let refused = crate::api::served::refused_without_webhook(&set);
+    match refused.is_empty() {
+        true => Ok(set),
+        false => Err(refused),
     }
 }
 
@@ -180,8 +200,9 @@ fn fall_back(
     new: Vec<Entry>,
     accepted: &Accepted,
     refused: Vec<Diagnostic>,
-    allow_empty: bool,
+    options: &ReloadOptions,
 ) -> Result<Composed, Refusal> {
+    let allow_empty = options.allow_empty;
     let (bad_rules, bad_files) = blamed(&refused);
     let mut entries: Vec<(Entry, From)> = Vec::new();
     let mut kept = Vec::new();
@@ -206,7 +227,7 @@ fn fall_back(
     let mut refused = refused;
     for _ in 0..=entries.len() {
         let sources = entries.iter().map(|(e, _)| e.source()).collect();
-        let problems = match rules::load_sources(sources) {
+        let problems = match valid(sources, Vec::new(), options.serves_conversion) {
             Ok(set) if set.rules.is_empty() && (accepted.is_empty() || !allow_empty) => break,
             Ok(set) => {
                 kept.retain(|k| set.get(k).is_some());
@@ -304,6 +325,14 @@ mod tests {
         }
     }
 
+    fn allowing(empty: bool) -> ReloadOptions {
+        ReloadOptions {
+            allow_empty: empty,
+            serves_conversion: true,
+            ..ReloadOptions::default()
+        }
+    }
+
     fn names(set: &RuleSet) -> Vec<(String, String)> {
         set.rules
             .iter()
@@ -321,13 +350,13 @@ mod tests {
             ("a.yaml", rule("a", "ConfigMap")),
             ("b.yaml", rule("b", "Secret")),
         ]);
-        let start = compose(&first, &Accepted::default(), false).unwrap();
+        let start = compose(&first, &Accepted::default(), &allowing(false)).unwrap();
         assert!(start.refused.is_empty());
         let edit = version(&[
             ("a.yaml", rule("a", "Pod")),
             ("b.yaml", rule("b", "Secret").replace("for:", "fro:")),
         ]);
-        let now = compose(&edit, &start.accepted, false).unwrap();
+        let now = compose(&edit, &start.accepted, &allowing(false)).unwrap();
         assert_eq!(
             names(&now.set),
             [pair("a", "Pod"), pair("b", "Secret")],
@@ -340,7 +369,7 @@ mod tests {
     #[test]
     fn an_accepted_rule_compiles_to_the_same_fingerprint_as_its_yaml() {
         let v = version(&[("a.yaml", rule("a", "ConfigMap"))]);
-        let c = compose(&v, &Accepted::default(), false).unwrap();
+        let c = compose(&v, &Accepted::default(), &allowing(false)).unwrap();
         let again = c.accepted.compile().unwrap();
         assert_eq!(
             again.rules[0].fingerprint, c.set.rules[0].fingerprint,
@@ -354,21 +383,21 @@ mod tests {
             ("a.yaml", rule("a", "ConfigMap")),
             ("b.yaml", rule("b", "Secret")),
         ]);
-        let start = compose(&first, &Accepted::default(), false).unwrap();
+        let start = compose(&first, &Accepted::default(), &allowing(false)).unwrap();
         let broken = version(&[("a.yaml", rule("a", "Pod")), ("b.yaml", "[:".into())]);
-        let now = compose(&broken, &start.accepted, false).unwrap();
+        let now = compose(&broken, &start.accepted, &allowing(false)).unwrap();
         assert_eq!(names(&now.set), [pair("a", "Pod"), pair("b", "Secret")]);
     }
 
     #[test]
     fn nothing_valid_and_nothing_accepted_is_refused_and_a_new_invalid_rule_is_left_out() {
         let bad = version(&[("a.yaml", rule("a", "Pod").replace("for:", "fro:"))]);
-        assert!(compose(&bad, &Accepted::default(), false).is_err());
+        assert!(compose(&bad, &Accepted::default(), &allowing(false)).is_err());
         let mixed = version(&[
             ("a.yaml", rule("a", "Pod").replace("for:", "fro:")),
             ("b.yaml", rule("b", "Secret")),
         ]);
-        let now = compose(&mixed, &Accepted::default(), false).unwrap();
+        let now = compose(&mixed, &Accepted::default(), &allowing(false)).unwrap();
         assert_eq!(names(&now.set), [pair("b", "Secret")]);
         assert!(now.kept.is_empty());
     }
@@ -376,12 +405,12 @@ mod tests {
     #[test]
     fn an_empty_version_keeps_every_accepted_rule_unless_empty_is_allowed() {
         let first = version(&[("a.yaml", rule("a", "ConfigMap"))]);
-        let start = compose(&first, &Accepted::default(), false).unwrap();
+        let start = compose(&first, &Accepted::default(), &allowing(false)).unwrap();
         let empty = version(&[]);
-        let now = compose(&empty, &start.accepted, false).unwrap();
+        let now = compose(&empty, &start.accepted, &allowing(false)).unwrap();
         assert_eq!(names(&now.set), [pair("a", "ConfigMap")]);
         assert!(
-            compose(&empty, &start.accepted, true)
+            compose(&empty, &start.accepted, &allowing(true))
                 .unwrap()
                 .set
                 .rules
@@ -392,7 +421,7 @@ mod tests {
     #[test]
     fn an_unreadable_source_keeps_its_accepted_rules() {
         let first = version(&[("a.yaml", rule("a", "ConfigMap"))]);
-        let start = compose(&first, &Accepted::default(), false).unwrap();
+        let start = compose(&first, &Accepted::default(), &allowing(false)).unwrap();
         let unread = Version {
             read_errors: vec![Diagnostic::new(
                 std::path::Path::new("a.yaml"),
@@ -403,7 +432,7 @@ mod tests {
             )],
             ..Version::default()
         };
-        let now = compose(&unread, &start.accepted, false).unwrap();
+        let now = compose(&unread, &start.accepted, &allowing(false)).unwrap();
         assert_eq!(names(&now.set), [pair("a", "ConfigMap")]);
     }
 }

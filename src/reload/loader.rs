@@ -110,7 +110,7 @@ impl Loader {
         teller: Teller,
     ) -> Result<Self, Refusal> {
         let last_seen = fingerprint(&version);
-        let composed = accepted::compose(&version, &Accepted::default(), options.allow_empty)?;
+        let composed = accepted::compose(&version, &Accepted::default(), &options)?;
         let mut loader = Self::on(composed.set, composed.accepted, options, metrics, teller);
         loader.last_seen = last_seen;
         loader.first_refused = Some(composed.refused);
@@ -127,7 +127,7 @@ impl Loader {
         teller: Teller,
     ) -> Result<Self, Refusal> {
         let none = Accepted::default();
-        let composed = accepted::compose(&saved.to_version(), &none, options.allow_empty)?;
+        let composed = accepted::compose(&saved.to_version(), &none, &options)?;
         for d in &composed.refused {
             tracing::warn!(location = %d.location(), "a saved rule no longer compiles: {}", d.message);
         }
@@ -320,7 +320,7 @@ impl Loader {
         self.metrics.rules_pending.set(0);
         self.tell_first().await;
         self.untold.clear();
-        match accepted::compose(&version, &self.accepted, self.options.allow_empty) {
+        match accepted::compose(&version, &self.accepted, &self.options) {
             Ok(composed) => {
                 if !composed.refused.is_empty() {
                     self.refuse(&composed.refused).await;
