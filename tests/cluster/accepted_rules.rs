@@ -408,3 +408,50 @@ async fn a_restart_runs_the_last_accepted_rules_when_the_rules_configmap_cannot_
     stop(kiln).await;
     ns.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_of_that_name_kiln_did_not_make_is_neither_run_nor_overwritten() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "acc-foreign").await;
+    let n = ns.name();
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    // Someone else's ConfigMap, holding a rule set in kiln's format.
+    let planted = format!(
+        r#"{{"source": "files", "rules": [{{"name": "widgets", "file": "x.yaml", "text": {}}}]}}"#,
+        serde_json::to_string(&rule("widgets", "Widget", &says("planted"))).unwrap()
+    );
+    let foreign = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": SAVED},
+        "data": {"accepted.json": planted},
+    });
+    support::apply(&client, foreign, Some(n)).await;
+    let rv = |cm: Option<Value>| cm.unwrap()["metadata"]["resourceVersion"].clone();
+    let before = rv(support::get(&client, "v1", "ConfigMap", n, SAVED).await);
+
+    // Invalid rules: the planted set is not run; nothing valid, kiln exits.
+    let bad = rule("widgets", "Widget", &says("v2").replace("v2\"", "{{ v2\""));
+    let mut kiln = KilnProcess::start(&bad, &in_ns(n));
+    let status = kiln.exited(CONVERGE).await;
+    assert_eq!(status.code(), Some(1), "{status}");
+
+    // Valid rules run, and the ConfigMap is not overwritten: kiln says so
+    // on the rules ConfigMap instead.
+    let events_on = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rules"}});
+    support::apply(&client, events_on, Some(n)).await;
+    let named = format!("{n}/rules");
+    let mut args = in_ns(n);
+    args.extend(["--rules-configmap", &named]);
+    let kiln = KilnProcess::start(&rule("widgets", "Widget", &says("v1")), &args);
+    support::apply(&client, widget("a"), Some(n)).await;
+    assert_eq!(child_says(&client, n, "a-one").await, "v1");
+    eventually("AcceptedRulesNotSaved", CONVERGE, || async {
+        let hits = support::events_about(&client, n, "rules", "AcceptedRulesNotSaved").await;
+        (!hits.is_empty()).then_some(())
+    })
+    .await;
+    let after = rv(support::get(&client, "v1", "ConfigMap", n, SAVED).await);
+    assert_eq!(before, after, "someone else's ConfigMap was written");
+    stop(kiln).await;
+    ns.delete().await;
+}
