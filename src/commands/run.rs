@@ -194,13 +194,20 @@ fn saved_rules(args: &RunArgs, client: &Client) -> Saved {
     Saved::new(client.clone(), &namespace, &args.election.leader_elect_id)
 }
 
-/// The rule source, as the saved set names it: a set saved from another
-/// source is not run.
+/// The rule source and the namespaces it runs on, as the saved set names
+/// them: a set saved from another source, or checked for other namespaces
+/// (permissions, kinds), is not run.
 fn source_name(args: &RunArgs) -> String {
-    match (&args.source.rules[..], &args.source.rules_configmap) {
+    let source = match (&args.source.rules[..], &args.source.rules_configmap) {
         _ if args.source.rules_from_cluster => "rules.kiln.dev".to_string(),
         ([], Some((ns, name))) => format!("configmap {ns}/{name}"),
         _ => "files".to_string(),
+    };
+    let mut namespaces = args.engine.namespaces.clone();
+    namespaces.sort();
+    match namespaces.as_slice() {
+        [] => source,
+        some => format!("{source} in namespaces {}", some.join(",")),
     }
 }
 

@@ -416,10 +416,11 @@ async fn a_configmap_of_that_name_kiln_did_not_make_is_neither_run_nor_overwritt
     let n = ns.name();
     support::install_crds(&client, "tests/fixtures/crds").await;
     // Someone else's ConfigMap, holding a rule set in kiln's format.
-    let planted = format!(
-        r#"{{"source": "files", "rules": [{{"name": "widgets", "file": "x.yaml", "text": {}}}]}}"#,
-        serde_json::to_string(&rule("widgets", "Widget", &says("planted"))).unwrap()
-    );
+    let planted = json!({
+        "source": format!("files in namespaces {n}"),
+        "rules": [{"name": "widgets", "file": "x.yaml", "text": rule("widgets", "Widget", &says("planted"))}],
+    })
+    .to_string();
     let foreign = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": SAVED},
