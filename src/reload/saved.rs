@@ -74,6 +74,9 @@ pub enum SavedError {
     },
 }
 
+/// The ConfigMap's name with the default Lease (`--leader-elect-id kiln`).
+pub const DEFAULT_NAME: &str = "kiln-accepted-rules";
+
 /// The name of the ConfigMap the kiln whose Lease is `lease` saves its
 /// accepted rules in.
 pub fn name(lease: &str) -> String {
