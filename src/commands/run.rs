@@ -31,7 +31,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let conversion = super::webhook::settings(&args.conversion, own_namespace())?;
+    let mut conversion = super::webhook::settings(&args.conversion, own_namespace())?;
+    if let Some(settings) = &mut conversion {
+        settings.crd_manager = kiln::api::install::manager_of(&args.engine.field_manager);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -131,8 +134,9 @@ fn first_loader(
     let mut options = reload_options(&args.reload);
     // Deleting every Rule resource is a choice, not a vanished file.
     options.allow_empty |= args.source.rules_from_cluster;
-    let loader = Loader::first(first, options, probe.metrics.clone(), teller)?
-        .checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
+    let checker = Checker::new(client.clone(), args.engine.namespaces.clone())
+        .installing_as(&kiln::api::install::manager_of(&args.engine.field_manager));
+    let loader = Loader::first(first, options, probe.metrics.clone(), teller)?.checking(checker);
     Ok(match status {
         Some(status) => {
             let census = probe.census(loader.rules());
@@ -263,12 +267,9 @@ impl Active {
         if let Some(fence) = fence {
             engine.set_fence(fence);
         }
+        // A rule defining an API starts once the loader has installed its
+        // CRD again for this engine (and never when it is refused).
         let follower = Follower::start(engine.clone(), &self.rules, self.prune_on_rule_removal);
-        // The CRDs the rules define; each such rule waits for its kind meanwhile.
-        tokio::spawn(kiln::api::install::until_installed(
-            self.client.clone(),
-            follower.running().clone(),
-        ));
         probe.set_engine(Some(engine.clone()));
         let names: Vec<&str> = follower
             .running()

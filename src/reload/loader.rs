@@ -3,12 +3,19 @@
 //! logged, counted and told), its new and changed rules are checked against
 //! the cluster (kinds, status schema, permissions; a set the cluster does
 //! not let run waits, told and checked again, while the last good set keeps
-//! running) and, once good, it becomes the current rule set.
+//! running), their CRDs are applied last, and, once good, it becomes the
+//! current rule set. Each engine start installs the current rules' CRDs
+//! again, rule by rule ([`round`]).
+
+mod round;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::current::CurrentRules;
 use super::precheck::{Checker, Finding};
@@ -61,6 +68,10 @@ pub struct Loader {
     status: Option<StatusWriter>,
     /// The rules whose latest version is refused (`kiln_rule_edit_refused`).
     edit_refused: BTreeSet<String>,
+    /// The engine starts to install the CRDs for, when checking.
+    rounds: Option<watch::Receiver<u64>>,
+    /// How soon CRDs the API server could not answer for are tried again.
+    install_retry: Option<Duration>,
 }
 
 impl Loader {
@@ -85,14 +96,19 @@ impl Loader {
             pending: None,
             status: None,
             edit_refused: BTreeSet::new(),
+            rounds: None,
+            install_retry: None,
         })
     }
 
     /// Checks every new or changed rule with `checker` before it replaces
-    /// the running one.
+    /// the running one, and installs the CRDs of the current rules at each
+    /// engine start: a rule defining an API runs once its CRD is installed.
     #[must_use]
     pub fn checking(mut self, checker: Checker) -> Self {
         self.checker = Some(checker);
+        self.rules.gate();
+        self.rounds = Some(self.rules.rounds());
         self
     }
 
@@ -124,11 +140,15 @@ impl Loader {
         // The first load ran.
         self.report(Outcome::Running).await;
         let mut census = tokio::time::interval(super::status::REFRESH);
+        let mut rounds = self.rounds.take();
         loop {
             let waiting = self.pending.is_some();
             let reporting = self.status.is_some();
+            let retry = self.install_retry;
             tokio::select! {
                 () = &mut shutdown => return,
+                () = round::next(rounds.as_mut()) => self.settle().await,
+                () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => self.settle().await,
                 _ = census.tick(), if reporting => {
                     if let Some(status) = &mut self.status {
                         status.refresh().await;
@@ -192,42 +212,40 @@ impl Loader {
         self.pending.is_some()
     }
 
-    /// A valid set: current once the cluster lets its new and changed rules run.
+    /// A valid set: current once the cluster lets its new and changed rules
+    /// run. Every check that can hold it back runs before its CRDs are
+    /// applied, the last step: a set held back has written nothing.
     async fn offer(&mut self, set: RuleSet) {
-        let findings = match &self.checker {
-            Some(checker) => {
-                let running = self.rules.get();
-                if let Err(refusal) = checker.install(&running, &set).await {
-                    if !refusal.transient {
-                        // A CRD change that would break stored objects: as
-                        // invalid as a broken rule.
-                        self.refuse(&refusal.diagnostics).await;
-                        self.report(Outcome::Refused(&refusal.diagnostics)).await;
-                        return;
-                    }
-                    // The API server could not answer: checked again.
-                    self.wait_for(set, uninstalled(&refusal)).await;
-                    return;
-                }
-                checker.check(&running, &set).await
-            }
-            None => Vec::new(),
+        let running = self.rules.get();
+        let judged = match &self.checker {
+            Some(checker) => judge(checker, &running, &set).await,
+            None => Judged::Runs(Vec::new()),
         };
-        if !findings.iter().any(Finding::blocks) {
-            self.pending = None;
-            self.metrics.rules_pending.set(0);
-            self.mark_refused(BTreeSet::new());
-            self.accept(set);
-            self.report(Outcome::Running).await;
-            for waits in &findings {
-                tracing::warn!("{waits}");
-                self.teller
-                    .warn("RuleWaitsForKinds", &waits.to_string())
-                    .await;
+        let findings = match judged {
+            Judged::Runs(findings) => findings,
+            Judged::Waits(findings) => return self.wait_for(set, findings).await,
+            Judged::Uninstalled(refusal) if refusal.transient => {
+                // The API server could not answer: checked again.
+                return self.wait_for(set, uninstalled(&refusal)).await;
             }
-            return;
+            Judged::Uninstalled(refusal) => {
+                // A CRD not kiln's, or a change that would break stored
+                // objects: as invalid as a broken rule.
+                self.refuse(&refusal.diagnostics).await;
+                return self.report(Outcome::Refused(&refusal.diagnostics)).await;
+            }
+        };
+        self.pending = None;
+        self.metrics.rules_pending.set(0);
+        self.mark_refused(BTreeSet::new());
+        self.accept(set, &running);
+        self.report(Outcome::Running).await;
+        for waits in &findings {
+            tracing::warn!("{waits}");
+            self.teller
+                .warn("RuleWaitsForKinds", &waits.to_string())
+                .await;
         }
-        self.wait_for(set, findings).await;
     }
 
     /// Keeps `set` waiting for the cluster, saying why once per distinct answer.
@@ -275,7 +293,9 @@ impl Loader {
         self.teller.warn("RulesRefused", &note).await;
     }
 
-    fn accept(&self, set: RuleSet) {
+    /// Makes `set` current; the CRDs of its rules new or changed from
+    /// `running` were just installed.
+    fn accept(&self, set: RuleSet, running: &RuleSet) {
         let m = &self.metrics;
         m.reload_total
             .get_or_create(&crate::metrics::label("result", "success"))
@@ -287,7 +307,19 @@ impl Loader {
             rules = ?names, kiln_rules_loaded = set.rules.len(),
             kiln_rules_reload_total_success = m.reloads("success"), "rules reloaded"
         );
-        self.rules.set(set);
+        let installed: Vec<String> = set
+            .rules
+            .iter()
+            .filter(|r| r.api.is_some())
+            .filter(|r| {
+                running
+                    .get(&r.name)
+                    .is_none_or(|o| o.fingerprint != r.fingerprint)
+            })
+            .map(|r| r.name.clone())
+            .collect();
+        let round = self.rules.round();
+        self.rules.set(set, &installed, round);
     }
 
     async fn refuse(&mut self, diagnostics: &[Diagnostic]) {
@@ -346,6 +378,33 @@ fn by_rule(diagnostics: &[Diagnostic]) -> BTreeMap<String, Vec<String>> {
         out.entry(rule).or_default().push(problem);
     }
     out
+}
+
+/// What the cluster says of a new rule set.
+enum Judged {
+    /// Its new and changed rules may run (some waiting for their kinds),
+    /// and their CRDs are applied.
+    Runs(Vec<Finding>),
+    /// It waits for the cluster; nothing was written.
+    Waits(Vec<Finding>),
+    /// Its CRDs may not (or could not) be written.
+    Uninstalled(crate::api::install::Refusal),
+}
+
+/// Asks the cluster about `set`: its CRDs vetted, then its kinds,
+/// status schemas and permissions checked; only then are its CRDs applied.
+async fn judge(checker: &Checker, running: &RuleSet, set: &RuleSet) -> Judged {
+    if let Err(refusal) = checker.vet(running, set).await {
+        return Judged::Uninstalled(refusal);
+    }
+    let findings = checker.check(running, set).await;
+    if findings.iter().any(Finding::blocks) {
+        return Judged::Waits(findings);
+    }
+    match checker.install(running, set).await {
+        Ok(()) => Judged::Runs(findings),
+        Err(refusal) => Judged::Uninstalled(refusal),
+    }
 }
 
 /// A transient failure to install the CRDs of a set, as what blocks it.
