@@ -506,3 +506,141 @@ async fn adopting_a_foreign_crd_takes_it_over_only_when_nothing_stored_breaks() 
     let _ = crds(&client).delete(&name, &Default::default()).await;
     ns.delete().await;
 }
+
+/// `kiln run` of `rules` with leader election in `ns`.
+fn elected(rules: &str, ns: &str) -> KilnProcess {
+    let args = support::elected_in(ns);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    KilnProcess::start(rules, &args)
+}
+
+/// A labelled ConfigMap the copy rule copies.
+async fn trigger(client: &Client, ns: &str, name: &str) {
+    support::apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"copy": "yes"}}}),
+        Some(ns),
+    )
+    .await;
+}
+
+/// A `Site` named `name` in `ns`.
+async fn site(client: &Client, group: &str, ns: &str, name: &str) {
+    let site = json!({"apiVersion": format!("{group}/v1"), "kind": "Site",
+        "metadata": {"name": name}, "spec": {"title": name, "tags": ["a"]}});
+    support::apply(client, site, Some(ns)).await;
+}
+
+/// Waits until `kiln` refuses `rule` and a rule without an API still runs
+/// (the copy of `copied` made), then checks the refused rule made nothing
+/// for `site`.
+async fn refused_alone(
+    kiln: &KilnProcess,
+    client: &Client,
+    ns: &str,
+    rule: &str,
+    copied: &str,
+    site: &str,
+) {
+    let gauge = format!("kiln_rule_edit_refused{{rule=\"{rule}\"}}");
+    eventually("the rule refused", CONVERGE, || async {
+        (kiln.metric(&gauge).await == Some(1.0)).then_some(())
+    })
+    .await;
+    let copy = format!("{copied}-copy");
+    eventually("the other rule's child", CONVERGE, || async {
+        support::get(client, "v1", "ConfigMap", ns, &copy).await
+    })
+    .await;
+    let page = format!("{site}-page");
+    assert!(
+        support::get(client, "v1", "ConfigMap", ns, &page)
+            .await
+            .is_none(),
+        "the refused rule ran"
+    );
+}
+
+#[tokio::test]
+async fn a_crd_moved_on_while_standing_by_refuses_the_rule_when_taking_over() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-standby").await;
+    let group = format!("standby{}.own.kiln.dev", std::process::id());
+    let rule = site_rule("sites-standby", &group, FIELDS, "");
+    kiln::api::install::install_set(&client, None, &load(&rule))
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    // Another replica leads for a while; this one stands by.
+    support::apply(
+        &client,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "kiln"}}),
+        Some(ns.name()),
+    )
+    .await;
+    support::hand_lease_to(&client, ns.name(), "another-replica", 12).await;
+    let kiln = elected(&format!("{rule}---\n{}", copy_rule()), ns.name());
+    // Meanwhile the other replica's newer rules extend the CRD: this
+    // replica's version would drop `subtitle`.
+    let newer = site_rule(
+        "sites-standby",
+        &group,
+        "            title: string\n            tags: \"[]string\"\n            subtitle: string\n",
+        "",
+    );
+    kiln::api::install::install_set(&client, None, &load(&newer))
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    site(&client, &group, ns.name(), "one").await;
+    trigger(&client, ns.name(), "first").await;
+    refused_alone(&kiln, &client, ns.name(), "sites-standby", "first", "one").await;
+    drop(kiln);
+    let _ = crds(&client)
+        .delete(&format!("sites.{group}"), &Default::default())
+        .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_crd_moved_on_while_the_lease_was_lost_refuses_the_rule_on_winning_it_back() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-rewin").await;
+    let group = format!("rewin{}.own.kiln.dev", std::process::id());
+    let rule = site_rule("sites-rewin", &group, FIELDS, "");
+    let kiln = elected(&format!("{rule}---\n{}", copy_rule()), ns.name());
+    let name = format!("sites.{group}");
+    eventually("kiln creates the CRD", CONVERGE, || async {
+        crds(&client).get_opt(&name).await.ok()?
+    })
+    .await;
+    established(&client, &name).await;
+    site(&client, &group, ns.name(), "one").await;
+    eventually("the rule runs while leading", CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", ns.name(), "one-page").await
+    })
+    .await;
+    // Another replica takes the Lease, and its newer rules extend the CRD.
+    support::hand_lease_to(&client, ns.name(), "another-replica", 12).await;
+    eventually("the Lease lost", CONVERGE, || async {
+        (kiln.metric("kiln_leader ").await == Some(0.0)).then_some(())
+    })
+    .await;
+    let newer = site_rule(
+        "sites-rewin",
+        &group,
+        "            title: string\n            tags: \"[]string\"\n            subtitle: string\n",
+        "",
+    );
+    kiln::api::install::install_set(&client, None, &load(&newer))
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    site(&client, &group, ns.name(), "two").await;
+    trigger(&client, ns.name(), "second").await;
+    // Won back once the other stops renewing: the rule is refused.
+    refused_alone(&kiln, &client, ns.name(), "sites-rewin", "second", "two").await;
+    drop(kiln);
+    let _ = crds(&client)
+        .delete(&format!("sites.{group}"), &Default::default())
+        .await;
+    ns.delete().await;
+}
