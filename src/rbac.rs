@@ -81,10 +81,11 @@ impl Grants {
         let p = &rule.primary.gvk;
         self.grant(p, plural(p), READ);
         // kiln writes status only to custom resources, and reads (and
-        // watches) their CRD for the status schema.
-        if p.is_custom() {
+        // watches) the CRD of a kind that may have one, for whether it is
+        // custom and for its status schema.
+        if p.may_be_crd() {
             // (A read-only rule writes nothing on its primary.)
-            if !rule.read_only {
+            if !rule.read_only && p.is_custom() {
                 self.grant(p, format!("{}/status", plural(p)), &["patch"]);
             }
             self.grant_named(CRDS, format!("{}.{}", plural(p), p.group), READ);

@@ -105,6 +105,15 @@ pub enum InstallError {
         #[source]
         source: super::webhook::NotReady,
     },
+    /// A CRD with several versions, and this process serves no conversion
+    /// webhook: it is never applied to be served without one.
+    #[error("CustomResourceDefinition {crd} is not applied: {why}")]
+    NeedsWebhook {
+        /// The CRD's name.
+        crd: String,
+        /// Why, with the flags to add.
+        why: String,
+    },
     /// The CRD was applied but is not served.
     #[error("CustomResourceDefinition {crd} is not Established: {why}")]
     NotEstablished {
@@ -144,7 +153,8 @@ impl InstallError {
             Self::Breaking { .. }
             | Self::Foreign { .. }
             | Self::BreakingAdoption { .. }
-            | Self::Reserved { .. } => false,
+            | Self::Reserved { .. }
+            | Self::NeedsWebhook { .. } => false,
             Self::Read { source, .. } | Self::Apply { source, .. } => match source {
                 kube::Error::Api(status) => {
                     status.code >= 500 || status.code == 429 || status.code == 409
@@ -214,7 +224,7 @@ impl Installer {
         };
         let version = current.metadata.resource_version.clone();
         let current = serde_json::to_value(&current).unwrap_or(Value::Null);
-        let changes = compat::breaking(&current, &api.crd);
+        let changes = compat::breaking(&current, api);
         match provenance::whose(&current, &self.manager) {
             Whose::Reserved => Err(InstallError::Reserved { crd }),
             Whose::Foreign(managers) if !api.adopt => Err(InstallError::Foreign {
@@ -297,7 +307,11 @@ impl Installer {
             let ready = super::webhook::ready_conversion(ESTABLISH_TIMEOUT).await;
             match ready {
                 Ok(Some(conversion)) => body["spec"]["conversion"] = conversion,
-                Ok(None) => {}
+                Ok(None) => {
+                    let why = super::served::needs_webhook(api, super::served::RUN_FLAGS);
+                    let why = why.unwrap_or_default();
+                    return Err(InstallError::NeedsWebhook { crd, why });
+                }
                 Err(source) => return Err(InstallError::NoConversion { crd, source }),
             }
         }

@@ -20,6 +20,7 @@ pub mod provenance;
 pub mod refs;
 pub mod roundtrip;
 pub mod rule;
+pub mod served;
 mod simple;
 pub mod spec;
 pub mod webhook;

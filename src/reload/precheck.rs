@@ -21,8 +21,8 @@ use kube::{Api, Client};
 
 use crate::api::Api as RuleApi;
 use crate::api::install::{Installer, Refusal};
-use crate::engine::cache::kinds::{Kind, KindError, Kinds, writes_status};
-use crate::engine::decision::schema::{SchemaError, StatusSchema};
+use crate::engine::cache::kinds::{Kind, KindError, Kinds};
+use crate::engine::decision::schema::{SchemaError, StatusSchema, StatusWrites, status_writes};
 use crate::engine::{SchemaRead, kinds_of, status_schema};
 use crate::rbac::{Grants, guess_plural, rule_grants};
 use crate::rules::{Gvk, Rule, RuleSet};
@@ -298,7 +298,8 @@ fn defined<'a>(set: &'a RuleSet, gvk: &Gvk) -> Option<(&'a RuleApi, Kind)> {
 /// Whether the status schema of the CRD `api` defines declares what `rule`
 /// writes on `primary`.
 fn own_status(rule: &Rule, api: &RuleApi, primary: &Kind) -> Result<(), SchemaError> {
-    if !writes_status(primary) {
+    // A CRD defines it: its status is written when it has the subresource.
+    if status_writes(&primary.gvk, primary.has_status, true) != StatusWrites::Yes {
         return Ok(());
     }
     let version = &primary.gvk.version;

@@ -60,6 +60,7 @@ mod rule_set;
 mod selecting;
 mod sharding;
 mod status_schema;
+mod stored_data;
 mod unwatched;
 mod verdicts;
 mod what_kiln_writes;
