@@ -347,6 +347,102 @@ spec:
     )
 }
 
+/// `kiln run` of `rules` in `ns`, serving conversion (its keeper going
+/// round every 2 s).
+fn converting(rules: &str, ns: &str) -> KilnProcess {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}");
+    let args = [
+        "--conversion-addr",
+        &addr,
+        "--conversion-url",
+        &url,
+        "--conversion-namespace",
+        ns,
+        "--conversion-cert-validity",
+        "40s",
+        "--namespace",
+        ns,
+    ];
+    KilnProcess::start(rules, &args)
+}
+
+fn pointed(crd: &Value) -> bool {
+    crd["spec"]["conversion"]["strategy"] == "Webhook"
+}
+
+/// Waits until the CRD `name` is pointed at kiln's webhook.
+async fn pointed_at_kiln(client: &Client, name: &str) {
+    eventually("the CRD pointed at kiln", CONVERGE, || async {
+        let c = crds(client).get_opt(name).await.ok()??;
+        pointed(&serde_json::to_value(c).unwrap()).then_some(())
+    })
+    .await;
+}
+
+/// Points the CRD `name` away from any webhook, as another writer would.
+async fn unpoint(client: &Client, name: &str) {
+    let patch = json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
+    crds(client)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_keeper_never_points_a_crd_replaced_by_another_operators_at_kiln() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-replaced").await;
+    let pid = std::process::id();
+    let (replaced, sentinel) = (
+        format!("replaced{pid}.own.kiln.dev"),
+        format!("sentinel{pid}.own.kiln.dev"),
+    );
+    let (replaced_crd, sentinel_crd) = (format!("apps.{replaced}"), format!("apps.{sentinel}"));
+    // The keeper goes round the rules in this order.
+    let rules = format!(
+        "{}---\n{}",
+        app_rule("replaced", &replaced),
+        app_rule("sentinel", &sentinel)
+    );
+    let kiln = converting(&rules, ns.name());
+    pointed_at_kiln(&client, &replaced_crd).await;
+    pointed_at_kiln(&client, &sentinel_crd).await;
+    // Another operator deletes kiln's CRD and makes one of its own, while
+    // the rule runs.
+    crds(&client)
+        .delete(&replaced_crd, &Default::default())
+        .await
+        .unwrap();
+    eventually("the CRD gone", CONVERGE, || async {
+        match crds(&client).get_opt(&replaced_crd).await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let theirs = as_another_operator_makes_it(&app_rule("replaced", &replaced));
+    let made = create_foreign(&client, &theirs).await;
+    // Two rounds of the keeper since: the sentinel pointed again twice
+    // (the second round began after the foreign CRD was made).
+    for _ in 0..2 {
+        unpoint(&client, &sentinel_crd).await;
+        pointed_at_kiln(&client, &sentinel_crd).await;
+    }
+    let after = crd(&client, &replaced_crd).await;
+    assert!(!pointed(&after), "{}", after["spec"]["conversion"]);
+    assert_eq!(
+        after["metadata"]["resourceVersion"], made["metadata"]["resourceVersion"],
+        "nothing was written to the other operator's CRD"
+    );
+    drop(kiln);
+    for name in [replaced_crd, sentinel_crd] {
+        let _ = crds(&client).delete(&name, &Default::default()).await;
+    }
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn the_keeper_never_points_a_foreign_crd_at_kiln() {
     let client = support::admin_client().await;
@@ -361,44 +457,19 @@ async fn the_keeper_never_points_a_foreign_crd_at_kiln() {
     let made = create_foreign(&client, &foreign).await;
     assert_eq!(made["spec"]["conversion"]["strategy"], "None");
 
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
     let rules = format!(
         "{}---\n{}",
         app_rule("ours", &ours),
         app_rule("theirs", &theirs)
     );
-    let kiln = KilnProcess::start(
-        &rules,
-        &[
-            "--conversion-addr",
-            &addr,
-            "--conversion-url",
-            &url,
-            "--conversion-namespace",
-            ns.name(),
-            "--conversion-cert-validity",
-            "40s",
-            "--namespace",
-            ns.name(),
-        ],
-    );
+    let kiln = converting(&rules, ns.name());
     eventually("the foreign rule refused", CONVERGE, || async {
         let refused = kiln.metric("kiln_rule_edit_refused{rule=\"theirs\"}").await;
         (refused == Some(1.0)).then_some(())
     })
     .await;
     // kiln's own CRD is pointed at the webhook: the keeper has been round.
-    let pointed = |c: &Value| c["spec"]["conversion"]["strategy"] == "Webhook";
-    eventually("kiln's own CRD pointed at kiln", CONVERGE, || async {
-        let c = crds(&client)
-            .get_opt(&format!("apps.{ours}"))
-            .await
-            .ok()??;
-        pointed(&serde_json::to_value(c).unwrap()).then_some(())
-    })
-    .await;
+    pointed_at_kiln(&client, &format!("apps.{ours}")).await;
     let after = crd(&client, &format!("apps.{theirs}")).await;
     assert!(!pointed(&after), "{}", after["spec"]["conversion"]);
     assert_eq!(
