@@ -32,6 +32,8 @@ pub struct Api {
     pub storage_version: String,
     /// Whether a CRD change that breaks stored objects may be applied.
     pub allow_breaking_changes: bool,
+    /// Whether a CRD of this name that kiln did not create may be taken over.
+    pub adopt: bool,
     /// How objects convert between its versions (when it has several).
     pub conversions: Option<Arc<Conversions>>,
 }
@@ -131,6 +133,7 @@ pub fn compile(
         plural,
         storage_version: storage,
         allow_breaking_changes: raw.allow_breaking_changes,
+        adopt: raw.adopt,
         conversions: conversions.map(Arc::new),
     })
 }
@@ -158,6 +161,11 @@ fn names(raw: &RawApi, at: &[Step], errors: &mut Errors) {
                 "group `{}` needs a dot (e.g. `{}.example.com`): CRDs are named `<plural>.<group>`",
                 raw.group, raw.group
             ),
+        );
+    } else if raw.group == "kiln.dev" {
+        errors.push(
+            &group_at,
+            "group `kiln.dev` is kiln's own (its Rule resources); use a domain of your own",
         );
     } else if reserved(&raw.group) {
         errors.push(

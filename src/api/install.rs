@@ -1,11 +1,12 @@
-//! `kiln run` owns the CRDs its rules define: before a rule set starts (at
-//! start and on every reload) each new or changed rule's CRD is read,
-//! compared with what it would become ([`super::compat`]), applied by
-//! server-side apply under kiln's own field manager, and waited for until
-//! the API server serves it (Established). A change that would break
-//! stored objects refuses the whole set, before anything is written, unless
-//! the rule allows breaking changes. A CRD is never deleted: a rule that
-//! goes leaves its CRD, and says so.
+//! `kiln run` owns the CRDs its rules define: before a rule runs (at
+//! start, on every engine start and on every reload) its CRD is read and
+//! vetted, then applied by server-side apply under kiln's own field manager
+//! and waited for until the API server serves it (Established). A CRD kiln
+//! did not create is never written ([`super::provenance`]) unless the rule
+//! adopts it and nothing stored breaks; a change that would break stored
+//! objects ([`super::compat`]) is refused unless the rule allows breaking
+//! changes. A CRD is never deleted: a rule that goes leaves its CRD, and
+//! says so.
 
 use std::time::Duration;
 
@@ -16,10 +17,18 @@ use serde_json::Value;
 
 use super::Api;
 use super::compat::{self, Breaking};
+use super::crd::RULE_ANNOTATION;
+use super::provenance::{self, Manager, Whose};
 use crate::rules::{Diagnostic, Rule, RuleSet};
 
-/// The field manager kiln applies CRDs with.
+/// The field manager kiln applies CRDs with (with `--field-manager kiln`).
 pub const FIELD_MANAGER: &str = "kiln-api";
+
+/// The field manager of the CRDs of a kiln whose field manager is `engine`:
+/// `<engine>-api`, so two kilns never take each other's CRDs for their own.
+pub fn manager_of(engine: &str) -> String {
+    format!("{engine}-api")
+}
 
 /// How long a CRD may take to be Established.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -30,13 +39,43 @@ pub enum InstallError {
     /// The new CRD would break objects stored under the one in the cluster.
     #[error(
         "the new CustomResourceDefinition {crd} would break objects stored under the current one: {}; set spec.api.allowBreakingChanges: true to apply it anyway",
-        .changes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        joined(.changes)
     )]
     Breaking {
         /// The CRD's name.
         crd: String,
         /// Each breaking change.
         changes: Vec<Breaking>,
+    },
+    /// The CRD exists and kiln did not create it.
+    #[error(
+        "the CustomResourceDefinition {crd} exists and this kiln did not create it (no annotation {RULE_ANNOTATION} applied by its field manager {manager}); its field managers: {}. kiln writes no CRD it did not create: define another group or kind, or set spec.api.adopt: true to take this one over (applied only when no stored object breaks)",
+        super::provenance::list(.managers)
+    )]
+    Foreign {
+        /// The CRD's name.
+        crd: String,
+        /// kiln's own field manager for CRDs.
+        manager: String,
+        /// Who wrote it.
+        managers: Vec<Manager>,
+    },
+    /// Adopting the CRD would break objects stored under it.
+    #[error(
+        "adopting the CustomResourceDefinition {crd} would break objects stored under it: {}; a CRD is adopted only as it is or extended (spec.api.allowBreakingChanges does not apply to another owner's objects)",
+        joined(.changes)
+    )]
+    BreakingAdoption {
+        /// The CRD's name.
+        crd: String,
+        /// Each breaking change.
+        changes: Vec<Breaking>,
+    },
+    /// One of kiln's own CRDs.
+    #[error("the CustomResourceDefinition {crd} is kiln's own: no rule may define or adopt it")]
+    Reserved {
+        /// The CRD's name.
+        crd: String,
     },
     /// Reading the CRD in the cluster failed (the comparison cannot be made).
     #[error("reading CustomResourceDefinition {crd}: {source}")]
@@ -85,6 +124,14 @@ pub enum InstallError {
     },
 }
 
+fn joined(changes: &[Breaking]) -> String {
+    changes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The rules of `new` whose CRD must be applied: those that define an API
 /// and are new or changed since `old`.
 fn to_install<'a>(old: Option<&RuleSet>, new: &'a RuleSet) -> Vec<(&'a Rule, &'a Api)> {
@@ -103,7 +150,11 @@ impl InstallError {
     /// was slow), as opposed to an answer that will not change by itself.
     pub fn transient(&self) -> bool {
         match self {
-            Self::Breaking { .. } | Self::NeedsWebhook { .. } => false,
+            Self::Breaking { .. }
+            | Self::Foreign { .. }
+            | Self::BreakingAdoption { .. }
+            | Self::Reserved { .. }
+            | Self::NeedsWebhook { .. } => false,
             Self::Read { source, .. } | Self::Apply { source, .. } => match source {
                 kube::Error::Api(status) => {
                     status.code >= 500 || status.code == 429 || status.code == 409
@@ -125,40 +176,191 @@ pub struct Refusal {
     pub transient: bool,
 }
 
-/// Installs the CRDs of the new and changed rules of `new` (every one at
-/// start, when `old` is `None`): all are checked first, then all applied
-/// and waited for. The problems, as diagnostics on their rules, refuse the
-/// set.
+impl Refusal {
+    fn of(problems: &[(&Rule, InstallError)]) -> Result<(), Self> {
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Self {
+            transient: problems.iter().all(|(_, e)| e.transient()),
+            diagnostics: problems.iter().map(|(r, e)| diagnostic(r, e)).collect(),
+        })
+    }
+}
+
+/// What a vetted CRD may be applied over: nothing (it is created), or the
+/// CRD read, at the resource version read.
+pub struct Vetted(Option<String>);
+
+/// Installs the CRDs of rules as one kiln: its field manager for CRDs.
+#[derive(Clone)]
+pub struct Installer {
+    crds: KubeApi<CustomResourceDefinition>,
+    manager: String,
+}
+
+impl Installer {
+    /// Installs through `client` as `manager` ([`manager_of`] kiln's field manager).
+    pub fn new(client: &Client, manager: impl Into<String>) -> Self {
+        Self {
+            crds: KubeApi::all(client.clone()),
+            manager: manager.into(),
+        }
+    }
+
+    /// Checks, reading the CRD in the cluster, that `api`'s CRD may be
+    /// written: absent, or this kiln's and not broken by the change (unless
+    /// the rule allows breaking changes), or adopted by the rule without
+    /// breaking anything stored. Writes nothing.
+    pub async fn vet(&self, api: &Api) -> Result<Vetted, InstallError> {
+        let crd = api.name();
+        let read = self.crds.get_opt(&crd).await;
+        let current = read.map_err(|source| InstallError::Read {
+            crd: crd.clone(),
+            source,
+        })?;
+        let Some(current) = current else {
+            return Ok(Vetted(None));
+        };
+        let version = current.metadata.resource_version.clone();
+        let current = serde_json::to_value(&current).unwrap_or(Value::Null);
+        let changes = compat::breaking(&current, api);
+        match provenance::whose(&current, &self.manager) {
+            Whose::Reserved => Err(InstallError::Reserved { crd }),
+            Whose::Foreign(managers) if !api.adopt => Err(InstallError::Foreign {
+                crd,
+                manager: self.manager.clone(),
+                managers,
+            }),
+            Whose::Foreign(_) if !changes.is_empty() => {
+                Err(InstallError::BreakingAdoption { crd, changes })
+            }
+            Whose::Kilns if !changes.is_empty() && !api.allow_breaking_changes => {
+                Err(InstallError::Breaking { crd, changes })
+            }
+            Whose::Foreign(_) | Whose::Kilns => Ok(Vetted(version)),
+        }
+    }
+
+    /// Vets `api`'s CRD, applies it over what was vetted and waits until it
+    /// is served.
+    pub async fn install(&self, api: &Api) -> Result<(), InstallError> {
+        let vetted = self.vet(api).await?;
+        self.apply(api, vetted).await
+    }
+
+    /// Vets the CRDs of the new and changed rules of `new` (every one when
+    /// `old` is `None`); writes nothing. The problems, as diagnostics on
+    /// their rules, refuse the set.
+    pub async fn vet_set(&self, old: Option<&RuleSet>, new: &RuleSet) -> Result<(), Refusal> {
+        let mut problems = Vec::new();
+        for (rule, api) in to_install(old, new) {
+            if let Err(e) = self.vet(api).await {
+                problems.push((rule, e));
+            }
+        }
+        Refusal::of(&problems)
+    }
+
+    /// Installs the CRDs of the new and changed rules of `new` (every one
+    /// when `old` is `None`): all are vetted first, then all applied and
+    /// waited for. The problems, as diagnostics on their rules, refuse the
+    /// set.
+    pub async fn install_set(&self, old: Option<&RuleSet>, new: &RuleSet) -> Result<(), Refusal> {
+        let install = to_install(old, new);
+        let mut problems = Vec::new();
+        let mut vetted = Vec::new();
+        for (rule, api) in &install {
+            match self.vet(api).await {
+                Ok(v) => vetted.push(v),
+                Err(e) => problems.push((*rule, e)),
+            }
+        }
+        if problems.is_empty() {
+            for ((rule, api), v) in install.iter().zip(vetted) {
+                if let Err(e) = self.apply(api, v).await {
+                    problems.push((*rule, e));
+                }
+            }
+        }
+        Refusal::of(&problems)?;
+        for (name, crd) in left_behind(old, new) {
+            tracing::info!(rule = %name, crd = %crd, "the rule that defined this CustomResourceDefinition is gone; the CRD and its objects stay (kiln never deletes a CRD)");
+        }
+        Ok(())
+    }
+
+    /// Applies the CRD over the one vetted (conditioned on its resource
+    /// version: a CRD replaced since is not written) and waits until it is
+    /// served.
+    async fn apply(&self, api: &Api, vetted: Vetted) -> Result<(), InstallError> {
+        let crd = api.name();
+        let params = PatchParams::apply(&self.manager).force();
+        let mut body = api.crd.clone();
+        if let Some(version) = vetted.0 {
+            body["metadata"]["resourceVersion"] = Value::String(version);
+        }
+        if api.conversions.is_some() {
+            // Several versions: pointed at the conversion webhook this process
+            // serves, once it serves its certificate, so no object is
+            // converted without it (or through a webhook that cannot answer).
+            let ready = super::webhook::ready_conversion(ESTABLISH_TIMEOUT).await;
+            match ready {
+                Ok(Some(conversion)) => body["spec"]["conversion"] = conversion,
+                Ok(None) => {
+                    let why = super::served::needs_webhook(api, super::served::RUN_FLAGS);
+                    let why = why.unwrap_or_default();
+                    return Err(InstallError::NeedsWebhook { crd, why });
+                }
+                Err(source) => return Err(InstallError::NoConversion { crd, source }),
+            }
+        }
+        self.crds
+            .patch(&crd, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|source| InstallError::Apply {
+                crd: crd.clone(),
+                source,
+            })?;
+        self.established(&crd).await
+    }
+
+    /// Waits until the CRD is served.
+    async fn established(&self, crd: &str) -> Result<(), InstallError> {
+        let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
+        loop {
+            let now = self
+                .crds
+                .get(crd)
+                .await
+                .map_err(|source| InstallError::Read {
+                    crd: crd.to_string(),
+                    source,
+                })?;
+            let crd = crd.to_string();
+            match established(&now) {
+                Ok(true) => return Ok(()),
+                Err(why) => return Err(InstallError::NotEstablished { crd, why }),
+                Ok(false) if tokio::time::Instant::now() > deadline => {
+                    let why = format!("not Established after {}s", ESTABLISH_TIMEOUT.as_secs());
+                    return Err(InstallError::NotEstablished { crd, why });
+                }
+                Ok(false) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+}
+
+/// Installs the CRDs of the new and changed rules of `new` as kiln's
+/// default field manager ([`Installer::install_set`]).
 pub async fn install_set(
     client: &Client,
     old: Option<&RuleSet>,
     new: &RuleSet,
 ) -> Result<(), Refusal> {
-    let crds: KubeApi<CustomResourceDefinition> = KubeApi::all(client.clone());
-    let install = to_install(old, new);
-    let mut problems = Vec::new();
-    for (rule, api) in &install {
-        if let Err(e) = check(&crds, api).await {
-            problems.push((*rule, e));
-        }
-    }
-    if problems.is_empty() {
-        for (rule, api) in &install {
-            if let Err(e) = apply(&crds, api).await {
-                problems.push((*rule, e));
-            }
-        }
-    }
-    if !problems.is_empty() {
-        return Err(Refusal {
-            transient: problems.iter().all(|(_, e)| e.transient()),
-            diagnostics: problems.iter().map(|(r, e)| diagnostic(r, e)).collect(),
-        });
-    }
-    for (name, crd) in left_behind(old, new) {
-        tracing::info!(rule = %name, crd = %crd, "the rule that defined this CustomResourceDefinition is gone; the CRD and its objects stay (kiln never deletes a CRD)");
-    }
-    Ok(())
+    Installer::new(client, FIELD_MANAGER)
+        .install_set(old, new)
+        .await
 }
 
 /// Rules of `old` whose API no rule of `new` defines: (rule, CRD name).
@@ -176,101 +378,9 @@ fn left_behind(old: Option<&RuleSet>, new: &RuleSet) -> Vec<(String, String)> {
         .collect()
 }
 
-/// At start: installs the CRDs of `set` in the background, trying again
-/// (with backoff) while the API server cannot be reached, so that kiln
-/// starts and its rules wait for their kinds meanwhile. A refusal is
-/// logged: the CRD in the cluster stays as it is.
-pub async fn until_installed(client: Client, set: RuleSet) {
-    let mut delay = Duration::from_secs(1);
-    loop {
-        match install_set(&client, None, &set).await {
-            Ok(()) => return,
-            Err(refusal) => {
-                for d in &refusal.diagnostics {
-                    tracing::error!(location = %d.location(), "{}", d.message);
-                }
-                if !refusal.transient {
-                    tracing::error!(
-                        "the CRDs of the rules were not applied; the rules run on the CRDs in the cluster"
-                    );
-                    return;
-                }
-                tracing::warn!(retry_in = ?delay, "the CRDs of the rules could not be applied yet");
-            }
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(60));
-    }
-}
-
-fn diagnostic(rule: &Rule, e: &InstallError) -> Diagnostic {
+/// `e` as a diagnostic on `rule`'s `spec.api`.
+pub fn diagnostic(rule: &Rule, e: &InstallError) -> Diagnostic {
     Diagnostic::new(&rule.file, "", None, "spec.api".into(), e.to_string()).in_rule(&rule.name)
-}
-
-/// Refuses a CRD change that would break stored objects.
-async fn check(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<(), InstallError> {
-    let crd = api.name();
-    let current = crds
-        .get_opt(&crd)
-        .await
-        .map_err(|source| InstallError::Read {
-            crd: crd.clone(),
-            source,
-        })?;
-    let Some(current) = current else {
-        return Ok(());
-    };
-    let current = serde_json::to_value(&current).unwrap_or(Value::Null);
-    let changes = compat::breaking(&current, api);
-    if changes.is_empty() || api.allow_breaking_changes {
-        return Ok(());
-    }
-    Err(InstallError::Breaking { crd, changes })
-}
-
-/// Applies the CRD and waits until it is served.
-async fn apply(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<(), InstallError> {
-    let crd = api.name();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mut body = api.crd.clone();
-    if api.conversions.is_some() {
-        // Several versions: pointed at the conversion webhook this process
-        // serves, once it serves its certificate, so no object is
-        // converted without it (or through a webhook that cannot answer).
-        let ready = super::webhook::ready_conversion(ESTABLISH_TIMEOUT).await;
-        match ready {
-            Ok(Some(conversion)) => body["spec"]["conversion"] = conversion,
-            Ok(None) => {
-                let why = super::served::needs_webhook(api, super::served::RUN_FLAGS);
-                let why = why.unwrap_or_default();
-                return Err(InstallError::NeedsWebhook { crd, why });
-            }
-            Err(source) => return Err(InstallError::NoConversion { crd, source }),
-        }
-    }
-    crds.patch(&crd, &params, &Patch::Apply(&body))
-        .await
-        .map_err(|source| InstallError::Apply {
-            crd: crd.clone(),
-            source,
-        })?;
-    let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
-    loop {
-        let now = crds.get(&crd).await.map_err(|source| InstallError::Read {
-            crd: crd.clone(),
-            source,
-        })?;
-        let served = established(&now);
-        match served {
-            Ok(true) => return Ok(()),
-            Err(why) => return Err(InstallError::NotEstablished { crd, why }),
-            Ok(false) if tokio::time::Instant::now() > deadline => {
-                let why = format!("not Established after {}s", ESTABLISH_TIMEOUT.as_secs());
-                return Err(InstallError::NotEstablished { crd, why });
-            }
-            Ok(false) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 /// Whether the API server serves the CRD (its names accepted and

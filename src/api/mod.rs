@@ -16,6 +16,7 @@ pub mod crd;
 pub mod defaults;
 pub mod install;
 mod markers;
+pub mod provenance;
 pub mod refs;
 pub mod roundtrip;
 pub mod rule;

@@ -35,6 +35,15 @@ pub struct RawApi {
     /// `false`: such a change is refused and the last good rules keep running.
     #[serde(default)]
     pub allow_breaking_changes: bool,
+    /// Take over a CustomResourceDefinition of this name that kiln did not
+    /// create (another operator's, another kiln's, or one applied by hand).
+    /// Default `false`: kiln writes no CRD it did not create, and such a rule
+    /// is refused with the CRD's field managers named. Adopted only when the
+    /// new CRD breaks no object stored under the existing one
+    /// (`allowBreakingChanges` does not apply); from then on the CRD is
+    /// kiln's. Kiln's own CRDs (`rules.kiln.dev`) are never adopted.
+    #[serde(default)]
+    pub adopt: bool,
 }
 
 /// Whether the kind's objects live in namespaces.

@@ -153,6 +153,7 @@ async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Opti
         namespace: "default".into(),
         secret: webhook::DEFAULT_SECRET.into(),
         validity: Duration::from_secs(365 * 24 * 3600),
+        crd_manager: kiln::api::install::FIELD_MANAGER.into(),
     };
     let rules = CurrentRules::new(set.clone());
     let serving = webhook::start(client.clone(), settings, rules, Arc::new(Metrics::new()))

@@ -31,7 +31,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let conversion = super::webhook::settings(&args.conversion, own_namespace())?;
+    let mut conversion = super::webhook::settings(&args.conversion, own_namespace())?;
+    if let Some(settings) = &mut conversion {
+        settings.crd_manager = kiln::api::install::manager_of(&args.engine.field_manager);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -150,7 +153,10 @@ fn first_loader(
     options.serves_conversion = args.conversion.conversion_addr.0.is_some();
     // Deleting every Rule resource is a choice, not a vanished file.
     options.allow_empty |= args.source.rules_from_cluster;
-    let checker = || Checker::new(client.clone(), args.engine.namespaces.clone());
+    let checker = || {
+        Checker::new(client.clone(), args.engine.namespaces.clone())
+            .installing_as(&kiln::api::install::manager_of(&args.engine.field_manager))
+    };
     let metrics = probe.metrics.clone();
     if let Ok(Some(saved)) = last {
         match Loader::resume(saved.clone(), options.clone(), metrics.clone(), teller()) {
@@ -331,12 +337,9 @@ impl Active {
         if let Some(fence) = fence {
             engine.set_fence(fence);
         }
+        // A rule defining an API starts once the loader has installed its
+        // CRD again for this engine (and never when it is refused).
         let follower = Follower::start(engine.clone(), &self.rules, self.prune_on_rule_removal);
-        // The CRDs the rules define; each such rule waits for its kind meanwhile.
-        tokio::spawn(kiln::api::install::until_installed(
-            self.client.clone(),
-            follower.running().clone(),
-        ));
         probe.set_engine(Some(engine.clone()));
         let names: Vec<&str> = follower
             .running()

@@ -21,6 +21,7 @@ pub fn settings(args: &ConversionArgs, own_namespace: String) -> anyhow::Result<
         namespace: args.conversion_namespace.clone().unwrap_or(own_namespace),
         secret: args.conversion_secret.clone(),
         validity: args.conversion_cert_validity,
+        crd_manager: kiln::api::install::FIELD_MANAGER.into(),
     }))
 }
 

@@ -1,13 +1,14 @@
 //! One engine kept on the current rule set: started on it, then changed
 //! rule by rule as the set changes (unchanged rules are not touched,
 //! removed rules stop, new rules start, changed rules are swapped and
-//! re-reconcile every primary once).
+//! re-reconcile every primary once). A rule defining an API starts once
+//! the loader has installed its CRD since this engine started.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::current::CurrentRules;
+use super::current::{Current, CurrentRules};
 use super::plan::plan;
 use crate::engine::Engine;
 use crate::rules::RuleSet;
@@ -15,22 +16,28 @@ use crate::rules::RuleSet;
 /// Applies the current rule set's changes to one engine.
 pub struct Follower {
     engine: Arc<Engine>,
-    changes: watch::Receiver<Arc<RuleSet>>,
+    changes: watch::Receiver<Current>,
     running: Arc<RuleSet>,
+    /// The round this engine started in.
+    round: u64,
     prune_on_rule_removal: bool,
 }
 
 impl Follower {
-    /// Starts every current rule on `engine`; with `prune_on_rule_removal`,
-    /// a rule removed later has its children deleted.
+    /// Starts every current rule that may run on `engine` (beginning a
+    /// round: a rule defining an API waits until its CRD is installed
+    /// again); with `prune_on_rule_removal`, a rule removed later has its
+    /// children deleted.
     pub fn start(engine: Arc<Engine>, rules: &CurrentRules, prune_on_rule_removal: bool) -> Self {
+        let round = rules.begin_round();
         let mut changes = rules.subscribe();
-        let running = changes.borrow_and_update().clone();
+        let running = Arc::new(changes.borrow_and_update().runnable(round));
         engine.start_all(&running);
         Self {
             engine,
             changes,
             running,
+            round,
             prune_on_rule_removal,
         }
     }
@@ -50,8 +57,8 @@ impl Follower {
                     if changed.is_err() {
                         return;
                     }
-                    let next = self.changes.borrow_and_update().clone();
-                    self.apply(next).await;
+                    let next = self.changes.borrow_and_update().runnable(self.round);
+                    self.apply(Arc::new(next)).await;
                 }
             }
         }
@@ -59,6 +66,11 @@ impl Follower {
 
     async fn apply(&mut self, set: Arc<RuleSet>) {
         let plan = plan(&self.running, &set);
+        if plan.stop.is_empty() && plan.replace.is_empty() && plan.start.is_empty() {
+            // Only which CRDs are installed changed, or nothing.
+            self.running = set;
+            return;
+        }
         for name in &plan.stop {
             self.engine.remove(name, self.prune_on_rule_removal).await;
         }

@@ -3,12 +3,19 @@
 //! logged, counted and told), its new and changed rules are checked against
 //! the cluster (kinds, status schema, permissions; a set the cluster does
 //! not let run waits, told and checked again, while the last good set keeps
-//! running) and, once good, it becomes the current rule set.
+//! running), their CRDs are applied last, and, once good, it becomes the
+//! current rule set. Each engine start installs the current rules' CRDs
+//! again, rule by rule ([`round`]).
+
+mod round;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::accepted::{self, Accepted};
 use super::current::CurrentRules;
@@ -72,6 +79,10 @@ pub struct Loader {
     /// What was refused while this replica did not speak (a standby, or
     /// the first load before the engine runs): told once it does.
     untold: Vec<Diagnostic>,
+    /// The engine starts to install the CRDs for, when checking.
+    rounds: Option<watch::Receiver<u64>>,
+    /// How soon CRDs the API server could not answer for are tried again.
+    install_retry: Option<Duration>,
 }
 
 /// A set waiting for the cluster: the rules, what they are, what was
@@ -159,6 +170,8 @@ impl Loader {
             first_refused: Some(Vec::new()),
             saving: None,
             untold: Vec::new(),
+            rounds: None,
+            install_retry: None,
         }
     }
 
@@ -181,10 +194,13 @@ impl Loader {
     }
 
     /// Checks every new or changed rule with `checker` before it replaces
-    /// the running one.
+    /// the running one, and installs the CRDs of the current rules at each
+    /// engine start: a rule defining an API runs once its CRD is installed.
     #[must_use]
     pub fn checking(mut self, checker: Checker) -> Self {
         self.checker = Some(checker);
+        self.rules.gate();
+        self.rounds = Some(self.rules.rounds());
         self
     }
 
@@ -242,12 +258,16 @@ impl Loader {
         self.tell_first().await;
         let mut census = tokio::time::interval(super::status::REFRESH);
         let mut saves = tokio::time::interval(SAVE_EVERY);
+        let mut rounds = self.rounds.take();
         loop {
             let waiting = self.pending.is_some();
             let reporting = self.status.is_some();
             let saving = self.saving.is_some();
+            let retry = self.install_retry;
             tokio::select! {
                 () = &mut shutdown => return,
+                () = round::next(rounds.as_mut()) => self.install_round().await,
+                () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => self.install_round().await,
                 _ = census.tick(), if reporting => {
                     if let Some(status) = &mut self.status {
                         status.refresh().await;
@@ -367,8 +387,11 @@ impl Loader {
     }
 
     /// A composed set (`refused`: what was refused composing it): current
-    /// once the cluster lets its new and changed rules run. A rule whose
-    /// CRD change is refused keeps its running version, alone.
+    /// once the cluster lets its new and changed rules run. Every check
+    /// that can hold it back runs before its CRDs are applied, the last
+    /// step: a set held back has written nothing. A rule whose CRD is
+    /// refused (not kiln's, or a change that would break stored objects)
+    /// keeps its running version, alone.
     async fn offer(&mut self, set: RuleSet, accepted: Accepted, mut refused: Vec<Diagnostic>) {
         let Some(checker) = self.checker.clone() else {
             return self.accept(set, accepted, &refused, &[]).await;
@@ -377,42 +400,34 @@ impl Loader {
         let (mut set, mut accepted) = (set, accepted);
         // Each round drops or replaces at least one rule, so it ends.
         for _ in 0..=set.rules.len() {
-            let Err(refusal) = checker.install(&running, &set).await else {
-                let findings = checker.check(&running, &set).await;
-                if findings.iter().any(Finding::blocks) {
-                    return self
-                        .wait_for(Pending {
-                            set,
-                            accepted,
-                            refused,
-                            findings,
-                        })
-                        .await;
+            let findings = match judge(&checker, &running, &set).await {
+                Judged::Runs(findings) => {
+                    return self.accept(set, accepted, &refused, &findings).await;
                 }
-                return self.accept(set, accepted, &refused, &findings).await;
-            };
-            if refusal.transient {
+                Judged::Waits(findings) => findings,
                 // The API server could not answer: checked again.
-                let findings = uninstalled(&refusal);
-                return self
-                    .wait_for(Pending {
-                        set,
-                        accepted,
-                        refused,
-                        findings,
-                    })
-                    .await;
-            }
-            // A CRD change that would break stored objects: as invalid as
-            // a broken rule, for that rule only.
-            self.refuse(&refusal.diagnostics).await;
-            let blamed: BTreeSet<String> = by_rule(&refusal.diagnostics).into_keys().collect();
-            refused.extend(refusal.diagnostics);
-            let narrowed = accepted.replacing(&blamed, &self.accepted);
-            match narrowed.compile() {
-                Ok(fewer) if narrowed != accepted => (set, accepted) = (fewer, narrowed),
-                _ => break,
-            }
+                Judged::Uninstalled(refusal) if refusal.transient => uninstalled(&refusal),
+                Judged::Uninstalled(refusal) => {
+                    // As invalid as a broken rule, for that rule only.
+                    self.refuse(&refusal.diagnostics).await;
+                    let blamed: BTreeSet<String> =
+                        by_rule(&refusal.diagnostics).into_keys().collect();
+                    refused.extend(refusal.diagnostics);
+                    let narrowed = accepted.replacing(&blamed, &self.accepted);
+                    match narrowed.compile() {
+                        Ok(fewer) if narrowed != accepted => (set, accepted) = (fewer, narrowed),
+                        _ => break,
+                    }
+                    continue;
+                }
+            };
+            let pending = Pending {
+                set,
+                accepted,
+                refused,
+                findings,
+            };
+            return self.wait_for(pending).await;
         }
         // Nothing of it can run: the running rules stay as they are.
         self.mark_refused(by_rule(&refused).into_keys().collect());
@@ -509,7 +524,20 @@ impl Loader {
             rules = ?names, kiln_rules_loaded = set.rules.len(),
             kiln_rules_reload_total_success = m.reloads("success"), "rules reloaded"
         );
-        self.rules.set(set);
+        let running = self.rules.get();
+        let installed: Vec<String> = set
+            .rules
+            .iter()
+            .filter(|r| r.api.is_some())
+            .filter(|r| {
+                running
+                    .get(&r.name)
+                    .is_none_or(|o| o.fingerprint != r.fingerprint)
+            })
+            .map(|r| r.name.clone())
+            .collect();
+        let round = self.rules.round();
+        self.rules.set(set, &installed, round);
         self.accepted = accepted;
     }
 
@@ -585,6 +613,33 @@ fn by_rule(diagnostics: &[Diagnostic]) -> BTreeMap<String, Vec<String>> {
         out.entry(rule).or_default().push(problem);
     }
     out
+}
+
+/// What the cluster says of a new rule set.
+enum Judged {
+    /// Its new and changed rules may run (some waiting for their kinds),
+    /// and their CRDs are applied.
+    Runs(Vec<Finding>),
+    /// It waits for the cluster; nothing was written.
+    Waits(Vec<Finding>),
+    /// Its CRDs may not (or could not) be written.
+    Uninstalled(crate::api::install::Refusal),
+}
+
+/// Asks the cluster about `set`: its CRDs vetted, then its kinds,
+/// status schemas and permissions checked; only then are its CRDs applied.
+async fn judge(checker: &Checker, running: &RuleSet, set: &RuleSet) -> Judged {
+    if let Err(refusal) = checker.vet(running, set).await {
+        return Judged::Uninstalled(refusal);
+    }
+    let findings = checker.check(running, set).await;
+    if findings.iter().any(Finding::blocks) {
+        return Judged::Waits(findings);
+    }
+    match checker.install(running, set).await {
+        Ok(()) => Judged::Runs(findings),
+        Err(refusal) => Judged::Uninstalled(refusal),
+    }
 }
 
 /// A transient failure to install the CRDs of a set, as what blocks it.

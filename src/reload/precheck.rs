@@ -4,7 +4,10 @@
 //! SelfSubjectAccessReview per verb, resource and namespace, the verbs
 //! `kiln rbac` would grant). What cannot be known (a read that failed, a CRD
 //! kiln may not read) blocks like what is known to be wrong: the loader
-//! keeps the last good rules and checks again, rather than guessing.
+//! keeps the last good rules and checks again, rather than guessing. The
+//! kinds a rule defines itself (`spec.api`) are taken from its own CRD,
+//! which is applied only once every check holds ([`Checker::install`]), so
+//! an edit held back writes nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +19,10 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
+use crate::api::Api as RuleApi;
+use crate::api::install::{Installer, Refusal};
 use crate::engine::cache::kinds::{Kind, KindError, Kinds};
+use crate::engine::decision::schema::{SchemaError, StatusSchema, StatusWrites, status_writes};
 use crate::engine::{SchemaRead, kinds_of, status_schema};
 use crate::rbac::{Grants, guess_plural, rule_grants};
 use crate::rules::{Gvk, Rule, RuleSet};
@@ -73,24 +79,44 @@ impl std::fmt::Display for Finding {
 pub struct Checker {
     client: Client,
     namespaces: Vec<String>,
+    installer: Installer,
 }
 
 impl Checker {
-    /// Checks with `client`, for an engine watching `namespaces` (empty: all).
+    /// Checks with `client`, for an engine watching `namespaces` (empty:
+    /// all); installs CRDs as kiln's default field manager.
     pub fn new(client: Client, namespaces: Vec<String>) -> Self {
-        Self { client, namespaces }
+        let installer = Installer::new(&client, crate::api::install::FIELD_MANAGER);
+        Self {
+            client,
+            namespaces,
+            installer,
+        }
+    }
+
+    /// Installs CRDs as `manager` (`<--field-manager>-api`).
+    #[must_use]
+    pub fn installing_as(mut self, manager: &str) -> Self {
+        self.installer = Installer::new(&self.client, manager);
+        self
+    }
+
+    /// What installs the rules' CRDs.
+    pub fn installer(&self) -> &Installer {
+        &self.installer
+    }
+
+    /// Vets the CRDs that the new and changed rules of `candidate` define
+    /// against those in the cluster (whose each is, what the change would
+    /// break), writing nothing.
+    pub async fn vet(&self, running: &RuleSet, candidate: &RuleSet) -> Result<(), Refusal> {
+        self.installer.vet_set(Some(running), candidate).await
     }
 
     /// Installs the CRDs that the new and changed rules of `candidate`
-    /// define (checked against the CRDs in the cluster first: a change that
-    /// would break stored objects refuses the set), so that their kinds are
-    /// served when the rules are checked.
-    pub async fn install(
-        &self,
-        running: &RuleSet,
-        candidate: &RuleSet,
-    ) -> Result<(), crate::api::install::Refusal> {
-        crate::api::install::install_set(&self.client, Some(running), candidate).await
+    /// define (vetted again first): the last step before the set runs.
+    pub async fn install(&self, running: &RuleSet, candidate: &RuleSet) -> Result<(), Refusal> {
+        self.installer.install_set(Some(running), candidate).await
     }
 
     /// The findings about every rule of `candidate` that is new or changed
@@ -102,13 +128,19 @@ impl Checker {
         let mut findings = Vec::new();
         for (names, new) in [(&plan.start, true), (&plan.replace, false)] {
             for rule in names.iter().filter_map(|n| candidate.get(n)) {
-                findings.extend(self.check_rule(&kinds, rule, new).await);
+                findings.extend(self.check_rule(&kinds, candidate, rule, new).await);
             }
         }
         findings
     }
 
-    async fn check_rule(&self, kinds: &Kinds, rule: &Arc<Rule>, new: bool) -> Vec<Finding> {
+    async fn check_rule(
+        &self,
+        kinds: &Kinds,
+        candidate: &RuleSet,
+        rule: &Arc<Rule>,
+        new: bool,
+    ) -> Vec<Finding> {
         let blocks = |why: String| Finding::Blocks {
             rule: rule.name.clone(),
             why,
@@ -117,6 +149,10 @@ impl Checker {
         let mut missing = Vec::new();
         let mut out = Vec::new();
         for gvk in kinds_of(rule) {
+            if let Some((_, kind)) = defined(candidate, &gvk) {
+                resolved.insert(gvk, Arc::new(kind));
+                continue;
+            }
             match kinds.resolve(&gvk).await {
                 Ok(kind) => {
                     resolved.insert(gvk, kind);
@@ -139,7 +175,14 @@ impl Checker {
             });
             return out;
         }
-        if let Some(primary) = resolved.get(&rule.primary.gvk) {
+        // A kind the set defines is checked against the CRD the set applies.
+        if let Some((api, primary)) = defined(candidate, &rule.primary.gvk) {
+            out.extend(
+                own_status(rule, api, &primary)
+                    .err()
+                    .map(|e| blocks(e.to_string())),
+            );
+        } else if let Some(primary) = resolved.get(&rule.primary.gvk) {
             match status_schema(rule, &self.client, primary).await {
                 Ok(_) => {}
                 Err(SchemaRead::Refused(why)) => out.push(blocks(why.to_string())),
@@ -224,6 +267,49 @@ impl Checker {
         let answer = api.create(&PostParams::default(), &review).await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
+}
+
+/// `gvk` as the API a rule of `set` defines will serve it (once its CRD is
+/// applied, the last step of a reload), with that API.
+fn defined<'a>(set: &'a RuleSet, gvk: &Gvk) -> Option<(&'a RuleApi, Kind)> {
+    let api = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_deref())
+        .find(|a| a.group == gvk.group && a.kind == gvk.kind)?;
+    let version = api.crd["spec"]["versions"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == gvk.version.as_str() && v["served"] == true)?;
+    let kind = Kind {
+        gvk: gvk.clone(),
+        ar: kube::api::ApiResource {
+            group: api.group.clone(),
+            version: gvk.version.clone(),
+            api_version: gvk.api_version(),
+            kind: api.kind.clone(),
+            plural: api.plural.clone(),
+        },
+        namespaced: api.crd["spec"]["scope"] == "Namespaced",
+        has_status: version["subresources"].get("status").is_some(),
+    };
+    Some((api, kind))
+}
+
+/// Whether the status schema of the CRD `api` defines declares what `rule`
+/// writes on `primary`.
+fn own_status(rule: &Rule, api: &RuleApi, primary: &Kind) -> Result<(), SchemaError> {
+    // A CRD defines it: its status is written when it has the subresource.
+    if status_writes(&primary.gvk, primary.has_status, true) != StatusWrites::Yes {
+        return Ok(());
+    }
+    let version = &primary.gvk.version;
+    StatusSchema::from_crd(&api.crd, version)?.check(
+        &api.name(),
+        version,
+        &rule.status_fields,
+        !rule.conditions.is_empty(),
+    )
 }
 
 /// One question for the API server: may kiln do this?

@@ -112,6 +112,14 @@ impl StatusWriter {
         self.refresh().await;
     }
 
+    /// The rules named no longer run (refused after they were loaded: their
+    /// CRD at an engine start).
+    pub fn stopped(&mut self, names: &[String]) {
+        for name in names {
+            self.running.remove(name);
+        }
+    }
+
     /// Writes each Rule's status with its counts as they are now, where it
     /// changed.
     pub async fn refresh(&mut self) {

@@ -22,6 +22,7 @@ mod chaospod;
 mod chart;
 mod collections;
 mod conversion;
+mod crd_ownership;
 mod cronjob;
 mod declarative;
 mod decorators;

@@ -6,7 +6,9 @@
 //! already trusts its CA. The first certificate is served before any CRD
 //! is pointed at the webhook (and before the installer may create one
 //! with `spec.conversion`), so the API server never reaches a listener
-//! without one.
+//! without one. Only CRDs this kiln created (or adopted) are pointed
+//! ([`crate::api::provenance`]): a CRD of that name that is someone else's
+//! is left as it is, whatever the rules say.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,7 @@ use serde_json::{Value, json};
 use super::certs::Material;
 use super::server::{self, Certificate, Serving};
 use super::{RulesLookup, Settings, secret, set_conversion};
+use crate::api::provenance::{Whose, whose};
 use crate::metrics::Metrics;
 use crate::reload::CurrentRules;
 
@@ -75,7 +78,7 @@ async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc
                 }
                 if serving.is_some() {
                     set_conversion(conversion.clone());
-                    settled = point_crds(&crds, &rules, &conversion).await;
+                    settled = point_crds(&crds, &rules, &conversion, &settings.crd_manager).await;
                 }
                 if serving.as_ref().is_some_and(|s| s != &material) {
                     // Renewed: the CRDs trust the new CA (the bundle keeps
@@ -122,12 +125,13 @@ fn serve(cert: &Certificate, material: Material) -> Option<Material> {
 }
 
 /// Sets `spec.conversion` on every CRD of the running rules that has
-/// several versions, where it differs; whether every one is pointed (a CRD
-/// not created yet is not).
+/// several versions and is kiln's (created or adopted as `manager`), where
+/// it differs; whether every one is pointed (a CRD not created yet is not).
 async fn point_crds(
     crds: &KubeApi<CustomResourceDefinition>,
     rules: &CurrentRules,
     conversion: &Value,
+    manager: &str,
 ) -> bool {
     let mut settled = true;
     let set = rules.get();
@@ -139,7 +143,7 @@ async fn point_crds(
         .map(|a| a.name());
     for name in names {
         let now = match crds.get_opt(&name).await {
-            Ok(Some(crd)) => serde_json::to_value(&crd.spec.conversion).unwrap_or(Value::Null),
+            Ok(Some(crd)) => serde_json::to_value(&crd).unwrap_or(Value::Null),
             Ok(None) => {
                 settled = false;
                 continue;
@@ -150,13 +154,19 @@ async fn point_crds(
                 continue;
             }
         };
-        if &now == conversion {
+        if !matches!(whose(&now, manager), Whose::Kilns) {
+            tracing::warn!(crd = %name, "the CRD is not kiln's (kiln did not create it): not pointed at the conversion webhook");
+            continue;
+        }
+        if &now["spec"]["conversion"] == conversion {
             continue;
         }
         let patch = json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": name},
+            // Only the CRD read (and found kiln's): a CRD replaced since is
+            // not written.
+            "metadata": {"name": name, "resourceVersion": now["metadata"]["resourceVersion"]},
             "spec": {"conversion": conversion},
         });
         let params = PatchParams::apply(FIELD_MANAGER).force();

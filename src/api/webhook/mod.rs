@@ -105,6 +105,9 @@ pub struct Settings {
     pub secret: String,
     /// How long a certificate is valid (renewed after two thirds).
     pub validity: Duration,
+    /// kiln's field manager for CRDs: only a CRD it created (or adopted) is
+    /// pointed at the webhook.
+    pub crd_manager: String,
 }
 
 /// The `spec.conversion` this process points CRDs at, once its
