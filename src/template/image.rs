@@ -36,9 +36,10 @@ pub fn parse(text: &str) -> Result<ImageRef<'_>, String> {
         None => (text, None),
     };
     if let Some(d) = digest
-        && !d
-            .split_once(':')
-            .is_some_and(|(algorithm, hex)| !algorithm.is_empty() && !hex.is_empty())
+        && (d.contains('@')
+            || !d
+                .split_once(':')
+                .is_some_and(|(algorithm, hex)| !algorithm.is_empty() && !hex.is_empty()))
     {
         return Err(format!(
             "`{text}`: the digest after `@` must be `algorithm:hex`, got `{d}`"
@@ -135,6 +136,7 @@ mod tests {
             ("nginx:-x", "is not a tag"),
             ("nginx@", "algorithm:hex"),
             ("nginx@sha256", "algorithm:hex"),
+            ("nginx@sha256:abc@sha256:def", "algorithm:hex"),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(why), "{text}: {err}");
@@ -191,6 +193,48 @@ mod tests {
             let v1 = conversions.convert(&old, "v1").unwrap();
             assert_eq!(v1["spec"]["image"], stored, "{image}");
             assert_eq!(conversions.convert(&v1, "v1alpha1").unwrap(), old);
+        }
+    }
+
+    /// Hostile references (huge, many colons and `@`, slashes, multi-byte
+    /// characters) are split or refused, never a panic; what is split
+    /// gives the reference back whole.
+    #[test]
+    fn hostile_references_never_panic() {
+        let huge = "a".repeat(1 << 20);
+        let many = |part: &str| part.repeat(1 << 18);
+        for text in [
+            huge.clone(),
+            format!("{huge}:{huge}"),
+            format!("{huge}@sha256:{huge}"),
+            many(":"),
+            many("@"),
+            many("/"),
+            many("a:"),
+            many("a@"),
+            many("é:ü/"),
+            "ñ/ü:é".into(),
+            "host:5000/:1".into(),
+            "/:x".into(),
+            "a/b:c:d".into(),
+            ":@:".into(),
+            "\u{202e}x".into(),
+            "a\u{0}b".into(),
+            "a\u{a0}b".into(),
+        ] {
+            match parse(&text) {
+                Ok(r) => {
+                    // What it splits gives the reference back whole.
+                    let whole = format!(
+                        "{}{}{}",
+                        r.repository,
+                        r.tag.map(|t| format!(":{t}")).unwrap_or_default(),
+                        r.digest.map(|d| format!("@{d}")).unwrap_or_default()
+                    );
+                    assert_eq!(whole, text);
+                }
+                Err(why) => assert!(!why.is_empty()),
+            }
         }
     }
 }
