@@ -194,15 +194,6 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
     })
 }
 
-/// Whether a rule of `set` defines an API with several versions, so kiln
-/// serves conversion and keeps its certificates in a Secret.
-fn converts(set: &RuleSet) -> bool {
-    set.rules
-        .iter()
-        .filter_map(|r| r.api.as_ref())
-        .any(|a| a.conversions.is_some())
-}
-
 /// One thing kiln keeps in its own namespace, and the verbs it needs on it.
 struct Own {
     /// The API group.
@@ -251,7 +242,7 @@ fn own_needs(set: &RuleSet) -> Vec<Own> {
     ));
     // The conversion webhook's certificates: a Secret created here
     // (`create` cannot be limited to a name), then read and renewed by name.
-    if converts(set) {
+    if set.converts() {
         needs.push(own("", "secrets", &[], &["create"]));
         needs.push(own(
             "",

@@ -138,12 +138,7 @@ fn kubectl_hint() -> String {
 /// https://127.0.0.1:PORT` would; its certificates in a Secret in
 /// `default`. None when no rule converts.
 async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Option<Serving>> {
-    if !set
-        .rules
-        .iter()
-        .filter_map(|r| r.api.as_ref())
-        .any(|a| a.conversions.is_some())
-    {
+    if !set.converts() {
         return Ok(None);
     }
     let addr = SocketAddr::from(([127, 0, 0, 1], kiln::controlplane::free_port()?));

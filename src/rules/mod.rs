@@ -462,6 +462,16 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// Whether a rule defines an API with conversions between its
+    /// versions (served by the conversion webhook, whose certificates kiln
+    /// keeps in a Secret).
+    pub fn converts(&self) -> bool {
+        self.rules
+            .iter()
+            .filter_map(|r| r.api.as_ref())
+            .any(|a| a.conversions.is_some())
+    }
+
     /// The rule with this name.
     pub fn get(&self, name: &str) -> Option<&Arc<Rule>> {
         self.rules.iter().find(|r| r.name == name)

@@ -36,9 +36,10 @@ pub fn parse(text: &str) -> Result<ImageRef<'_>, String> {
         None => (text, None),
     };
     if let Some(d) = digest
-        && !d
-            .split_once(':')
-            .is_some_and(|(algorithm, hex)| !algorithm.is_empty() && !hex.is_empty())
+        && (d.contains('@')
+            || !d
+                .split_once(':')
+                .is_some_and(|(algorithm, hex)| !algorithm.is_empty() && !hex.is_empty()))
     {
         return Err(format!(
             "`{text}`: the digest after `@` must be `algorithm:hex`, got `{d}`"
@@ -135,6 +136,7 @@ mod tests {
             ("nginx:-x", "is not a tag"),
             ("nginx@", "algorithm:hex"),
             ("nginx@sha256", "algorithm:hex"),
+            ("nginx@sha256:abc@sha256:def", "algorithm:hex"),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(why), "{text}: {err}");
@@ -158,16 +160,21 @@ mod tests {
         assert!(err.contains("image_ref: `shop:`"), "{err}");
     }
 
-    /// The shipped `rules/webapp-api.yaml` stores the v1alpha1 image
-    /// `registry.local:5000/shop:1.2` with its tag, and gives it back whole.
-    #[test]
-    fn the_shipped_webapp_api_keeps_a_registry_port_out_of_the_tag() {
+    /// The shipped `rules/webapp-api.yaml`'s rule.
+    fn webapp_api() -> std::sync::Arc<crate::rules::Rule> {
         let path = std::path::PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/rules/webapp-api.yaml"
         ));
-        let set = crate::rules::load(&[path]).unwrap();
-        let api = set.rules[0].api.as_ref().unwrap();
+        crate::rules::load(&[path]).unwrap().rules[0].clone()
+    }
+
+    /// The shipped `rules/webapp-api.yaml` stores the v1alpha1 image
+    /// `registry.local:5000/shop:1.2` with its tag, and gives it back whole.
+    #[test]
+    fn the_shipped_webapp_api_keeps_a_registry_port_out_of_the_tag() {
+        let rule = webapp_api();
+        let api = rule.api.as_ref().unwrap();
         let conversions = api.conversions.as_ref().unwrap();
         for (image, stored) in [
             (
@@ -191,6 +198,100 @@ mod tests {
             let v1 = conversions.convert(&old, "v1").unwrap();
             assert_eq!(v1["spec"]["image"], stored, "{image}");
             assert_eq!(conversions.convert(&v1, "v1alpha1").unwrap(), old);
+        }
+    }
+
+    /// Hostile references (huge, many colons and `@`, slashes, multi-byte
+    /// characters) are split or refused, never a panic; what is split
+    /// gives the reference back whole.
+    #[test]
+    fn hostile_references_never_panic() {
+        let huge = "a".repeat(1 << 20);
+        let many = |part: &str| part.repeat(1 << 18);
+        for text in [
+            huge.clone(),
+            format!("{huge}:{huge}"),
+            format!("{huge}@sha256:{huge}"),
+            many(":"),
+            many("@"),
+            many("/"),
+            many("a:"),
+            many("a@"),
+            many("é:ü/"),
+            "ñ/ü:é".into(),
+            "host:5000/:1".into(),
+            "/:x".into(),
+            "a/b:c:d".into(),
+            ":@:".into(),
+            "\u{202e}x".into(),
+            "a\u{0}b".into(),
+            "a\u{a0}b".into(),
+        ] {
+            match parse(&text) {
+                Ok(r) => {
+                    // What it splits gives the reference back whole.
+                    let whole = format!(
+                        "{}{}{}",
+                        r.repository,
+                        r.tag.map(|t| format!(":{t}")).unwrap_or_default(),
+                        r.digest.map(|d| format!("@{d}")).unwrap_or_default()
+                    );
+                    assert_eq!(whole, text);
+                }
+                Err(why) => assert!(!why.is_empty()),
+            }
+        }
+    }
+
+    /// Every v1 image the shipped `rules/webapp-api.yaml`'s v1 schema takes
+    /// survives v1 → v1alpha1 → v1 (a v1alpha1 client's read-modify-write):
+    /// one that would not come back whole (a `:` in the repository's last
+    /// part, a tag with a `:`, a second `@`) is refused by its patterns.
+    #[test]
+    fn the_shipped_webapp_api_takes_only_v1_images_that_survive_v1alpha1() {
+        let rule = webapp_api();
+        let api = rule.api.as_ref().unwrap();
+        let image = &api.schema("v1").unwrap()["properties"]["spec"]["properties"]["image"];
+        let accepts = |field: &str, value: &str| {
+            // A field with no pattern takes any string.
+            image["properties"][field]["pattern"]
+                .as_str()
+                .is_none_or(|p| regex::Regex::new(p).unwrap().is_match(value))
+        };
+        let conversions = api.conversions.as_ref().unwrap();
+        for (repository, tag, digest) in [
+            ("registry.local:5000/shop", Some("1.2"), None),
+            ("shop", None, Some("sha256:abc")),
+            ("registry.local:5000/shop", None, None),
+            ("shop:1", None, None),
+            ("host:5000/shop:1", Some("2"), None),
+            ("shop", Some("1:2"), None),
+            ("shop", Some(""), None),
+            ("shop", None, Some("sha256:a@b:c")),
+            ("shop@x", None, None),
+            ("shop/", None, None),
+            ("", None, None),
+        ] {
+            let accepted = accepts("repository", repository)
+                && tag.is_none_or(|t| accepts("tag", t))
+                && digest.is_none_or(|d| accepts("digest", d));
+            let mut stored = json!({"repository": repository});
+            if let Some(t) = tag {
+                stored["tag"] = json!(t);
+            }
+            if let Some(d) = digest {
+                stored["digest"] = json!(d);
+            }
+            let v1 = json!({
+                "apiVersion": "apps.demo.kiln.dev/v1", "kind": "WebApp",
+                "metadata": {"name": "shop", "namespace": "team-a"},
+                "spec": {"image": stored, "replicas": 1, "port": 8080},
+            });
+            let back = conversions
+                .convert(&v1, "v1alpha1")
+                .and_then(|old| conversions.convert(&old, "v1"));
+            let survives = back.as_ref().is_ok_and(|b| b == &v1);
+            assert!(!accepted || survives, "{stored} taken: {back:?}");
         }
     }
 }

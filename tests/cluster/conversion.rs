@@ -586,3 +586,54 @@ async fn a_replica_stopped_with_sigterm_answers_its_reviews_in_flight_and_exits(
         "reviews kept coming while the replica stopped: {gets}"
     );
 }
+
+/// `kiln run` with the webhook on (as the chart and `deploy/` run it) but
+/// no rule that converts: kiln needs no certificate, so it neither reads nor
+/// makes the webhook's Secret, which its Role grants only when a rule
+/// converts (before, it asked for it every second, forbidden for ever).
+#[tokio::test]
+async fn no_rule_converts_no_webhook_secret_is_read_or_made() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "conv-none").await;
+    let group = format!("none{}.conv.kiln.dev", std::process::id());
+    let rule = format!(
+        r#"apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: apps}}
+spec:
+  for: {{apiVersion: {group}/v1, kind: App}}
+  api:
+    group: {group}
+    kind: App
+    versions:
+      - name: v1
+        schema:
+          spec:
+            image: string | required=true
+  children:
+    - id: settings
+      template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: "{{{{ self.metadata.name }}}}-app"}}}}
+"#
+    );
+    let port = free_port();
+    let _kiln = kiln(&rule, ns.name(), port, port, &[]);
+    let v1 = apps(&client, &group, "v1", ns.name());
+    eventually("an App created", CONVERGE, || async {
+        let app = app(&group, "v1", "shop", json!({"image": "shop:1"}), true);
+        v1.create(&PostParams::default(), &app).await.ok()
+    })
+    .await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), ns.name());
+    eventually("the App's ConfigMap", CONVERGE, || async {
+        configmaps.get_opt("shop-app").await.ok()?
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns.name());
+    let secret = secrets
+        .get_opt(kiln::api::webhook::DEFAULT_SECRET)
+        .await
+        .unwrap();
+    assert!(secret.is_none(), "kiln made the webhook's Secret");
+    ns.delete().await;
+}

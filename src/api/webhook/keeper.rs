@@ -67,28 +67,34 @@ async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc
     let mut changes = rules.subscribe();
     loop {
         let mut settled = false;
-        match secret::ensure(&secrets, &settings.secret, &hosts, settings.validity).await {
-            Ok(material) => {
-                let conversion = settings.endpoint.conversion(&material.bundle);
-                if serving.is_none() {
-                    // First: serve the certificate, and only then let the
-                    // installer and the CRDs point at it, so no CRD converts
-                    // through a listener without one.
-                    serving = serve(&cert, material.clone());
+        // No rule converts and no CRD is about to be pointed here: no
+        // certificate is needed, so the Secret (kiln's Role grants it only
+        // when a rule converts) is neither read nor made.
+        if serving.is_some() || super::wanted() || rules.get().converts() {
+            match secret::ensure(&secrets, &settings.secret, &hosts, settings.validity).await {
+                Ok(material) => {
+                    let conversion = settings.endpoint.conversion(&material.bundle);
+                    if serving.is_none() {
+                        // First: serve the certificate, and only then let the
+                        // installer and the CRDs point at it, so no CRD converts
+                        // through a listener without one.
+                        serving = serve(&cert, material.clone());
+                    }
+                    if serving.is_some() {
+                        set_conversion(conversion.clone());
+                        settled =
+                            point_crds(&crds, &rules, &conversion, &settings.crd_manager).await;
+                    }
+                    if serving.as_ref().is_some_and(|s| s != &material) {
+                        // Renewed: the CRDs trust the new CA (the bundle keeps
+                        // the old one) before this replica serves its certificate.
+                        tokio::time::sleep(TAKE_UP).await;
+                        serving = serve(&cert, material).or(serving);
+                    }
                 }
-                if serving.is_some() {
-                    set_conversion(conversion.clone());
-                    settled = point_crds(&crds, &rules, &conversion, &settings.crd_manager).await;
+                Err(error) => {
+                    tracing::warn!(%error, "the conversion webhook's certificates could not be read or made");
                 }
-                if serving.as_ref().is_some_and(|s| s != &material) {
-                    // Renewed: the CRDs trust the new CA (the bundle keeps
-                    // the old one) before this replica serves its certificate.
-                    tokio::time::sleep(TAKE_UP).await;
-                    serving = serve(&cert, material).or(serving);
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "the conversion webhook's certificates could not be read or made");
             }
         }
         // A CRD not created (or not pointed) yet is looked at again soon.

@@ -123,6 +123,14 @@ pub fn conversion() -> Option<Value> {
     CONVERSION.read().ok()?.clone()
 }
 
+/// Whether an installer waits for the certificate (a CRD about to be
+/// created pointed at the webhook, its rule not running yet).
+static WANTED: AtomicBool = AtomicBool::new(false);
+
+fn wanted() -> bool {
+    WANTED.load(Ordering::SeqCst)
+}
+
 fn serves() {
     SERVES.store(true, Ordering::SeqCst);
 }
@@ -136,6 +144,7 @@ pub async fn ready_conversion(wait: Duration) -> Result<Option<Value>, NotReady>
     if !SERVES.load(Ordering::SeqCst) {
         return Ok(None);
     }
+    WANTED.store(true, Ordering::SeqCst);
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         if let Some(c) = conversion() {
