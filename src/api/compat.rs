@@ -307,17 +307,22 @@ impl Diff<'_> {
                 .unwrap_or_default()
         };
         let was = required(old);
+        let defaulted = |p: &serde_json::Map<String, Value>, name: &str| {
+            p.get(name)
+                .or_else(|| empty.get(name))
+                .is_some_and(|s| s.get("default").is_some())
+        };
         for name in required(new) {
-            let defaulted = new_p
-                .get(&name)
-                .or_else(|| empty.get(&name))
-                .is_some_and(|s| s.get("default").is_some());
-            if !was.contains(&name) && !defaulted {
-                self.push(
-                    &join(path, &name),
-                    "the field became required without a default".into(),
-                );
-            }
+            let change = match (was.contains(&name), defaulted(&new_p, &name)) {
+                (false, false) => "the field became required without a default",
+                // Objects stored before the field existed hold no value:
+                // the default filled it in as they were read.
+                (true, false) if defaulted(&old_p, &name) => {
+                    "the required field lost its default: objects stored without it read without it and can no longer be updated"
+                }
+                _ => continue,
+            };
+            self.push(&join(path, &name), change.into());
         }
     }
 
@@ -328,7 +333,10 @@ impl Diff<'_> {
                 (Some(a), Some(b)) if b > a => {
                     self.push(path, format!("{k} raised from {a} to {b}"))
                 }
-                (None, Some(b)) => self.push(path, format!("{k} {b} added")),
+                // A length or a count is never below 0.
+                (None, Some(b)) if k == "minimum" || b > 0.0 => {
+                    self.push(path, format!("{k} {b} added"))
+                }
                 _ => {}
             }
         }
@@ -448,6 +456,28 @@ mod tests {
                 "v1 `spec.pages[].path`: the field was removed",
                 "v1 `spec.must`: the field became required without a default",
                 "v1 `spec`: validation rule \"self.n < 3\" added",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_required_field_losing_its_default_breaks_and_a_zero_lower_bound_does_not() {
+        let old = json!({"type": "object", "required": ["n", "m"], "properties": {
+            "n": {"type": "integer", "default": 3},
+            "m": {"type": "integer", "default": 3},
+            "s": {"type": "string"},
+            "l": {"type": "array", "items": {"type": "string"}},
+        }});
+        let new = json!({"type": "object", "required": ["n", "m"], "properties": {
+            "n": {"type": "integer"},
+            "m": {"type": "integer", "default": 5},
+            "s": {"type": "string", "minLength": 0},
+            "l": {"type": "array", "items": {"type": "string"}, "minItems": 0},
+        }});
+        assert_eq!(
+            changes(old, new),
+            [
+                "v1 `spec.n`: the required field lost its default: objects stored without it read without it and can no longer be updated"
             ]
         );
     }
