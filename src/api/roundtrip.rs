@@ -253,10 +253,54 @@ const MAX_SAMPLES: usize = 64;
 /// declare in each object that keeps such fields; else only the required
 /// ones and those with a default. One object per value of the longest enum
 /// (each enum takes its values in turn, booleans `true` then `false`), so
-/// that a template that loses one value is seen.
+/// that a template that loses one value is seen; and one whose values are
+/// zero, empty or false where the schema allows it (`0`, `""`, `[]`), so
+/// that a template that takes them for absent (`x or 1`) is seen.
 pub fn samples(schema: &Value, every: bool) -> Vec<Value> {
     let n = variants(schema).clamp(1, MAX_SAMPLES);
-    (0..n).map(|i| sample(schema, every, i)).collect()
+    let mut out: Vec<Value> = (0..n).map(|i| sample(schema, every, i)).collect();
+    let zero = zeroed(&out[0], schema);
+    if !out.contains(&zero) {
+        out.push(zero);
+    }
+    out
+}
+
+/// `value` (a sample of `schema`) with each number, string, boolean and
+/// list that has no default or enum made zero, empty or false, where the
+/// schema's bounds allow it.
+fn zeroed(value: &Value, schema: &Value) -> Value {
+    if !value.is_object() && (schema.get("default").is_some() || schema.get("enum").is_some()) {
+        return value.clone();
+    }
+    let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+    let allows_zero =
+        bound("minimum").is_none_or(|m| m <= 0.0) && bound("maximum").is_none_or(|m| m >= 0.0);
+    let none_required = |k: &str| bound(k).is_none_or(|m| m <= 0.0);
+    match value {
+        Value::Object(fields) => {
+            let inner = |k: &String| {
+                schema["properties"]
+                    .get(k)
+                    .or_else(|| schema.get("additionalProperties").filter(|v| v.is_object()))
+            };
+            let fields = fields.iter().map(|(k, v)| {
+                let v = inner(k).map_or_else(|| v.clone(), |s| zeroed(v, s));
+                (k.clone(), v)
+            });
+            Value::Object(fields.collect())
+        }
+        Value::Array(_) if none_required("minItems") => json!([]),
+        Value::Number(n) if allows_zero => match n.is_f64() {
+            true => json!(0.0),
+            false => json!(0),
+        },
+        Value::String(_) if none_required("minLength") && schema.get("pattern").is_none() => {
+            json!("")
+        }
+        Value::Bool(_) => json!(false),
+        other => other.clone(),
+    }
 }
 
 /// How many values the longest enum (or a boolean: 2) of `schema` has.
@@ -379,9 +423,26 @@ mod tests {
                 json!({"size": "s", "on": true, "extra": {"undeclared": "sample"}}),
                 json!({"size": "m", "on": false, "extra": {"undeclared": "sample"}}),
                 json!({"size": "l", "on": true, "extra": {"undeclared": "sample"}}),
+                json!({"size": "s", "on": false, "extra": {"undeclared": "sample"}}),
             ]
         );
         assert_eq!(samples(&schema, false), [json!({}), json!({}), json!({})]);
+        let zero = json!({"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 0},
+            "m": {"type": "integer", "minimum": 1},
+            "f": {"type": "number"},
+            "s": {"type": "string"},
+            "p": {"type": "string", "pattern": "^x"},
+            "l": {"type": "array", "items": {"type": "string"}},
+            "d": {"type": "integer", "default": 7},
+            "on": {"type": "boolean"},
+        }, "default": {}});
+        assert_eq!(
+            samples(&zero, true).last(),
+            Some(
+                &json!({"n": 0, "m": 1, "f": 0.0, "s": "", "p": "sample", "l": [], "d": 7, "on": false})
+            )
+        );
         let many: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
         let huge =
             json!({"type": "object", "properties": {"n": {"type": "integer", "enum": many}}});
