@@ -347,7 +347,7 @@ fn sample(schema: &Value, every: bool, i: usize) -> Value {
         }
         Some("integer") => json!(within(1.0) as i64),
         Some("number") => json!(within(1.5)),
-        Some("boolean") => json!(i % 2 == 0),
+        Some("boolean") => json!(i.is_multiple_of(2)),
         Some("array") => json!([sample(&schema["items"], every, i)]),
         _ => json!("sample"),
     }
