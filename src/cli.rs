@@ -303,16 +303,16 @@ pub struct RbacArgs {
     /// Rule files or directories (repeatable).
     #[arg(long = "rules", required = true)]
     pub rules: Vec<PathBuf>,
-    /// Name of the ClusterRole.
+    /// Name of the ClusterRole, and of the Role in kiln's namespace.
     #[arg(long, default_value = "kiln")]
     pub name: String,
     /// Ask this cluster's discovery for resource names instead of deriving
     /// them from kinds (for CRDs with irregular plurals).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// kiln's namespace: where the conversion webhook keeps its Secret
-    /// (its Role and RoleBinding, printed when a rule's API has several
-    /// versions, are there).
+    /// kiln's namespace: where it keeps its Leases, ConfigMaps and Secrets
+    /// (the Role and RoleBinding for them are there, and grant nothing
+    /// elsewhere).
     #[arg(long, default_value = "kiln-system")]
     pub namespace: String,
     /// kiln's ServiceAccount (in `--namespace`), bound to that Role.
