@@ -1,8 +1,8 @@
 //! kiln never loses stored data through an edit of a rule-defined API: an
 //! edit after which the API server would prune what objects hold (a map
 //! made a fixed object, the storage moved to a version lacking a field, a
-//! required field losing its default, two
-//! versions served without the conversion webhook) is refused, the CRD
+//! required field losing its default, two versions served without the
+//! conversion webhook) is refused, the CRD
 //! stays as it was, and the stored objects keep every field through their
 //! next write.
 
