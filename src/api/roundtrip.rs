@@ -245,8 +245,12 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// At most this many objects per schema are generated (one per value of
-/// its longest enum).
+/// its longest enum)...
 const MAX_SAMPLES: usize = 64;
+
+/// ...and fewer for a large schema: at most about this many fields in all
+/// (each object is converted twice and compared field by field).
+const MAX_SAMPLED_FIELDS: usize = 20_000;
 
 /// Objects that fit `schema`, as the API server would hold them (defaults
 /// filled in): with `every`, every declared field, and a field it does not
@@ -257,7 +261,8 @@ const MAX_SAMPLES: usize = 64;
 /// zero, empty or false where the schema allows it (`0`, `""`, `[]`), so
 /// that a template that takes them for absent (`x or 1`) is seen.
 pub fn samples(schema: &Value, every: bool) -> Vec<Value> {
-    let n = variants(schema).clamp(1, MAX_SAMPLES);
+    let affordable = (MAX_SAMPLED_FIELDS / fields(schema).max(1)).max(2);
+    let n = variants(schema).clamp(1, MAX_SAMPLES.min(affordable));
     let mut out: Vec<Value> = (0..n).map(|i| sample(schema, every, i)).collect();
     let zero = zeroed(&out[0], schema);
     if !out.contains(&zero) {
@@ -316,6 +321,16 @@ fn variants(schema: &Value) -> usize {
         .chain(schema.get("items"))
         .chain(schema.get("additionalProperties").filter(|v| v.is_object()));
     inner.map(variants).fold(own, usize::max)
+}
+
+/// How many fields, list items and map values `schema` declares, nested.
+fn fields(schema: &Value) -> usize {
+    let props = schema["properties"].as_object().into_iter().flatten();
+    let inner = props
+        .map(|(_, v)| v)
+        .chain(schema.get("items"))
+        .chain(schema.get("additionalProperties").filter(|v| v.is_object()));
+    inner.map(|s| 1 + fields(s)).sum()
 }
 
 /// The `i`-th sample of `schema` (see [`samples`]).
@@ -447,6 +462,15 @@ mod tests {
         let huge =
             json!({"type": "object", "properties": {"n": {"type": "integer", "enum": many}}});
         assert_eq!(samples(&huge, true).len(), MAX_SAMPLES);
+        let mut wide = huge.clone();
+        for i in 0..5000 {
+            wide["properties"][format!("f{i}")] = json!({"type": "integer"});
+        }
+        assert_eq!(
+            samples(&wide, true).len(),
+            3 + 1,
+            "3 enum values and the zero object"
+        );
     }
 
     #[test]
