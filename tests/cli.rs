@@ -205,6 +205,35 @@ fn crd_compare_names_a_map_made_an_object_whose_other_keys_would_be_pruned() {
 }
 
 #[test]
+fn crd_compare_reads_the_crds_of_a_list_as_kubectl_get_crds_prints_them() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = std::fs::read_to_string(root.join("examples/staticsite/crd.yaml")).unwrap();
+    let crd: serde_json::Value =
+        serde_norway::from_str(committed.trim_start_matches("---\n")).unwrap();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [crd]});
+    let dir = tempfile::tempdir().unwrap();
+    let current = dir.path().join("crds.yaml");
+    std::fs::write(&current, serde_json::to_string(&list).unwrap()).unwrap();
+    let narrower = std::fs::read_to_string(root.join("rules/staticsite.yaml"))
+        .unwrap()
+        .replace("maximum=5", "maximum=3");
+    let edited = dir.path().join("staticsite.yaml");
+    std::fs::write(&edited, narrower).unwrap();
+    let (ok, out, _) = kiln(&[
+        "crd",
+        "--rules",
+        edited.to_str().unwrap(),
+        "--compare",
+        current.to_str().unwrap(),
+    ]);
+    assert!(!ok, "kiln run would refuse it: {out}");
+    assert!(
+        out.contains("v1 `spec.replicas`: maximum lowered from 5 to 3"),
+        "{out}"
+    );
+}
+
+#[test]
 fn crd_prints_a_crd_with_several_versions_only_pointed_at_the_webhook() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let (ok, out, err) = kiln_in(root, &["crd", "--rules", "rules/webapp-api.yaml"]);

@@ -124,8 +124,11 @@ fn moved_through(old: &Value, new: &Value, conversions: &Conversions) -> Vec<Bre
         ) else {
             continue;
         };
-        for every in [true, false] {
-            let fields = json!({"spec": roundtrip::sample(&was["properties"]["spec"], every)});
+        let samples = [true, false]
+            .into_iter()
+            .flat_map(|every| roundtrip::samples(&was["properties"]["spec"], every));
+        for spec in samples {
+            let fields = json!({"spec": spec});
             let mut object = roundtrip::object(group, kind, version, &fields);
             super::defaults::apply(now, &mut object);
             let change = match roundtrip::lost(conversions, &object, stored, now) {
@@ -304,17 +307,22 @@ impl Diff<'_> {
                 .unwrap_or_default()
         };
         let was = required(old);
+        let defaulted = |p: &serde_json::Map<String, Value>, name: &str| {
+            p.get(name)
+                .or_else(|| empty.get(name))
+                .is_some_and(|s| s.get("default").is_some())
+        };
         for name in required(new) {
-            let defaulted = new_p
-                .get(&name)
-                .or_else(|| empty.get(&name))
-                .is_some_and(|s| s.get("default").is_some());
-            if !was.contains(&name) && !defaulted {
-                self.push(
-                    &join(path, &name),
-                    "the field became required without a default".into(),
-                );
-            }
+            let change = match (was.contains(&name), defaulted(&new_p, &name)) {
+                (false, false) => "the field became required without a default",
+                // Objects stored before the field existed hold no value:
+                // the default filled it in as they were read.
+                (true, false) if defaulted(&old_p, &name) => {
+                    "the required field lost its default: objects stored without it read without it and can no longer be updated"
+                }
+                _ => continue,
+            };
+            self.push(&join(path, &name), change.into());
         }
     }
 
@@ -325,7 +333,10 @@ impl Diff<'_> {
                 (Some(a), Some(b)) if b > a => {
                     self.push(path, format!("{k} raised from {a} to {b}"))
                 }
-                (None, Some(b)) => self.push(path, format!("{k} {b} added")),
+                // A length or a count is never below 0.
+                (None, Some(b)) if k == "minimum" || b > 0.0 => {
+                    self.push(path, format!("{k} {b} added"))
+                }
                 _ => {}
             }
         }
@@ -445,6 +456,28 @@ mod tests {
                 "v1 `spec.pages[].path`: the field was removed",
                 "v1 `spec.must`: the field became required without a default",
                 "v1 `spec`: validation rule \"self.n < 3\" added",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_required_field_losing_its_default_breaks_and_a_zero_lower_bound_does_not() {
+        let old = json!({"type": "object", "required": ["n", "m"], "properties": {
+            "n": {"type": "integer", "default": 3},
+            "m": {"type": "integer", "default": 3},
+            "s": {"type": "string"},
+            "l": {"type": "array", "items": {"type": "string"}},
+        }});
+        let new = json!({"type": "object", "required": ["n", "m"], "properties": {
+            "n": {"type": "integer"},
+            "m": {"type": "integer", "default": 5},
+            "s": {"type": "string", "minLength": 0},
+            "l": {"type": "array", "items": {"type": "string"}, "minItems": 0},
+        }});
+        assert_eq!(
+            changes(old, new),
+            [
+                "v1 `spec.n`: the required field lost its default: objects stored without it read without it and can no longer be updated"
             ]
         );
     }
@@ -574,6 +607,34 @@ mod tests {
             text,
             [
                 "version v1: objects stored at v1 lose spec.color (\"sample\" became absent) once v2 stores them (at their next write)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_storage_move_to_a_version_declaring_fewer_fields_of_an_open_object_loses_the_others() {
+        let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        let fixed = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        let spec = |color: &Value| {
+            json!({"type": "object", "required": ["title"], "properties": {
+                "title": {"type": "string"}, "color": color,
+            }})
+        };
+        let old = crd_of(&[("v1", true, spec(&open))]);
+        let copy = "{title: \"{{ self.spec.title }}\", color: \"{{ self.spec.color if self.spec.color is defined else none }}\"}";
+        let raw = moved_to_v2("{title: string | required=true}", copy, copy);
+        let conversions = super::super::convert::compile(&raw, "v2", &[])
+            .unwrap()
+            .unwrap();
+        let new = crd_of(&[("v1", false, spec(&open)), ("v2", true, spec(&fixed))]);
+        let text: Vec<String> = moved_through(&old, &new, &conversions)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "version v1: objects stored at v1 lose spec.color.undeclared (\"sample\" became absent) once v2 stores them (at their next write)"
             ]
         );
     }

@@ -54,16 +54,21 @@ pub fn check(
         }
         let conversion_at = [here.as_slice(), &[key("conversion")]].concat();
         for (every, which) in [(true, "every field"), (false, "only its required fields")] {
-            let generated = json!({"spec": sample(&schema["properties"]["spec"], every)});
             let what = format!("a {} object with {which}", v.name);
-            errors.extend(round_trip(
-                conversions,
-                &at_version(&generated),
-                stored,
-                schema,
-                &what,
-                &conversion_at,
-            ));
+            let failed = samples(&schema["properties"]["spec"], every)
+                .into_iter()
+                .find_map(|spec| {
+                    let generated = json!({"spec": spec});
+                    round_trip(
+                        conversions,
+                        &at_version(&generated),
+                        stored,
+                        schema,
+                        &what,
+                        &conversion_at,
+                    )
+                });
+            errors.extend(failed);
         }
     }
     errors
@@ -239,19 +244,105 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, k| v.get(k))
 }
 
-/// An object that fits `schema`, as the API server would hold it
-/// (defaults filled in): defaults and enums where given, else a value of
-/// the type within its bounds; with `every`, every declared field, else
-/// only the required ones and those with a default.
-pub fn sample(schema: &Value, every: bool) -> Value {
+/// At most this many objects per schema are generated (one per value of
+/// its longest enum)...
+const MAX_SAMPLES: usize = 64;
+
+/// ...and fewer for a large schema: at most about this many fields in all
+/// (each object is converted twice and compared field by field).
+const MAX_SAMPLED_FIELDS: usize = 20_000;
+
+/// Objects that fit `schema`, as the API server would hold them (defaults
+/// filled in): with `every`, every declared field, and a field it does not
+/// declare in each object that keeps such fields; else only the required
+/// ones and those with a default. One object per value of the longest enum
+/// (each enum takes its values in turn, booleans `true` then `false`), so
+/// that a template that loses one value is seen; and one whose values are
+/// zero, empty or false where the schema allows it (`0`, `""`, `[]`), so
+/// that a template that takes them for absent (`x or 1`) is seen.
+pub fn samples(schema: &Value, every: bool) -> Vec<Value> {
+    let affordable = (MAX_SAMPLED_FIELDS / fields(schema).max(1)).max(2);
+    let n = variants(schema).clamp(1, MAX_SAMPLES.min(affordable));
+    let mut out: Vec<Value> = (0..n).map(|i| sample(schema, every, i)).collect();
+    let zero = zeroed(&out[0], schema);
+    if !out.contains(&zero) {
+        out.push(zero);
+    }
+    out
+}
+
+/// `value` (a sample of `schema`) with each number, string, boolean and
+/// list that has no default or enum made zero, empty or false, where the
+/// schema's bounds allow it.
+fn zeroed(value: &Value, schema: &Value) -> Value {
+    if !value.is_object() && (schema.get("default").is_some() || schema.get("enum").is_some()) {
+        return value.clone();
+    }
+    let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+    let allows_zero =
+        bound("minimum").is_none_or(|m| m <= 0.0) && bound("maximum").is_none_or(|m| m >= 0.0);
+    let none_required = |k: &str| bound(k).is_none_or(|m| m <= 0.0);
+    match value {
+        Value::Object(fields) => {
+            let inner = |k: &String| {
+                schema["properties"]
+                    .get(k)
+                    .or_else(|| schema.get("additionalProperties").filter(|v| v.is_object()))
+            };
+            let fields = fields.iter().map(|(k, v)| {
+                let v = inner(k).map_or_else(|| v.clone(), |s| zeroed(v, s));
+                (k.clone(), v)
+            });
+            Value::Object(fields.collect())
+        }
+        Value::Array(_) if none_required("minItems") => json!([]),
+        Value::Number(n) if allows_zero => match n.is_f64() {
+            true => json!(0.0),
+            false => json!(0),
+        },
+        Value::String(_) if none_required("minLength") && schema.get("pattern").is_none() => {
+            json!("")
+        }
+        Value::Bool(_) => json!(false),
+        other => other.clone(),
+    }
+}
+
+/// How many values the longest enum (or a boolean: 2) of `schema` has.
+fn variants(schema: &Value) -> usize {
+    let own = match schema["enum"].as_array() {
+        Some(values) => values.len(),
+        None if schema["type"] == "boolean" => 2,
+        None => 1,
+    };
+    let props = schema["properties"].as_object().into_iter().flatten();
+    let inner = props
+        .map(|(_, v)| v)
+        .chain(schema.get("items"))
+        .chain(schema.get("additionalProperties").filter(|v| v.is_object()));
+    inner.map(variants).fold(own, usize::max)
+}
+
+/// How many fields, list items and map values `schema` declares, nested.
+fn fields(schema: &Value) -> usize {
+    let props = schema["properties"].as_object().into_iter().flatten();
+    let inner = props
+        .map(|(_, v)| v)
+        .chain(schema.get("items"))
+        .chain(schema.get("additionalProperties").filter(|v| v.is_object()));
+    inner.map(|s| 1 + fields(s)).sum()
+}
+
+/// The `i`-th sample of `schema` (see [`samples`]).
+fn sample(schema: &Value, every: bool, i: usize) -> Value {
     if schema["type"] == "object" {
-        return sample_object(schema, every);
+        return sample_object(schema, every, i);
     }
     if let Some(d) = schema.get("default") {
         return d.clone();
     }
-    if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
-        return first.clone();
+    if let Some(values) = schema["enum"].as_array().filter(|e| !e.is_empty()) {
+        return values[i % values.len()].clone();
     }
     let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
     let within = |v: f64| {
@@ -271,13 +362,22 @@ pub fn sample(schema: &Value, every: bool) -> Value {
         }
         Some("integer") => json!(within(1.0) as i64),
         Some("number") => json!(within(1.5)),
-        Some("boolean") => json!(true),
-        Some("array") => json!([sample(&schema["items"], every)]),
+        Some("boolean") => json!(i.is_multiple_of(2)),
+        Some("array") => json!([sample(&schema["items"], every, i)]),
         _ => json!("sample"),
     }
 }
 
-fn sample_object(schema: &Value, every: bool) -> Value {
+/// The name of a field `schema` does not declare.
+fn undeclared(schema: &Value) -> String {
+    let mut name = "undeclared".to_string();
+    while schema["properties"].get(&name).is_some() {
+        name.push('_');
+    }
+    name
+}
+
+fn sample_object(schema: &Value, every: bool, i: usize) -> Value {
     let mut out = Map::new();
     let required: Vec<&str> = schema["required"]
         .as_array()
@@ -286,13 +386,16 @@ fn sample_object(schema: &Value, every: bool) -> Value {
     if let Some(props) = schema["properties"].as_object() {
         for (k, v) in props {
             if every || required.contains(&k.as_str()) || v.get("default").is_some() {
-                out.insert(k.clone(), sample(v, every));
+                out.insert(k.clone(), sample(v, every, i));
             }
         }
     } else if let Some(values @ Value::Object(_)) = schema.get("additionalProperties")
         && every
     {
-        out.insert("key".into(), sample(values, every));
+        out.insert("key".into(), sample(values, every, i));
+    }
+    if every && schema.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true)) {
+        out.insert(undeclared(schema), json!("sample"));
     }
     Value::Object(out)
 }
@@ -313,12 +416,60 @@ mod tests {
         }});
         let schema = json!({"type": "object", "required": ["name"], "default": {}, "properties": schema["properties"]});
         assert_eq!(
-            sample(&schema, true),
+            sample(&schema, true, 0),
             json!({"name": "sampleaa", "n": 3, "theme": "dark", "size": 7, "tags": ["sample"], "env": {"key": true}})
         );
         assert_eq!(
-            sample(&schema, false),
+            sample(&schema, false, 0),
             json!({"name": "sampleaa", "size": 7})
+        );
+    }
+
+    #[test]
+    fn samples_take_every_enum_value_and_boolean_and_an_undeclared_field() {
+        let schema = json!({"type": "object", "properties": {
+            "size": {"type": "string", "enum": ["s", "m", "l"]},
+            "on": {"type": "boolean"},
+            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        }});
+        assert_eq!(
+            samples(&schema, true),
+            [
+                json!({"size": "s", "on": true, "extra": {"undeclared": "sample"}}),
+                json!({"size": "m", "on": false, "extra": {"undeclared": "sample"}}),
+                json!({"size": "l", "on": true, "extra": {"undeclared": "sample"}}),
+                json!({"size": "s", "on": false, "extra": {"undeclared": "sample"}}),
+            ]
+        );
+        assert_eq!(samples(&schema, false), [json!({}), json!({}), json!({})]);
+        let zero = json!({"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 0},
+            "m": {"type": "integer", "minimum": 1},
+            "f": {"type": "number"},
+            "s": {"type": "string"},
+            "p": {"type": "string", "pattern": "^x"},
+            "l": {"type": "array", "items": {"type": "string"}},
+            "d": {"type": "integer", "default": 7},
+            "on": {"type": "boolean"},
+        }, "default": {}});
+        assert_eq!(
+            samples(&zero, true).last(),
+            Some(
+                &json!({"n": 0, "m": 1, "f": 0.0, "s": "", "p": "sample", "l": [], "d": 7, "on": false})
+            )
+        );
+        let many: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
+        let huge =
+            json!({"type": "object", "properties": {"n": {"type": "integer", "enum": many}}});
+        assert_eq!(samples(&huge, true).len(), MAX_SAMPLES);
+        let mut wide = huge.clone();
+        for i in 0..5000 {
+            wide["properties"][format!("f{i}")] = json!({"type": "integer"});
+        }
+        assert_eq!(
+            samples(&wide, true).len(),
+            3 + 1,
+            "3 enum values and the zero object"
         );
     }
 

@@ -23,7 +23,8 @@ pub fn run(args: &CrdArgs) -> anyhow::Result<ExitCode> {
     if !args.compare.is_empty() {
         let mut current = Vec::new();
         for file in &args.compare {
-            current.extend(super::render::documents(file)?);
+            let documents = super::render::documents(file)?;
+            current.extend(documents.into_iter().flat_map(listed));
         }
         return Ok(compare(&apis, &current));
     }
@@ -41,6 +42,18 @@ pub fn run(args: &CrdArgs) -> anyhow::Result<ExitCode> {
     }
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The objects a document holds: the items of a list (`kubectl get crds
+/// -o yaml` prints one), else the document itself.
+fn listed(document: Value) -> Vec<Value> {
+    let is_list = document["kind"]
+        .as_str()
+        .is_some_and(|k| k.ends_with("List"));
+    match document.get("items") {
+        Some(Value::Array(items)) if is_list => items.clone(),
+        _ => vec![document],
+    }
 }
 
 /// The CRD as `kiln run` applies it: with several versions, pointed at the

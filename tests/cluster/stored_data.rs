@@ -1,7 +1,8 @@
 //! kiln never loses stored data through an edit of a rule-defined API: an
 //! edit after which the API server would prune what objects hold (a map
-//! made a fixed object, the storage moved to a version lacking a field, two
-//! versions served without the conversion webhook) is refused, the CRD
+//! made a fixed object, the storage moved to a version lacking a field, a
+//! required field losing its default, two versions served without the
+//! conversion webhook) is refused, the CRD
 //! stays as it was, and the stored objects keep every field through their
 //! next write.
 
@@ -12,6 +13,9 @@ use serde_json::{Value, json};
 
 use crate::api::{crd, fix_version, reloader, site, sites, source, version};
 use crate::support::{self, KilnProcess, TestNamespace};
+
+/// How long a condition in the cluster may take (the machine may be loaded).
+const LIMIT: Duration = Duration::from_secs(120);
 
 /// A rule defining `Site` in `group` with the `versions` (YAML, indented as
 /// the list's items) and a ConfigMap child.
@@ -192,5 +196,49 @@ async fn a_two_version_api_without_the_webhook_is_refused_or_serves_storage_only
         crd(&client, &format!("sites.{group}")).await.is_none(),
         "no CRD served both versions without the webhook"
     );
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_required_field_losing_its_default_is_refused_and_old_objects_keep_its_value() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "stored-default").await;
+    let group = format!("default{}.stored.kiln.dev", std::process::id());
+    let title = "            title: string | required=true\n";
+    let (metrics, mut reloader) = reloader(&client, &rule(&group, &v1(title))).await;
+    // Stored before `size` existed: it holds no value of it.
+    create(&client, &group, ns.name(), json!({"title": "t"})).await;
+
+    let defaulted = format!("{title}            size: integer | required=true default=3\n");
+    reloader
+        .consider(version(vec![source(&rule(&group, &v1(&defaulted)))]))
+        .await;
+    assert_eq!(metrics.reloads("success"), 1, "a defaulted field is added");
+    let api = sites(&client, &group, ns.name());
+    support::eventually("the default read into the stored object", LIMIT, || {
+        let api = api.clone();
+        async move {
+            let spec = api.get("one").await.ok()?.data["spec"].clone();
+            (spec["size"] == 3).then_some(())
+        }
+    })
+    .await;
+
+    // The default removed: the object, read, would have no `size` and be
+    // refused at its next write.
+    let bare = format!("{title}            size: integer | required=true\n");
+    reloader
+        .consider(version(vec![source(&rule(&group, &v1(&bare)))]))
+        .await;
+    assert_eq!(metrics.reloads("error"), 1, "the edit was refused");
+    let size = &versions(&client, &format!("sites.{group}")).await[0]["schema"]["openAPIV3Schema"]
+        ["properties"]["spec"]["properties"]["size"];
+    assert_eq!(size["default"], 3, "the CRD keeps the default: {size}");
+    let patch = json!({"spec": {"title": "again"}});
+    let written = api
+        .patch("one", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(written.data["spec"], json!({"title": "again", "size": 3}));
     ns.delete().await;
 }
