@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kiln::api::webhook::{self, Serving};
+use kiln::api::webhook::{self, Webhook};
 use kiln::controlplane::{
     Binaries, ControlPlane, NodePaths, Options as ControlPlaneOptions, node_unsupported,
 };
@@ -137,13 +137,8 @@ fn kubectl_hint() -> String {
 /// `kiln run --conversion-addr 127.0.0.1:PORT --conversion-url
 /// https://127.0.0.1:PORT` would; its certificates in a Secret in
 /// `default`. None when no rule converts.
-async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Option<Serving>> {
-    if !set
-        .rules
-        .iter()
-        .filter_map(|r| r.api.as_ref())
-        .any(|a| a.conversions.is_some())
-    {
+async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Option<Webhook>> {
+    if !webhook::listen::needs(set) {
         return Ok(None);
     }
     let addr = SocketAddr::from(([127, 0, 0, 1], kiln::controlplane::free_port()?));
@@ -158,7 +153,7 @@ async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Opti
     let serving = webhook::start(client.clone(), settings, rules, Arc::new(Metrics::new()))
         .await
         .context("serving the conversion webhook")?;
-    println!("serving CRD conversion at https://{}", serving.bound);
+    println!("serving CRD conversion at https://{addr}");
     Ok(Some(serving))
 }
 

@@ -61,4 +61,5 @@ mod sharding;
 mod status_schema;
 mod unwatched;
 mod verdicts;
+mod webhook_secret;
 mod what_kiln_writes;
