@@ -59,8 +59,12 @@ pub fn check(
             ));
         }
         let conversion_at = [here.as_slice(), &[key("conversion")]].concat();
-        for (every, which) in [(true, "every field"), (false, "only its required fields")] {
-            let generated = json!({"spec": sample(&schema["properties"]["spec"], every)});
+        for (fill, which) in [
+            (Fill::Every, "every field"),
+            (Fill::Required, "only its required fields"),
+            (Fill::Empty, "every list and map empty"),
+        ] {
+            let generated = json!({"spec": sample(&schema["properties"]["spec"], fill)});
             let what = format!("a {} object with {which}", v.name);
             errors.extend(round_trip(
                 conversions,
@@ -168,13 +172,24 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, k| v.get(k))
 }
 
+/// Which fields a sample object has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Every declared field, each list with one item, each map one key.
+    Every,
+    /// Only the required fields and those with a default.
+    Required,
+    /// Every declared field, each list and map as empty as its schema
+    /// allows (`minItems`): the edge a template indexing `[0]` misses.
+    Empty,
+}
+
 /// An object that fits `schema`, as the API server would hold it
 /// (defaults filled in): defaults and enums where given, else a value of
-/// the type within its bounds; with `every`, every declared field, else
-/// only the required ones and those with a default.
-pub fn sample(schema: &Value, every: bool) -> Value {
+/// the type within its bounds, with the fields `fill` says.
+pub fn sample(schema: &Value, fill: Fill) -> Value {
     if schema["type"] == "object" {
-        return sample_object(schema, every);
+        return sample_object(schema, fill);
     }
     if let Some(d) = schema.get("default") {
         return d.clone();
@@ -201,12 +216,17 @@ pub fn sample(schema: &Value, every: bool) -> Value {
         Some("integer") => json!(within(1.0) as i64),
         Some("number") => json!(within(1.5)),
         Some("boolean") => json!(true),
-        Some("array") => json!([sample(&schema["items"], every)]),
+        Some("array") if fill == Fill::Empty => {
+            let min = bound("minItems").unwrap_or(0.0) as usize;
+            Value::Array(vec![sample(&schema["items"], fill); min])
+        }
+        Some("array") => json!([sample(&schema["items"], fill)]),
         _ => json!("sample"),
     }
 }
 
-fn sample_object(schema: &Value, every: bool) -> Value {
+fn sample_object(schema: &Value, fill: Fill) -> Value {
+    let every = fill != Fill::Required;
     let mut out = Map::new();
     let required: Vec<&str> = schema["required"]
         .as_array()
@@ -215,13 +235,13 @@ fn sample_object(schema: &Value, every: bool) -> Value {
     if let Some(props) = schema["properties"].as_object() {
         for (k, v) in props {
             if every || required.contains(&k.as_str()) || v.get("default").is_some() {
-                out.insert(k.clone(), sample(v, every));
+                out.insert(k.clone(), sample(v, fill));
             }
         }
     } else if let Some(values @ Value::Object(_)) = schema.get("additionalProperties")
-        && every
+        && fill == Fill::Every
     {
-        out.insert("key".into(), sample(values, every));
+        out.insert("key".into(), sample(values, fill));
     }
     Value::Object(out)
 }
@@ -242,12 +262,57 @@ mod tests {
         }});
         let schema = json!({"type": "object", "required": ["name"], "default": {}, "properties": schema["properties"]});
         assert_eq!(
-            sample(&schema, true),
+            sample(&schema, Fill::Every),
             json!({"name": "sampleaa", "n": 3, "theme": "dark", "size": 7, "tags": ["sample"], "env": {"key": true}})
         );
         assert_eq!(
-            sample(&schema, false),
+            sample(&schema, Fill::Required),
             json!({"name": "sampleaa", "size": 7})
+        );
+        assert_eq!(
+            sample(&schema, Fill::Empty),
+            json!({"name": "sampleaa", "n": 3, "theme": "dark", "size": 7, "tags": [], "env": {}})
+        );
+    }
+
+    #[test]
+    fn validate_tries_empty_lists_through_the_conversion_templates() {
+        let rule = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: apps}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  api:
+    group: demo.kiln.dev
+    kind: App
+    versions:
+      - name: v1alpha1
+        schema: {spec: {ports: "[]integer | required=true"}}
+        conversion:
+          toStorage: {spec: {port: "{{ self.spec.ports[0] }}"}}
+          fromStorage: {spec: {ports: ["{{ self.spec.port }}"]}}
+      - name: v1
+        storage: true
+        schema: {spec: {port: integer}}
+  children:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-app"}
+"#;
+        let refused = crate::rules::load_sources(vec![crate::rules::load::Source {
+            file: "rule.yaml".into(),
+            text: rule.into(),
+        }])
+        .unwrap_err();
+        let messages: Vec<&str> = refused.iter().map(|d| d.message.as_str()).collect();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("a v1alpha1 object with every list and map empty")),
+            "{messages:?}"
         );
     }
 
