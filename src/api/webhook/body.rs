@@ -24,9 +24,9 @@ impl Budget {
         Self(Arc::new(Semaphore::new(bytes.div_ceil(UNIT).max(1))))
     }
 
-    /// Waits for `bytes` more of it.
-    async fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let units = u32::try_from(bytes.div_ceil(UNIT)).ok()?;
+    /// Waits for `units` more of it.
+    async fn take(&self, units: usize) -> Option<OwnedSemaphorePermit> {
+        let units = u32::try_from(units).ok()?;
         self.0.clone().acquire_many_owned(units).await.ok()
     }
 }
@@ -76,6 +76,11 @@ pub async fn read(mut body: Incoming, limit: usize, budget: &Budget) -> Result<R
         bytes: Vec::new(),
         charge: None,
     };
+    // Room for what is declared, untouched (so not resident) until read.
+    if let Some(n) = declared.and_then(|n| usize::try_from(n).ok()) {
+        read.bytes.reserve_exact(n);
+    }
+    let mut charged = 0;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(Refused::Read)?;
         let Ok(data) = frame.into_data() else {
@@ -84,12 +89,17 @@ pub async fn read(mut body: Incoming, limit: usize, budget: &Budget) -> Result<R
         if read.bytes.len() + data.len() > limit {
             return Err(too_large);
         }
-        let Some(more) = budget.take(data.len()).await else {
-            return Err(too_large);
-        };
-        match &mut read.charge {
-            Some(charge) => charge.merge(more),
-            None => read.charge = Some(more),
+        // Charged in whole units of what has arrived so far.
+        let due = (read.bytes.len() + data.len()).div_ceil(UNIT) - charged;
+        if due > 0 {
+            let Some(more) = budget.take(due).await else {
+                return Err(too_large);
+            };
+            charged += due;
+            match &mut read.charge {
+                Some(charge) => charge.merge(more),
+                None => read.charge = Some(more),
+            }
         }
         read.bytes.extend_from_slice(&data);
     }
