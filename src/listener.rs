@@ -1,19 +1,21 @@
 //! What every port kiln listens on admits: a bounded number of
 //! connections, a deadline for each step of a request, and an accept loop
 //! that backs off when the process is out of descriptors instead of
-//! spinning. The metrics and health endpoints ([`crate::serve`]) and the
+//! spinning. At the limit, a new connection takes the place of the oldest
+//! one not in a request (idle, or still sending its headers), so holding
+//! every slot open keeps no one else out. The metrics and health endpoints ([`crate::serve`]) and the
 //! conversion webhook (`api::webhook::server`) are served through it; each
 //! has its own [`Limits`], so a flood on one port never takes another's
 //! connections.
 
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 /// The bounds of one listener.
@@ -46,13 +48,42 @@ pub struct Accepted {
     /// The connection.
     pub stream: TcpStream,
     /// Its slot among [`Limits::connections`]; dropped when it closes.
-    pub slot: OwnedSemaphorePermit,
+    pub slot: Slot,
+}
+
+/// A connection's place among its listener's: its share of the limit, the
+/// request it is on, and the signal that evicts it to make room.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    live: Arc<Live>,
+}
+
+struct Live {
+    exchange: Exchange,
+    evict: Notify,
+    opened: Instant,
+}
+
+impl Slot {
+    /// The request the connection is on: the service starts and ends each.
+    pub fn exchange(&self) -> Exchange {
+        self.live.exchange.clone()
+    }
+
+    /// Resolves once the listener evicts this connection (at the limit,
+    /// for a new one, while this one is in no request): close it then.
+    pub async fn evicted(&self) {
+        self.live.evict.notified().await;
+    }
 }
 
 /// Hands out accepted connections within a listener's connection limit.
 pub struct Acceptor {
     listener: TcpListener,
     slots: Arc<Semaphore>,
+    live: Mutex<Vec<Weak<Live>>>,
+    /// How long a new connection waits for a slot when none can be freed.
+    wait: Duration,
 }
 
 impl Acceptor {
@@ -61,28 +92,70 @@ impl Acceptor {
         Self {
             listener,
             slots: Arc::new(Semaphore::new(limits.connections.max(1))),
+            live: Mutex::new(Vec::new()),
+            wait: limits.header,
         }
     }
 
-    /// The next connection, once a slot is free. An accept that fails for
-    /// want of descriptors or memory is tried again after [`BACKOFF`]; one
-    /// that fails for the connection alone (reset before it was accepted)
-    /// at once.
+    /// The next connection, in a slot. At the limit, the oldest connection
+    /// in no request is evicted for it; when every one is in a request, it
+    /// waits for a slot at most a header deadline (then it is closed). An
+    /// accept that fails for want of descriptors or memory is tried again
+    /// after [`BACKOFF`]; one that fails for the connection alone at once.
     pub async fn next(&self) -> Accepted {
-        let Ok(slot) = self.slots.clone().acquire_owned().await else {
-            // The semaphore is never closed.
-            return std::future::pending().await;
-        };
         loop {
-            match self.listener.accept().await {
-                Ok((stream, _)) => return Accepted { stream, slot },
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
                 Err(error) => {
                     if let Some(wait) = after_error(&error) {
                         tracing::warn!(%error, "accepting a connection failed; backing off");
                         tokio::time::sleep(wait).await;
                     }
+                    continue;
                 }
-            }
+            };
+            let permit = match self.slots.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    self.evict_one();
+                    let freed = self.slots.clone().acquire_owned();
+                    match tokio::time::timeout(self.wait, freed).await {
+                        Ok(Ok(permit)) => permit,
+                        _ => continue,
+                    }
+                }
+            };
+            let live = Arc::new(Live {
+                exchange: Exchange::default(),
+                evict: Notify::new(),
+                opened: Instant::now(),
+            });
+            let mut all = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            all.retain(|l| l.strong_count() > 0);
+            all.push(Arc::downgrade(&live));
+            return Accepted {
+                stream,
+                slot: Slot {
+                    _permit: permit,
+                    live,
+                },
+            };
+        }
+    }
+
+    /// Tells the oldest connection in no request to close.
+    fn evict_one(&self) {
+        let mut all = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|l| l.strong_count() > 0);
+        let oldest = all
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((i, l.upgrade()?)))
+            .filter(|(_, l)| !l.exchange.busy())
+            .min_by_key(|(_, l)| l.opened);
+        if let Some((i, live)) = oldest {
+            live.evict.notify_one();
+            all.remove(i);
         }
     }
 }
@@ -120,6 +193,8 @@ pub struct Exchange(Arc<Mutex<Current>>);
 struct Current {
     /// When the request now served started.
     since: Option<Instant>,
+    /// Whether that request is being served (not answered yet).
+    busy: bool,
     /// Memory charged for it, held until the next request starts or the
     /// connection closes (its answer is written by then).
     charge: Option<OwnedSemaphorePermit>,
@@ -132,8 +207,18 @@ impl Exchange {
         let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         *current = Current {
             since: Some(Instant::now()),
+            busy: true,
             charge: None,
         };
+    }
+
+    /// The request is answered (its answer handed to be written).
+    pub fn done(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).busy = false;
+    }
+
+    fn busy(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).busy
     }
 
     /// Holds `charge` until the next request or the connection's end.

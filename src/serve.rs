@@ -18,7 +18,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::listener::{self, Acceptor, Exchange, Limits};
+use crate::listener::{self, Acceptor, Limits};
 
 /// What the metrics and health listeners admit: a scrape or a probe is one
 /// small GET, answered at once.
@@ -57,19 +57,21 @@ pub async fn spawn_within(
             let accepted = acceptor.next().await;
             let probe = probe.clone();
             tokio::spawn(async move {
-                let _slot = accepted.slot;
-                let exchange = Exchange::default();
+                let slot = accepted.slot;
+                let exchange = slot.exchange();
                 let on = exchange.clone();
                 let service = service_fn(move |req| {
                     on.start();
-                    let probe = probe.clone();
-                    async move { Ok::<_, Infallible>(route(&req, probe.as_ref())) }
+                    let response = route(&req, probe.as_ref());
+                    on.done();
+                    async move { Ok::<_, Infallible>(response) }
                 });
                 let conn = listener::http1(&limits)
                     .serve_connection(TokioIo::new(accepted.stream), service);
                 tokio::select! {
                     _ = conn => {}
                     () = exchange.overdue(limits.request) => {}
+                    () = slot.evicted() => {}
                 }
             });
         }

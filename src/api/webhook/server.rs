@@ -224,13 +224,13 @@ async fn serve_connection(
     alive: mpsc::Sender<()>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let (_alive, _slot) = (alive, accepted.slot);
+    let (_alive, slot) = (alive, accepted.slot);
     let limits = shared.bounds.limits;
     let handshake = shared.acceptor.accept(accepted.stream);
     let Ok(Ok(tls)) = tokio::time::timeout(limits.handshake, handshake).await else {
         return;
     };
-    let exchange = Exchange::default();
+    let exchange = slot.exchange();
     let draining = stopped.clone();
     let on = exchange.clone();
     let service = service_fn(move |req| {
@@ -238,6 +238,7 @@ async fn serve_connection(
         async move {
             exchange.start();
             let mut response = handle(req, &shared, &exchange).await;
+            exchange.done();
             if *draining.borrow() {
                 // The client opens its next connection elsewhere.
                 response.headers_mut().insert(
@@ -254,6 +255,8 @@ async fn serve_connection(
         _ = conn.as_mut() => {}
         // A request not answered in time: the connection is dropped.
         () = exchange.overdue(limits.request) => {}
+        // Its slot is wanted by a new connection, and it is in no request.
+        () = slot.evicted() => {}
         () = async {
             until_stopped(&mut stopped).await;
             tokio::time::sleep(SETTLE).await;
@@ -485,25 +488,35 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn connections_over_the_limit_wait_and_metrics_keep_answering() {
+    async fn a_connection_over_the_limit_takes_the_place_of_the_oldest_idle_one() {
         let mut bounds = tight();
         bounds.limits.header = DEADLINE;
         bounds.limits.handshake = DEADLINE;
         let (serving, ca) = listening(bounds, Arc::new(Nothing), Arc::default()).await;
+        let mut first = connect(serving.bound, &ca).await.unwrap();
+        let _second = connect(serving.bound, &ca).await.unwrap();
+        // Both slots held by idle connections: a third is served, the
+        // oldest idle one closed for it.
+        let third = tokio::time::timeout(DEADLINE, connect(serving.bound, &ca)).await;
+        assert!(matches!(third, Ok(Ok(_))), "a third connection is served");
+        until_closed(&mut first).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn metrics_keep_answering_while_every_slot_is_held() {
         let metrics = crate::serve::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), Arc::new(Up))
             .await
             .unwrap();
-        let first = connect(serving.bound, &ca).await.unwrap();
-        let _second = connect(serving.bound, &ca).await.unwrap();
-        // The third waits in the backlog while two are open.
-        let (bound, third_ca) = (serving.bound, ca.clone());
-        let third = tokio::spawn(async move { connect(bound, &third_ca).await });
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(!third.is_finished(), "a third connection is not served");
-        assert!(scrape(metrics).await.contains("kiln_up 1"));
-        drop(first);
-        let third = tokio::time::timeout(DEADLINE, third).await;
-        assert!(matches!(third, Ok(Ok(Ok(_)))), "served once a slot frees");
+        // Every slot of the metrics port held by idle connections, and the
+        // webhook's port flooded too.
+        let (serving, _) = listening(tight(), Arc::new(Nothing), Arc::default()).await;
+        let mut held = Vec::new();
+        for _ in 0..crate::serve::LIMITS.connections + 8 {
+            held.push(tokio::net::TcpStream::connect(metrics).await.unwrap());
+            held.push(tokio::net::TcpStream::connect(serving.bound).await.unwrap());
+        }
+        let scraped = tokio::time::timeout(DEADLINE, scrape(metrics)).await;
+        assert!(scraped.is_ok_and(|s| s.contains("kiln_up 1")));
     }
 
     struct Up;
