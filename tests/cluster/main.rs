@@ -59,6 +59,7 @@ mod rule_set;
 mod selecting;
 mod sharding;
 mod status_schema;
+mod stored_data;
 mod unwatched;
 mod verdicts;
 mod webhook_secret;
