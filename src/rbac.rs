@@ -238,11 +238,17 @@ fn own_needs(set: &RuleSet) -> Vec<Own> {
         // The rules ConfigMap (`--rules-configmap`): read, then watched.
         own("", "configmaps", &[], READ),
     ];
-    // A rule taking only new primaries records its first load in a
-    // ConfigMap of kiln's own (engine/runtime/since.rs).
-    if set.rules.iter().any(|r| !r.primary.take_existing) {
-        needs.push(own("", "configmaps", &[], &["create"]));
-    }
+    // ConfigMaps of kiln's own, created here: the accepted rules
+    // (reload/saved.rs), then replaced by name only, and the record of a
+    // rule's first load when a rule takes only new primaries
+    // (engine/runtime/since.rs).
+    needs.push(own("", "configmaps", &[], &["create"]));
+    needs.push(own(
+        "",
+        "configmaps",
+        &[crate::reload::saved::DEFAULT_NAME],
+        &["update"],
+    ));
     // The conversion webhook's certificates: a Secret created here
     // (`create` cannot be limited to a name), then read and renewed by name.
     if converts(set) {
@@ -474,6 +480,8 @@ mod tests {
             json!([
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kiln-accepted-rules"], "verbs": ["update"]},
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
                 {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kiln-conversion-webhook"], "verbs": ["get", "patch"]},
             ]),
@@ -510,8 +518,10 @@ mod tests {
             json!([
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kiln-accepted-rules"], "verbs": ["update"]},
             ]),
-            "no Secret while no rule converts"
+            "no Secret while no rule converts; the accepted rules saved, replaced by name only"
         );
         let binding = own_role_binding("kiln", "kiln-system", "kiln");
         assert_eq!(binding["roleRef"]["name"], "kiln");

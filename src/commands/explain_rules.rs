@@ -36,7 +36,7 @@ fn each_valid(version: Version) -> RuleSet {
         let file = source.file.display().to_string();
         let one = Version {
             sources: vec![source],
-            read_errors: Vec::new(),
+            ..Version::default()
         };
         match kiln::reload::load(one, true) {
             Ok(set) => rules.extend(set.rules),

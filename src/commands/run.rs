@@ -11,7 +11,7 @@ use kiln::lease;
 use kiln::metrics::Metrics;
 use kiln::reload::{
     self, Checker, CurrentRules, Files, Follower, Loader, Refusal, ReloadOptions, RuleResources,
-    RuleSource, RulesConfigMap, StatusWriter, Teller,
+    RuleSource, RulesConfigMap, Saved, StatusWriter, Teller,
 };
 use kiln::request_timeout;
 use kiln::serve::{self, Probe};
@@ -43,13 +43,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         )
         .await?;
         let (mut source, status) = rule_source(args, &client);
-        let first = source.first().await?;
         let metrics = Arc::new(Metrics::new());
         let probe = Arc::new(RunProbe::new(metrics.clone()));
-        let loader = match first_loader(args, &client, &probe, first, status) {
-            Ok(loader) => loader,
-            Err(refusal) => return Ok(first_load_refused(&refusal)),
+        let saved = saved_rules(args, &client);
+        let last = saved.read(&source_name(args)).await;
+        let first = source.first().await;
+        let (mut loader, resumed) = match first_loader(args, &client, &probe, first, &last)? {
+            Ok(started) => started,
+            Err(refusal) => return Ok(first_load_refused(&refusal, &last)),
         };
+        loader = with_status(loader, &client, &probe, status).saving(
+            saved,
+            source_name(args),
+            probe.speaks(),
+            last.ok().flatten(),
+        );
         let active = Active {
             client: client.clone(),
             options: engine_options(args),
@@ -58,15 +66,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             metrics,
             prune_on_rule_removal: args.reload.prune_on_rule_removal,
         };
-        // One loader for the whole process, leading or not: the current
-        // rules are the last good ones whenever an engine starts.
-        let loading = tokio::spawn(loader.run(source, std::future::pending()));
         let serving = Serving {
             metrics: args.serving.metrics_bind_address.0,
             health: args.serving.health_probe_bind_address.0,
             conversion,
         };
         let webhook = serving.start(&probe, &client, &active).await?;
+        if let Some(first) = resumed {
+            // Started on the saved set: the source's rules are accepted over
+            // it, rule by rule, before any engine starts.
+            loader.settle(first).await;
+        }
+        // One loader for the whole process, leading or not: the current
+        // rules are the last accepted ones whenever an engine starts.
+        let loading = tokio::spawn(loader.run(source, std::future::pending()));
         let (stop_rx, signals) = stop_on_signal(webhook);
         match lease {
             None => {
@@ -117,31 +130,85 @@ fn stop_on_signal(
     (stop_rx, signals)
 }
 
-/// The loader of the first rules (`Err` when they are refused): it checks
-/// each later version against the cluster, and writes the status of the Rule
-/// resources when they are the source (`status`).
+/// What the first load found in the source, when the loader started on
+/// the saved set instead: accepted over it once the webhook serves.
+type Resumed = Option<Result<reload::Version, String>>;
+
+/// The loader of the first rules: on the accepted set saved in the cluster
+/// when there is one (the source's version is then accepted over it), else
+/// on the source's version (`Ok(Err)` when it is refused: nothing to run).
+/// It checks each later version against the cluster.
 fn first_loader(
     args: &RunArgs,
     client: &Client,
     probe: &Arc<RunProbe>,
-    first: reload::Version,
-    status: Option<StatusWriter>,
-) -> Result<Loader, Refusal> {
-    let teller = Teller::new(client, args.source.rules_configmap.clone(), probe.speaks());
+    first: Result<reload::Version, reload::source::SourceError>,
+    last: &Result<Option<reload::Accepted>, reload::saved::SavedError>,
+) -> anyhow::Result<Result<(Loader, Resumed), Refusal>> {
+    let teller = || Teller::new(client, args.source.rules_configmap.clone(), probe.speaks());
     let mut options = reload_options(&args.reload);
     options.serves_conversion = args.conversion.conversion_addr.0.is_some();
     // Deleting every Rule resource is a choice, not a vanished file.
     options.allow_empty |= args.source.rules_from_cluster;
-    let loader = Loader::first(first, options, probe.metrics.clone(), teller)?
-        .checking(Checker::new(client.clone(), args.engine.namespaces.clone()));
-    Ok(match status {
+    let checker = || Checker::new(client.clone(), args.engine.namespaces.clone());
+    let metrics = probe.metrics.clone();
+    if let Ok(Some(saved)) = last {
+        match Loader::resume(saved.clone(), options.clone(), metrics.clone(), teller()) {
+            Ok(loader) => {
+                let first = first.map_err(|e| e.to_string());
+                return Ok(Ok((loader.checking(checker()), Some(first))));
+            }
+            Err(refusal) => {
+                for d in refusal.diagnostics() {
+                    tracing::warn!(location = %d.location(), "{}", d.message);
+                }
+                tracing::warn!("the saved accepted rules no longer compile: not used");
+            }
+        }
+    }
+    let first = first?;
+    Ok(Loader::first(first, options, metrics, teller()).map(|l| (l.checking(checker()), None)))
+}
+
+/// The loader, writing the status of the Rule resources when they are the
+/// source (`status`).
+fn with_status(
+    loader: Loader,
+    client: &Client,
+    probe: &Arc<RunProbe>,
+    status: Option<StatusWriter>,
+) -> Loader {
+    match status {
         Some(status) => {
             let census = probe.census(loader.rules());
             let status = status.counting(census).telling(client, probe.speaks());
             loader.reporting(status)
         }
         None => loader,
-    })
+    }
+}
+
+/// Where the accepted rules are saved: beside the Lease, named after it.
+fn saved_rules(args: &RunArgs, client: &Client) -> Saved {
+    let (namespace, _) = lease_place(&args.election);
+    Saved::new(client.clone(), &namespace, &args.election.leader_elect_id)
+}
+
+/// The rule source and the namespaces it runs on, as the saved set names
+/// them: a set saved from another source, or checked for other namespaces
+/// (permissions, kinds), is not run.
+fn source_name(args: &RunArgs) -> String {
+    let source = match (&args.source.rules[..], &args.source.rules_configmap) {
+        _ if args.source.rules_from_cluster => "rules.kiln.dev".to_string(),
+        ([], Some((ns, name))) => format!("configmap {ns}/{name}"),
+        _ => "files".to_string(),
+    };
+    let mut namespaces = args.engine.namespaces.clone();
+    namespaces.sort();
+    match namespaces.as_slice() {
+        [] => source,
+        some => format!("{source} in namespaces {}", some.join(",")),
+    }
 }
 
 /// The engine's settings from the command line.
@@ -591,8 +658,11 @@ async fn bind(addr: SocketAddr, probe: Arc<RunProbe>) -> std::io::Result<SocketA
     serve::spawn(addr, probe).await
 }
 
-/// The first load must be valid: there is no last good set to keep.
-fn first_load_refused(refusal: &Refusal) -> ExitCode {
+/// Nothing valid to run and no accepted set saved: kiln does not start.
+fn first_load_refused(
+    refusal: &Refusal,
+    last: &Result<Option<reload::Accepted>, reload::saved::SavedError>,
+) -> ExitCode {
     match refusal {
         Refusal::Empty => eprintln!("{}", reload::empty_set()),
         Refusal::Invalid(diagnostics) => {
@@ -603,6 +673,12 @@ fn first_load_refused(refusal: &Refusal) -> ExitCode {
                 "error: the rules are invalid ({} problems); nothing was started",
                 diagnostics.len()
             );
+        }
+    }
+    match last {
+        Ok(_) => eprintln!("error: no accepted rules are saved in the cluster to run instead"),
+        Err(error) => {
+            eprintln!("error: the accepted rules saved in the cluster could not be read: {error}")
         }
     }
     ExitCode::from(1)

@@ -10,11 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::accepted::{self, Accepted};
 use super::current::CurrentRules;
 use super::precheck::{Checker, Finding};
+use super::saved::Saved;
 use super::source::{RuleSource, Version};
 use super::status::{Outcome, StatusWriter};
-use super::tell::Teller;
+use super::tell::{Speaks, Teller};
 use super::{ReloadOptions, empty_set};
 use crate::metrics::Metrics;
 use crate::rules::{self, Diagnostic, RuleSet};
@@ -47,39 +49,60 @@ pub fn load(version: Version, allow_empty: bool) -> Result<RuleSet, Refusal> {
     }
 }
 
-/// Validates a version of the rules for this process: also refused, a rule
-/// whose API needs the conversion webhook when the process serves none.
-fn load_for(version: Version, options: &ReloadOptions) -> Result<RuleSet, Refusal> {
-    let set = load(version, options.allow_empty)?;
-    if options.serves_conversion {
-        return Ok(set);
-    }
-    let refused = crate::api::served::refused_without_webhook(&set);
-    if refused.is_empty() {
-        Ok(set)
-    } else {
-        Err(Refusal::Invalid(refused))
-    }
-}
-
 /// Follows a rule source into the current rule set.
 pub struct Loader {
     rules: CurrentRules,
+    /// What runs, rule by rule (saved in the cluster when `saved` is set).
+    accepted: Accepted,
     options: ReloadOptions,
     metrics: Arc<Metrics>,
     teller: Teller,
     checker: Option<Checker>,
     last_seen: u64,
     /// A valid set the cluster does not let run yet, and what it said.
-    pending: Option<(RuleSet, Vec<Finding>)>,
-    /// Writes the status of Rule resources after each load, when they are the source.
+    pending: Option<Pending>,
+    /// Writes the status of the Rule resources after each load, when they are the source.
     status: Option<StatusWriter>,
     /// The rules whose latest version is refused (`kiln_rule_edit_refused`).
     edit_refused: BTreeSet<String>,
+    /// What the first load refused, told once the loader runs (`None`: told).
+    first_refused: Option<Vec<Diagnostic>>,
+    /// Where the accepted set is saved, and what is saved there.
+    saving: Option<Saving>,
+    /// What was refused while this replica did not speak (a standby, or
+    /// the first load before the engine runs): told once it does.
+    untold: Vec<Diagnostic>,
 }
 
+/// A set waiting for the cluster: the rules, what they are, what was
+/// refused on the way and what the cluster said.
+#[derive(Clone)]
+struct Pending {
+    set: RuleSet,
+    accepted: Accepted,
+    refused: Vec<Diagnostic>,
+    findings: Vec<Finding>,
+}
+
+/// The accepted set saved in the cluster by the replica that runs the engine.
+struct Saving {
+    saved: Saved,
+    /// The rule source, as saved with the set.
+    source: String,
+    speaks: Speaks,
+    /// The set last saved (or read back at start).
+    last: Option<Accepted>,
+    /// The last error told, so that it is told once.
+    told: Option<String>,
+}
+
+/// How often the accepted set is saved when it changed (the replica that
+/// accepted it may not have led then).
+const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Loader {
-    /// The first load: it must be valid (there is no last good set to keep).
+    /// The first load, with no accepted set before it: each valid rule
+    /// runs; `Err` when none is valid (or the source holds none).
     pub fn first(
         version: Version,
         options: ReloadOptions,
@@ -87,20 +110,74 @@ impl Loader {
         teller: Teller,
     ) -> Result<Self, Refusal> {
         let last_seen = fingerprint(&version);
-        let set = load_for(version, &options)?;
+        let composed = accepted::compose(&version, &Accepted::default(), &options)?;
+        let mut loader = Self::on(composed.set, composed.accepted, options, metrics, teller);
+        loader.last_seen = last_seen;
+        loader.first_refused = Some(composed.refused);
+        Ok(loader)
+    }
+
+    /// Starts on the accepted set saved in the cluster, each saved rule
+    /// that still compiles (`Err` when none does); the source's version is
+    /// then accepted over it ([`Loader::settle`]), as a reload is.
+    pub fn resume(
+        saved: Accepted,
+        options: ReloadOptions,
+        metrics: Arc<Metrics>,
+        teller: Teller,
+    ) -> Result<Self, Refusal> {
+        let none = Accepted::default();
+        let composed = accepted::compose(&saved.to_version(), &none, &options)?;
+        for d in &composed.refused {
+            tracing::warn!(location = %d.location(), "a saved rule no longer compiles: {}", d.message);
+        }
+        let mut loader = Self::on(composed.set, composed.accepted, options, metrics, teller);
+        loader.first_refused = None;
+        Ok(loader)
+    }
+
+    fn on(
+        set: RuleSet,
+        accepted: Accepted,
+        options: ReloadOptions,
+        metrics: Arc<Metrics>,
+        teller: Teller,
+    ) -> Self {
         metrics.rules_loaded.set(set.rules.len() as i64);
         metrics.last_good_load.set(now_unix() as f64);
-        Ok(Self {
+        Self {
             rules: CurrentRules::new(set),
+            accepted,
             options,
             metrics,
             teller,
             checker: None,
-            last_seen,
+            last_seen: 0,
             pending: None,
             status: None,
             edit_refused: BTreeSet::new(),
-        })
+            first_refused: Some(Vec::new()),
+            saving: None,
+            untold: Vec::new(),
+        }
+    }
+
+    /// Accepts the source's first version over the saved set (`None`: the
+    /// source could not be read, `why`: the saved set keeps running).
+    pub async fn settle(&mut self, version: Result<Version, String>) {
+        match version {
+            Ok(version) => self.consider(version).await,
+            Err(why) => {
+                let d = Diagnostic::new(
+                    std::path::Path::new("<rules>"),
+                    "",
+                    None,
+                    String::new(),
+                    format!("{why}; the last accepted rules run"),
+                );
+                self.refuse(std::slice::from_ref(&d)).await;
+            }
+        }
     }
 
     /// Checks every new or changed rule with `checker` before it replaces
@@ -118,8 +195,29 @@ impl Loader {
         self
     }
 
+    /// Saves each accepted set in `saved` (rules read from `source`),
+    /// while `speaks`; `last` is what it holds now.
+    #[must_use]
+    pub fn saving(
+        mut self,
+        saved: Saved,
+        source: String,
+        speaks: Speaks,
+        last: Option<Accepted>,
+    ) -> Self {
+        self.saving = Some(Saving {
+            saved,
+            source,
+            speaks,
+            last,
+            told: None,
+        });
+        self
+    }
+
     async fn report(&mut self, outcome: Outcome<'_>) {
         if let Some(status) = &mut self.status {
+            status.running(self.accepted.generations());
             status.after(outcome).await;
         }
     }
@@ -129,6 +227,11 @@ impl Loader {
         self.rules.clone()
     }
 
+    /// What runs, rule by rule.
+    pub fn accepted(&self) -> &Accepted {
+        &self.accepted
+    }
+
     /// Follows `source` until `shutdown` resolves or the source ends.
     pub async fn run(
         mut self,
@@ -136,17 +239,24 @@ impl Loader {
         shutdown: impl Future<Output = ()>,
     ) {
         futures::pin_mut!(shutdown);
-        // The first load ran.
-        self.report(Outcome::Running).await;
+        self.tell_first().await;
         let mut census = tokio::time::interval(super::status::REFRESH);
+        let mut saves = tokio::time::interval(SAVE_EVERY);
         loop {
             let waiting = self.pending.is_some();
             let reporting = self.status.is_some();
+            let saving = self.saving.is_some();
             tokio::select! {
                 () = &mut shutdown => return,
                 _ = census.tick(), if reporting => {
                     if let Some(status) = &mut self.status {
                         status.refresh().await;
+                    }
+                }
+                _ = saves.tick() => {
+                    self.tell_untold().await;
+                    if saving {
+                        self.save().await;
                     }
                 }
                 version = source.next() => match version {
@@ -158,7 +268,47 @@ impl Loader {
         }
     }
 
-    /// Loads a new version of the rules, unless it is the one already seen.
+    /// Tells what the first load refused, if not told yet.
+    async fn tell_first(&mut self) {
+        match self.first_refused.take() {
+            None => {}
+            Some(refused) if refused.is_empty() => self.report(Outcome::Running).await,
+            Some(refused) => {
+                self.refuse(&refused).await;
+                self.mark_refused(by_rule(&refused).into_keys().collect());
+                self.report(Outcome::Refused(&refused)).await;
+            }
+        }
+    }
+
+    /// Saves the accepted set when it changed since last saved, if this
+    /// replica runs the engine; an error is told once and tried again.
+    pub async fn save(&mut self) {
+        let Some(saving) = &mut self.saving else {
+            return;
+        };
+        if !(saving.speaks)() || saving.last.as_ref() == Some(&self.accepted) {
+            return;
+        }
+        match saving.saved.write(&saving.source, &self.accepted).await {
+            Ok(()) => {
+                tracing::info!(saved = %saving.saved.place(), rules = self.accepted.rules.len(), "saved the accepted rules");
+                saving.last = Some(self.accepted.clone());
+                saving.told = None;
+            }
+            Err(error) => {
+                let why = error.to_string();
+                if saving.told.as_ref() != Some(&why) {
+                    tracing::error!(%error, "could not save the accepted rules; a restart with invalid rules would not find them");
+                    self.teller.warn("AcceptedRulesNotSaved", &why).await;
+                    saving.told = Some(why);
+                }
+            }
+        }
+    }
+
+    /// Loads a new version of the rules, unless it is the one already seen:
+    /// each rule whose new version is refused keeps its accepted version.
     pub async fn consider(&mut self, version: Version) {
         let seen = fingerprint(&version);
         if seen == self.last_seen {
@@ -168,11 +318,20 @@ impl Loader {
         // A newer version supersedes one waiting for the cluster.
         self.pending = None;
         self.metrics.rules_pending.set(0);
-        match load_for(version, &self.options) {
-            Ok(set) => self.offer(set).await,
+        self.tell_first().await;
+        self.untold.clear();
+        match accepted::compose(&version, &self.accepted, &self.options) {
+            Ok(composed) => {
+                if !composed.refused.is_empty() {
+                    self.refuse(&composed.refused).await;
+                }
+                let (set, accepted, refused) = (composed.set, composed.accepted, composed.refused);
+                self.offer(set, accepted, refused).await;
+            }
             Err(refusal) => {
                 let diagnostics = refusal.diagnostics();
                 self.refuse(&diagnostics).await;
+                self.mark_refused(by_rule(&diagnostics).into_keys().collect());
                 self.report(Outcome::Refused(&diagnostics)).await;
             }
         }
@@ -197,8 +356,8 @@ impl Loader {
 
     /// Checks the set waiting for the cluster again.
     pub async fn recheck(&mut self) {
-        if let Some((set, _)) = self.pending.clone() {
-            self.offer(set).await;
+        if let Some(p) = self.pending.clone() {
+            self.offer(p.set, p.accepted, p.refused).await;
         }
     }
 
@@ -207,58 +366,75 @@ impl Loader {
         self.pending.is_some()
     }
 
-    /// A valid set: current once the cluster lets its new and changed rules run.
-    async fn offer(&mut self, set: RuleSet) {
-        let findings = match &self.checker {
-            Some(checker) => {
-                let running = self.rules.get();
-                if let Err(refusal) = checker.install(&running, &set).await {
-                    if !refusal.transient {
-                        // A CRD change that would break stored objects: as
-                        // invalid as a broken rule.
-                        self.refuse(&refusal.diagnostics).await;
-                        self.report(Outcome::Refused(&refusal.diagnostics)).await;
-                        return;
-                    }
-                    // The API server could not answer: checked again.
-                    self.wait_for(set, uninstalled(&refusal)).await;
-                    return;
-                }
-                checker.check(&running, &set).await
-            }
-            None => Vec::new(),
+    /// A composed set (`refused`: what was refused composing it): current
+    /// once the cluster lets its new and changed rules run. A rule whose
+    /// CRD change is refused keeps its running version, alone.
+    async fn offer(&mut self, set: RuleSet, accepted: Accepted, mut refused: Vec<Diagnostic>) {
+        let Some(checker) = self.checker.clone() else {
+            return self.accept(set, accepted, &refused, &[]).await;
         };
-        if !findings.iter().any(Finding::blocks) {
-            self.pending = None;
-            self.metrics.rules_pending.set(0);
-            self.mark_refused(BTreeSet::new());
-            self.accept(set);
-            self.report(Outcome::Running).await;
-            for waits in &findings {
-                tracing::warn!("{waits}");
-                self.teller
-                    .warn("RuleWaitsForKinds", &waits.to_string())
+        let running = self.rules.get();
+        let (mut set, mut accepted) = (set, accepted);
+        // Each round drops or replaces at least one rule, so it ends.
+        for _ in 0..=set.rules.len() {
+            let Err(refusal) = checker.install(&running, &set).await else {
+                let findings = checker.check(&running, &set).await;
+                if findings.iter().any(Finding::blocks) {
+                    return self
+                        .wait_for(Pending {
+                            set,
+                            accepted,
+                            refused,
+                            findings,
+                        })
+                        .await;
+                }
+                return self.accept(set, accepted, &refused, &findings).await;
+            };
+            if refusal.transient {
+                // The API server could not answer: checked again.
+                let findings = uninstalled(&refusal);
+                return self
+                    .wait_for(Pending {
+                        set,
+                        accepted,
+                        refused,
+                        findings,
+                    })
                     .await;
             }
-            return;
+            // A CRD change that would break stored objects: as invalid as
+            // a broken rule, for that rule only.
+            self.refuse(&refusal.diagnostics).await;
+            let blamed: BTreeSet<String> = by_rule(&refusal.diagnostics).into_keys().collect();
+            refused.extend(refusal.diagnostics);
+            let narrowed = accepted.replacing(&blamed, &self.accepted);
+            match narrowed.compile() {
+                Ok(fewer) if narrowed != accepted => (set, accepted) = (fewer, narrowed),
+                _ => break,
+            }
         }
-        self.wait_for(set, findings).await;
+        // Nothing of it can run: the running rules stay as they are.
+        self.mark_refused(by_rule(&refused).into_keys().collect());
+        self.report(Outcome::Refused(&refused)).await;
     }
 
-    /// Keeps `set` waiting for the cluster, saying why once per distinct answer.
-    async fn wait_for(&mut self, set: RuleSet, findings: Vec<Finding>) {
-        let told = self.pending.as_ref().is_some_and(|(_, f)| *f == findings);
+    /// Keeps a set waiting for the cluster, saying why once per distinct answer.
+    async fn wait_for(&mut self, pending: Pending) {
+        let told = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.findings == pending.findings);
         self.metrics.rules_pending.set(1);
-        let waiting = findings
-            .iter()
-            .filter(|f| f.blocks())
-            .map(|f| f.rule().to_string());
-        self.mark_refused(waiting.collect());
+        let mut refused: BTreeSet<String> = by_rule(&pending.refused).into_keys().collect();
+        let waiting = pending.findings.iter().filter(|f| f.blocks());
+        refused.extend(waiting.map(|f| f.rule().to_string()));
+        self.mark_refused(refused);
         if !told {
-            self.hold_back(&findings).await;
-            self.report(Outcome::Waiting(&findings)).await;
+            self.hold_back(&pending.findings).await;
+            self.report(Outcome::Waiting(&pending.findings)).await;
         }
-        self.pending = Some((set, findings));
+        self.pending = Some(pending);
     }
 
     /// Says why a valid set does not run yet (once per distinct answer).
@@ -290,7 +466,38 @@ impl Loader {
         self.teller.warn("RulesRefused", &note).await;
     }
 
-    fn accept(&self, set: RuleSet) {
+    /// `set` runs: it becomes current, and is saved when this replica runs
+    /// the engine. `refused`: the rules that keep their running version.
+    async fn accept(
+        &mut self,
+        set: RuleSet,
+        accepted: Accepted,
+        refused: &[Diagnostic],
+        findings: &[Finding],
+    ) {
+        self.pending = None;
+        self.metrics.rules_pending.set(0);
+        self.mark_refused(by_rule(refused).into_keys().collect());
+        // Every new version refused: nothing changes, nothing is counted.
+        let same = super::plan(&self.rules.get(), &set).is_empty() && accepted == self.accepted;
+        if !same {
+            self.replace(set, accepted);
+        }
+        match refused {
+            [] => self.report(Outcome::Running).await,
+            _ => self.report(Outcome::Refused(refused)).await,
+        }
+        for waits in findings {
+            tracing::warn!("{waits}");
+            self.teller
+                .warn("RuleWaitsForKinds", &waits.to_string())
+                .await;
+        }
+        self.save().await;
+    }
+
+    /// `set` becomes current.
+    fn replace(&mut self, set: RuleSet, accepted: Accepted) {
         let m = &self.metrics;
         m.reload_total
             .get_or_create(&crate::metrics::label("result", "success"))
@@ -303,19 +510,11 @@ impl Loader {
             kiln_rules_reload_total_success = m.reloads("success"), "rules reloaded"
         );
         self.rules.set(set);
+        self.accepted = accepted;
     }
 
     async fn refuse(&mut self, diagnostics: &[Diagnostic]) {
-        let per_rule = by_rule(diagnostics);
-        self.mark_refused(per_rule.keys().cloned().collect());
-        // One Event per refused rule, so `kubectl describe` names each.
-        for (rule, problems) in per_rule.iter().take(MAX_RULE_EVENTS) {
-            let note = format!(
-                "rule {rule} is refused; its last good version, if any, keeps running: {}",
-                problems.join("; ")
-            );
-            self.teller.warn("RuleRefused", &note).await;
-        }
+        self.mark_refused(by_rule(diagnostics).into_keys().collect());
         let m = &self.metrics;
         m.reload_total
             .get_or_create(&crate::metrics::label("result", "error"))
@@ -326,15 +525,40 @@ impl Loader {
         tracing::error!(
             problems = diagnostics.len(),
             kiln_rules_reload_total_error = m.reloads("error"),
-            "the new rules are invalid; the last good rules keep running"
+            "rules refused; each keeps its last accepted version, if any, and the other rules take their new one"
         );
+        if self.teller.speaking() {
+            self.tell(diagnostics).await;
+        } else {
+            self.untold.extend_from_slice(diagnostics);
+        }
+    }
+
+    /// Tells what was refused while this replica did not speak, once it does.
+    async fn tell_untold(&mut self) {
+        if !self.untold.is_empty() && self.teller.speaking() {
+            let untold = std::mem::take(&mut self.untold);
+            self.tell(&untold).await;
+        }
+    }
+
+    /// The Warning Events of a refusal: one per refused rule, so `kubectl
+    /// describe` names each, and one for the whole.
+    async fn tell(&self, diagnostics: &[Diagnostic]) {
+        for (rule, problems) in by_rule(diagnostics).iter().take(MAX_RULE_EVENTS) {
+            let note = format!(
+                "rule {rule} is refused; its last accepted version, if any, keeps running: {}",
+                problems.join("; ")
+            );
+            self.teller.warn("RuleRefused", &note).await;
+        }
         let summary: Vec<String> = diagnostics
             .iter()
             .take(5)
             .map(|d| format!("{}: {}", d.location(), d.message))
             .collect();
         let note = format!(
-            "{} problem(s); the last good rules keep running. {}",
+            "{} problem(s); each refused rule keeps its last accepted version, if any. {}",
             diagnostics.len(),
             summary.join("; ")
         );
@@ -385,6 +609,7 @@ pub(super) fn fingerprint(version: &Version) -> u64 {
     for d in &version.read_errors {
         d.to_string().hash(&mut h);
     }
+    version.generations.hash(&mut h);
     h.finish()
 }
 

@@ -1,15 +1,18 @@
 //! Hot reload: the rule set changes while kiln runs, safely.
 //!
 //! One [`RuleSource`] (files and directories, a mounted ConfigMap among
-//! them, or a ConfigMap read through the API) feeds one [`Loader`] per
-//! process, which validates each version as a whole and keeps the last good
-//! one in the [`CurrentRules`] cell. Every engine start reads that cell and
-//! a [`Follower`] applies its changes to the running engine, so the first
-//! load, reloads and an engine started again after the leader Lease was won
-//! back all run the same rules. An invalid version changes nothing: every
+//! them, a ConfigMap read through the API, or `Rule` resources) feeds one
+//! [`Loader`] per process, which accepts each version rule by rule
+//! ([`accepted`]) and keeps what runs in the [`CurrentRules`] cell and, in
+//! the cluster, in a ConfigMap of kiln's own ([`Saved`]). Every engine start
+//! reads that cell and a [`Follower`] applies its changes to the running
+//! engine, so the first load, reloads, a restart and an engine started
+//! again after the leader Lease was won back all run the same rules. A
+//! refused rule keeps its last accepted version (or does not run): every
 //! diagnostic is logged and counted, and told as a Warning Event on the
 //! rules ConfigMap when one is named.
 
+pub mod accepted;
 pub mod census;
 pub mod current;
 pub mod follow;
@@ -17,17 +20,20 @@ pub mod loader;
 pub mod plan;
 pub mod precheck;
 pub mod resources;
+pub mod saved;
 pub mod source;
 pub mod status;
 pub mod tell;
 pub mod watch;
 
+pub use accepted::Accepted;
 pub use current::CurrentRules;
 pub use follow::Follower;
 pub use loader::{Loader, Refusal, load};
 pub use plan::{Plan, plan};
 pub use precheck::{Checker, Finding};
 pub use resources::RuleResources;
+pub use saved::Saved;
 pub use source::{Files, RuleSource, RulesConfigMap, Version, configmap_sources};
 pub use status::StatusWriter;
 pub use tell::Teller;

@@ -69,6 +69,7 @@ impl std::fmt::Display for Finding {
 }
 
 /// Checks rules against the cluster, as kiln's own identity.
+#[derive(Clone)]
 pub struct Checker {
     client: Client,
     namespaces: Vec<String>,

@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{ApiResource, ListParams, ObjectMeta};
 use kube::core::GroupVersionKind;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::source::{RuleSource, SourceError, Version};
 use crate::rules::load::Source;
@@ -48,22 +49,62 @@ pub struct Seen {
     pub text: String,
 }
 
+/// A `Rule` object as listed and watched: its spec and status kept as the
+/// API server's JSON, decoded per object afterwards. One Rule nested too
+/// deeply to decode is then refused alone, and never fails the list or the
+/// watch of every Rule.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct RuleObject {
+    /// Its metadata.
+    pub metadata: ObjectMeta,
+    /// Its spec, undecoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Box<RawValue>>,
+    /// Its status, undecoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<RawValue>>,
+}
+
+impl kube::Resource for RuleObject {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "Rule".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "kiln.dev".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "rules".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// The Rule objects of the last version handed out, by name.
 pub type Offered = Arc<Mutex<BTreeMap<String, Seen>>>;
 
 /// Cluster-scoped `Rule` objects, listed then watched.
 pub struct RuleResources {
-    api: Api<DynamicObject>,
+    api: Api<RuleObject>,
     store: BTreeMap<String, Seen>,
     offered: Offered,
-    events: Option<BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>>>,
+    events: Option<BoxStream<'static, Result<Event<RuleObject>, watcher::Error>>>,
 }
 
 impl RuleResources {
     /// Every Rule in the cluster.
     pub fn new(client: Client) -> Self {
         Self {
-            api: Api::all_with(client, &rule_resource()),
+            api: Api::all(client),
             store: BTreeMap::new(),
             offered: Offered::default(),
             events: None,
@@ -89,27 +130,45 @@ impl RuleResources {
                     text: seen.text.clone(),
                 })
                 .collect(),
-            read_errors: Vec::new(),
+            generations: self
+                .store
+                .iter()
+                .map(|(name, seen)| (file_of(name), seen.generation))
+                .collect(),
+            ..Version::default()
         }
     }
 }
 
-/// A Rule object as kiln reads it: its name and what it holds.
-pub fn seen(obj: &DynamicObject) -> Option<(String, Seen)> {
+/// A Rule object as kiln reads it: its name and what it holds. A spec
+/// that does not decode (nested deeper than JSON is decoded) is handed out
+/// as the API server wrote it, for validation to refuse with why.
+pub fn seen(obj: &RuleObject) -> Option<(String, Seen)> {
     let name = obj.metadata.name.clone()?;
-    let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
-    let doc = serde_json::json!({
-        "apiVersion": "kiln.dev/v1alpha1",
-        "kind": "Rule",
-        "metadata": {"name": name},
-        "spec": spec,
-    });
-    // JSON is YAML: one key per line, so diagnostics have useful lines.
-    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    let raw = obj.spec.as_deref().map_or("null", RawValue::get);
+    let text = match serde_json::from_str::<Value>(raw) {
+        Ok(spec) => {
+            let doc = serde_json::json!({
+                "apiVersion": "kiln.dev/v1alpha1",
+                "kind": "Rule",
+                "metadata": {"name": name},
+                "spec": spec,
+            });
+            // JSON is YAML: one key per line, so diagnostics have useful lines.
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        }
+        Err(_) => {
+            let name = Value::String(name.clone());
+            format!(
+                "{{\"apiVersion\": \"kiln.dev/v1alpha1\", \"kind\": \"Rule\", \"metadata\": {{\"name\": {name}}}, \"spec\": {raw}}}"
+            )
+        }
+    };
+    let status = obj.status.as_deref().map_or("null", RawValue::get);
     let seen = Seen {
         uid: obj.metadata.uid.clone().unwrap_or_default(),
         generation: obj.metadata.generation.unwrap_or(0),
-        status: obj.data.get("status").cloned().unwrap_or(Value::Null),
+        status: serde_json::from_str(status).unwrap_or(Value::Null),
         text,
     };
     Some((name, seen))

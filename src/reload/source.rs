@@ -30,6 +30,9 @@ pub struct Version {
     pub sources: Vec<Source>,
     /// Files that could not be read, as diagnostics.
     pub read_errors: Vec<Diagnostic>,
+    /// The generation of the object each file is (a `Rule`'s
+    /// `metadata.generation`), for sources whose files are objects.
+    pub generations: std::collections::BTreeMap<PathBuf, i64>,
 }
 
 /// Why a source gave no first version.
@@ -90,6 +93,7 @@ impl Files {
         Version {
             sources,
             read_errors,
+            ..Version::default()
         }
     }
 
@@ -178,7 +182,7 @@ impl RuleSource for RulesConfigMap {
 fn version_of(cm: &ConfigMap) -> Version {
     Version {
         sources: configmap_sources(cm),
-        read_errors: Vec::new(),
+        ..Version::default()
     }
 }
 

@@ -9,14 +9,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::census::Census;
 use super::precheck::Finding;
-use super::resources::{Offered, Seen, file_of, rule_resource};
+use super::resources::{Offered, RuleObject, Seen, file_of};
 use super::tell::Speaks;
 use crate::rules::Diagnostic;
 
@@ -25,7 +25,8 @@ use crate::rules::Diagnostic;
 pub enum Outcome<'a> {
     /// It runs.
     Running,
-    /// It is invalid: the last good set keeps running.
+    /// These rules' new versions are refused: each keeps its last
+    /// accepted version, if any; the others run.
     Refused(&'a [Diagnostic]),
     /// It is valid but waits for the cluster.
     Waiting(&'a [Finding]),
@@ -37,7 +38,8 @@ pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Writes the status of every Rule after each load, and its counts every
 /// [`REFRESH`]; tells each change of `Ready` as an Event on the Rule.
 pub struct StatusWriter {
-    api: Api<DynamicObject>,
+    /// Decoded without the spec: one Rule too deep to decode is written too.
+    api: Api<RuleObject>,
     offered: Offered,
     /// The generation of each rule that runs.
     running: BTreeMap<String, i64>,
@@ -47,19 +49,23 @@ pub struct StatusWriter {
     written: BTreeMap<String, Value>,
     census: Option<Census>,
     events: Option<(Recorder, Speaks)>,
+    /// Rules whose `Ready` changed while this replica did not speak: told
+    /// once it does.
+    untold: std::collections::BTreeSet<String>,
 }
 
 impl StatusWriter {
     /// For the Rules a [`RuleResources`](super::resources::RuleResources) hands out.
     pub fn new(client: Client, offered: Offered) -> Self {
         Self {
-            api: Api::all_with(client, &rule_resource()),
+            api: Api::all(client),
             offered,
             running: BTreeMap::new(),
             computed: BTreeMap::new(),
             written: BTreeMap::new(),
             census: None,
             events: None,
+            untold: std::collections::BTreeSet::new(),
         }
     }
 
@@ -88,15 +94,14 @@ impl StatusWriter {
             .clone()
     }
 
+    /// The generation of each rule that runs (the accepted set, rule by rule).
+    pub fn running(&mut self, generations: BTreeMap<String, i64>) {
+        self.running = generations;
+    }
+
     /// Writes each Rule's status after `outcome` (0 writes when none changed).
     pub async fn after(&mut self, outcome: Outcome<'_>) {
         let offered = self.offered();
-        if matches!(outcome, Outcome::Running) {
-            self.running = offered
-                .iter()
-                .map(|(n, s)| (n.clone(), s.generation))
-                .collect();
-        }
         self.computed = offered
             .iter()
             .map(|(name, seen)| {
@@ -111,6 +116,7 @@ impl StatusWriter {
     /// changed.
     pub async fn refresh(&mut self) {
         let offered = self.offered();
+        self.tell_untold(&offered).await;
         let counts = self.census.as_ref().and_then(|census| census());
         let now = now();
         for (name, seen) in &offered {
@@ -152,18 +158,43 @@ impl StatusWriter {
         }
     }
 
-    /// An Event on the Rule when its `Ready` changed from what was read.
-    async fn tell(&self, name: &str, seen: &Seen, status: &Value) {
-        let Some((recorder, speaks)) = &self.events else {
+    /// An Event on the Rule when its `Ready` changed from what was read
+    /// (remembered until this replica speaks).
+    async fn tell(&mut self, name: &str, seen: &Seen, status: &Value) {
+        let Some((_, speaks)) = &self.events else {
             return;
         };
         let ready = |s: &Value| ready_of(s).map(|c| (c["status"].clone(), c["reason"].clone()));
-        let Some(now) = ready_of(status) else {
-            return;
-        };
-        if ready(&seen.status) == ready(status) || !speaks() {
+        if ready(&seen.status) == ready(status) {
             return;
         }
+        if !speaks() {
+            self.untold.insert(name.to_string());
+            return;
+        }
+        self.untold.remove(name);
+        self.publish(name, seen, status).await;
+    }
+
+    /// The Events on the Rules whose `Ready` changed while this replica
+    /// did not speak, as their status stands now.
+    async fn tell_untold(&mut self, offered: &BTreeMap<String, Seen>) {
+        let speaking = self.events.as_ref().is_some_and(|(_, speaks)| speaks());
+        if !speaking || self.untold.is_empty() {
+            return;
+        }
+        for name in std::mem::take(&mut self.untold) {
+            if let (Some(seen), Some(status)) = (offered.get(&name), self.written.get(&name)) {
+                self.publish(&name, seen, status).await;
+            }
+        }
+    }
+
+    /// An Event on the Rule saying its `Ready` now.
+    async fn publish(&self, name: &str, seen: &Seen, status: &Value) {
+        let (Some((recorder, _)), Some(now)) = (&self.events, ready_of(status)) else {
+            return;
+        };
         let event = Event {
             type_: if now["status"] == "True" {
                 EventType::Normal

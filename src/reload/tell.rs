@@ -36,6 +36,12 @@ impl Teller {
         }
     }
 
+    /// Whether this replica speaks for the group now (what it tells is
+    /// published).
+    pub fn speaking(&self) -> bool {
+        (self.speaks)()
+    }
+
     /// A Warning Event: `reason`, and `note` (cut to the API's 1 kB).
     pub async fn warn(&self, reason: &str, note: &str) {
         let Some((namespace, name)) = &self.configmap else {

@@ -134,6 +134,7 @@ mod tests {
         crate::reload::loader::fingerprint(&crate::reload::Version {
             sources,
             read_errors: errors,
+            ..Default::default()
         })
     }
 

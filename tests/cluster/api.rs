@@ -329,7 +329,7 @@ pub(crate) async fn reloader(client: &Client, yaml: &str) -> (Arc<Metrics>, Load
 pub(crate) fn version(sources: Vec<Source>) -> Version {
     Version {
         sources,
-        read_errors: Vec::new(),
+        ..Version::default()
     }
 }
 

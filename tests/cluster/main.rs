@@ -13,6 +13,7 @@
 
 mod support;
 
+mod accepted_rules;
 mod admission;
 mod adoption;
 mod annotations;

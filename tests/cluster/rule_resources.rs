@@ -17,12 +17,12 @@ const CONVERGE: Duration = Duration::from_secs(30);
 /// Every kiln that reads Rule resources reads all of them (and writes their
 /// status): the tests that run one take turns.
 static RULES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const RULE: (&str, &str) = ("kiln.dev/v1alpha1", "Rule");
+pub(crate) const RULE: (&str, &str) = ("kiln.dev/v1alpha1", "Rule");
 
 /// This test's turn: every Rule a test before it left behind (a failed one
 /// stops before deleting its own) is deleted first, so no kiln of this
 /// test runs another test's rules.
-async fn take_turn(client: &kube::Client) -> tokio::sync::MutexGuard<'static, ()> {
+pub(crate) async fn take_turn(client: &kube::Client) -> tokio::sync::MutexGuard<'static, ()> {
     let turn = RULES.lock().await;
     support::install_crds(client, "charts/kiln/crds").await;
     let rules = support::dynamic_api(client, &json!(RULE.0), &json!(RULE.1), None).await;
@@ -54,14 +54,14 @@ fn child(key: &str) -> Value {
     }}])
 }
 
-async fn rule_status(client: &kube::Client, name: &str) -> Value {
+pub(crate) async fn rule_status(client: &kube::Client, name: &str) -> Value {
     support::get(client, RULE.0, RULE.1, "", name)
         .await
         .map(|r| r["status"].clone())
         .unwrap_or(Value::Null)
 }
 
-fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
+pub(crate) fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
     status["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == kind))
