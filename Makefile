@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz bench bench-conversion bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
+.PHONY: help build run test fuzz bench bench-conversion bench-webhook bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -45,6 +45,10 @@ bench: controlplane ## Benchmark kiln against kube-rs, controller-runtime and th
 bench-conversion: controlplane ## A rule-defined API listed at the version kiln converts vs the one that stores (N=3000)
 	$(CARGO) build --locked --release --bin kiln --example bench
 	$(TARGET_DIR)/release/examples/bench conversion --n $(or $(filter-out 100,$(N)),3000) --kiln $(TARGET_DIR)/release/kiln --out target/bench/conversion
+
+bench-webhook: ## One ConversionReview of 10,000 objects to kiln's webhook within its bounds (time, peak memory) and oversized ones refused; no control plane
+	$(CARGO) build --locked --release --example bench
+	$(TARGET_DIR)/release/examples/bench webhook --n 10000
 
 RULES ?= 1,50,200
 

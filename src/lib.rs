@@ -28,6 +28,7 @@ pub mod api;
 pub mod controlplane;
 pub mod engine;
 pub mod lease;
+pub mod listener;
 pub mod metrics;
 pub mod ownership;
 pub mod rbac;

@@ -1,19 +1,33 @@
 //! The HTTP endpoints a platform team scrapes and probes: `/metrics`
 //! (Prometheus text), `/healthz` (the process answers) and `/readyz` (rules
 //! loaded and caches synced). Each listens where it is told; either may be
-//! switched off.
+//! switched off. Bounded like every port kiln listens on
+//! ([`crate::listener`], [`LIMITS`]): a flood of connections on the
+//! webhook's port never takes these, and these answer at most
+//! [`LIMITS`]`.connections` at once.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+
+use crate::listener::{self, Acceptor, Limits};
+
+/// What the metrics and health listeners admit: a scrape or a probe is one
+/// small GET, answered at once.
+pub const LIMITS: Limits = Limits {
+    connections: 32,
+    handshake: Duration::from_secs(10),
+    header: Duration::from_secs(10),
+    request: Duration::from_secs(30),
+};
 
 /// What the endpoints report.
 pub trait Probe: Send + Sync + 'static {
@@ -26,22 +40,39 @@ pub trait Probe: Send + Sync + 'static {
 /// Binds `addr` and serves in the background; returns the bound address
 /// (useful with port 0).
 pub async fn spawn(addr: SocketAddr, probe: Arc<dyn Probe>) -> std::io::Result<SocketAddr> {
+    spawn_within(addr, LIMITS, probe).await
+}
+
+/// [`spawn`] within `limits`.
+pub async fn spawn_within(
+    addr: SocketAddr,
+    limits: Limits,
+    probe: Arc<dyn Probe>,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
+    let acceptor = Acceptor::new(listener, &limits);
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
+            let accepted = acceptor.next().await;
             let probe = probe.clone();
             tokio::spawn(async move {
+                let slot = accepted.slot;
+                let exchange = slot.exchange();
+                let on = exchange.clone();
                 let service = service_fn(move |req| {
-                    let probe = probe.clone();
-                    async move { Ok::<_, Infallible>(route(&req, probe.as_ref())) }
+                    on.start();
+                    let response = route(&req, probe.as_ref());
+                    on.done();
+                    async move { Ok::<_, Infallible>(response) }
                 });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let conn = listener::http1(&limits)
+                    .serve_connection(TokioIo::new(accepted.stream), service);
+                tokio::select! {
+                    _ = conn => {}
+                    () = exchange.overdue(limits.request) => {}
+                    () = slot.evicted() => {}
+                }
             });
         }
     });

@@ -504,4 +504,45 @@ mod tests {
         let paths: Vec<String> = leaves(&o).into_iter().map(|(p, _)| p).collect();
         assert_eq!(paths, ["spec.a", "spec.b.c", "spec.e"]);
     }
+
+    #[test]
+    fn validate_tries_empty_lists_through_the_conversion_templates() {
+        let rule = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: apps}
+spec:
+  for: {apiVersion: demo.kiln.dev/v1, kind: App}
+  api:
+    group: demo.kiln.dev
+    kind: App
+    versions:
+      - name: v1alpha1
+        schema: {spec: {ports: "[]integer | required=true"}}
+        conversion:
+          toStorage: {spec: {port: "{{ self.spec.ports[0] }}"}}
+          fromStorage: {spec: {ports: ["{{ self.spec.port }}"]}}
+      - name: v1
+        storage: true
+        schema: {spec: {port: integer}}
+  children:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "{{ self.metadata.name }}-app"}
+"#;
+        let refused = crate::rules::load_sources(vec![crate::rules::load::Source {
+            file: "rule.yaml".into(),
+            text: rule.into(),
+        }])
+        .unwrap_err();
+        let messages: Vec<&str> = refused.iter().map(|d| d.message.as_str()).collect();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("a v1alpha1 object with every field")),
+            "{messages:?}"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kiln::api::webhook::{self, Serving};
+use kiln::api::webhook::{self, Webhook};
 use kiln::controlplane::{
     Binaries, ControlPlane, NodePaths, Options as ControlPlaneOptions, node_unsupported,
 };
@@ -137,7 +137,7 @@ fn kubectl_hint() -> String {
 /// `kiln run --conversion-addr 127.0.0.1:PORT --conversion-url
 /// https://127.0.0.1:PORT` would; its certificates in a Secret in
 /// `default`. None when no rule converts.
-async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Option<Serving>> {
+async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Option<Webhook>> {
     if !set.converts() {
         return Ok(None);
     }
@@ -154,7 +154,7 @@ async fn serve_conversion(client: &Client, set: &RuleSet) -> anyhow::Result<Opti
     let serving = webhook::start(client.clone(), settings, rules, Arc::new(Metrics::new()))
         .await
         .context("serving the conversion webhook")?;
-    println!("serving CRD conversion at https://{}", serving.bound);
+    println!("serving CRD conversion at https://{addr}");
     Ok(Some(serving))
 }
 

@@ -112,7 +112,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 /// stop and drains the conversion webhook (no new connection, the reviews in
 /// flight answered: the API server's list with them).
 fn stop_on_signal(
-    webhook: Option<kiln::api::webhook::Serving>,
+    webhook: Option<kiln::api::webhook::Webhook>,
 ) -> (
     oneshot::Receiver<()>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -247,7 +247,7 @@ impl Serving {
         probe: &Arc<RunProbe>,
         client: &Client,
         active: &Active,
-    ) -> anyhow::Result<Option<kiln::api::webhook::Serving>> {
+    ) -> anyhow::Result<Option<kiln::api::webhook::Webhook>> {
         for (what, addr) in [("metrics", self.metrics), ("health probes", self.health)] {
             if let Some(addr) = addr {
                 let bound = bind(addr, probe.clone())
@@ -263,7 +263,6 @@ impl Serving {
         let serving = kiln::api::webhook::start(client.clone(), settings, rules, metrics)
             .await
             .context("serving the conversion webhook")?;
-        tracing::info!(bound = %serving.bound, "serving CRD conversion");
         Ok(Some(serving))
     }
 }

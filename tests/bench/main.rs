@@ -14,6 +14,7 @@ mod report;
 mod rules;
 mod scrape;
 mod sharded;
+mod webhook;
 mod workload;
 
 use std::collections::HashMap;
@@ -54,6 +55,13 @@ enum Cli {
     /// Lists N objects of a rule-defined API at the version that stores
     /// and at one kiln converts (`tests/bench/README.md`, "Conversion").
     Conversion(conversion::Args),
+    /// One ConversionReview of N objects sent to kiln's webhook within its
+    /// bounds (time, peak memory), and oversized ones refused
+    /// (`tests/bench/README.md`, "Webhook").
+    Webhook(webhook::Args),
+    /// The webhook `bench webhook` measures (started by it).
+    #[command(hide = true)]
+    WebhookServe,
     /// The ceiling contender (started by `run`, one process per phase).
     Ceiling {
         /// Which writes to issue.
@@ -175,6 +183,8 @@ fn main() -> ExitCode {
             },
             Cli::Compare { files } => compare::run(&files),
             Cli::Conversion(args) => conversion::run(args).await,
+            Cli::Webhook(args) => webhook::run(args).await,
+            Cli::WebhookServe => webhook::serve().await,
             Cli::Ceiling {
                 phase,
                 concurrency,

@@ -478,24 +478,30 @@ async fn the_webhook_role_kiln_rbac_prints_keeps_its_secret_in_kilns_namespace_o
     let hosts = vec!["127.0.0.1".to_string()];
     // RBAC takes a moment to see a new binding.
     let made = until("the Secret made with kiln's Role", CONVERGE, || async {
-        secret::ensure(&secrets, DEFAULT_SECRET, &hosts, validity)
+        secret::ensure(&secrets, DEFAULT_SECRET, &hosts, validity, None)
             .await
             .map_err(|e| e.to_string())
     })
     .await;
     // Renewed (for other hosts) by a patch on that one name.
-    let renewed = secret::ensure(&secrets, DEFAULT_SECRET, &["localhost".into()], validity)
-        .await
-        .unwrap();
+    let renewed = secret::ensure(
+        &secrets,
+        DEFAULT_SECRET,
+        &["localhost".into()],
+        validity,
+        None,
+    )
+    .await
+    .unwrap();
     assert_ne!(renewed.ca, made.ca);
     // Any other Secret in kiln's namespace may be created (`create` cannot
     // be limited by name) but not read; none in another namespace.
     assert!(forbidden(
-        secret::ensure(&secrets, "someone-elses", &hosts, validity).await
+        secret::ensure(&secrets, "someone-elses", &hosts, validity, None).await
     ));
     let elsewhere: Api<Secret> = Api::namespaced(kiln, other.name());
     assert!(forbidden(
-        secret::ensure(&elsewhere, DEFAULT_SECRET, &hosts, validity).await
+        secret::ensure(&elsewhere, DEFAULT_SECRET, &hosts, validity, None).await
     ));
     ns.delete().await;
     other.delete().await;

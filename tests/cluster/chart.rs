@@ -79,8 +79,40 @@ fn the_chart_lints_clean_with_defaults_and_with_every_option() {
         .arg(&values)
         .args([
             "--set",
-            "mode=shards,replicas=3,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,webhook.service.enabled=true",
+            "mode=shards,replicas=3,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,webhook.service.enabled=true,webhook.networkPolicy.enabled=true,webhook.networkPolicy.apiServerCIDRs={10.0.0.0/24}",
         ]));
+}
+
+#[test]
+fn the_webhook_network_policy_admits_only_the_api_server_to_the_webhook() {
+    let on = "webhook.networkPolicy.enabled=true,webhook.networkPolicy.apiServerCIDRs={10.0.0.0/24,10.1.0.5/32}";
+    let objects = template("kiln", &["--set", on]);
+    let policy = one(&objects, "NetworkPolicy");
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(
+        ingress[0]["ports"],
+        json!([{"port": "webhook", "protocol": "TCP"}])
+    );
+    assert_eq!(
+        ingress[0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "10.1.0.5/32"}}])
+    );
+    assert!(
+        ingress[1].get("from").is_none(),
+        "metrics and probes stay open"
+    );
+    // Off by default; on without the API server's addresses, refused.
+    let default = template("kiln", &[]);
+    assert!(default.iter().all(|o| o["kind"] != "NetworkPolicy"));
+    let refused = Command::new(helm())
+        .args(["template", "kiln"])
+        .arg(chart())
+        .args(["--set", "webhook.networkPolicy.enabled=true"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("apiServerCIDRs"), "{stderr}");
 }
 
 #[test]
@@ -262,7 +294,9 @@ fn combinations(values: &str) -> Vec<Vec<String>> {
         ]
     };
     let mut packaged = vec!["-f".to_string(), values.to_string()];
-    packaged.extend(set("webhook.service.enabled=true"));
+    packaged.extend(set(
+        "webhook.service.enabled=true,webhook.networkPolicy.enabled=true,webhook.networkPolicy.apiServerCIDRs={10.0.0.0/24}",
+    ));
     vec![
         packaged,
         set("rules.source=resources"),

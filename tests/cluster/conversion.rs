@@ -33,7 +33,7 @@ const TO_STRING: &str = r#"
 /// (image split), `storage` the one that stores. Only objects labelled
 /// `managed: "yes"` are reconciled (a ConfigMap each), so bulk objects
 /// exercise conversion alone.
-fn rule(group: &str, storage: &str) -> String {
+pub(crate) fn rule(group: &str, storage: &str) -> String {
     let (alpha_conv, v1_conv) = if storage == "v1" {
         (conversion(TO_SPLIT, TO_STRING), String::new())
     } else {
@@ -91,7 +91,7 @@ fn conversion(to_storage: &str, from_storage: &str) -> String {
     )
 }
 
-fn apps(client: &Client, group: &str, version: &str, ns: &str) -> Api<DynamicObject> {
+pub(crate) fn apps(client: &Client, group: &str, version: &str, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: group.into(),
         version: version.into(),
@@ -116,7 +116,7 @@ fn app(group: &str, version: &str, name: &str, spec: Value, managed: bool) -> Dy
 }
 
 /// `kiln run` serving conversion on `port`, reached at `url_port`.
-fn kiln(rule: &str, ns: &str, port: u16, url_port: u16, extra: &[&str]) -> KilnProcess {
+pub(crate) fn kiln(rule: &str, ns: &str, port: u16, url_port: u16, extra: &[&str]) -> KilnProcess {
     let addr = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{url_port}");
     let mut args = vec![
@@ -134,7 +134,7 @@ fn kiln(rule: &str, ns: &str, port: u16, url_port: u16, extra: &[&str]) -> KilnP
 }
 
 /// Waits until the CRD converts through the webhook.
-async fn pointed(client: &Client, group: &str) {
+pub(crate) async fn pointed(client: &Client, group: &str) {
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let name = format!("apps.{group}");
     eventually("the CRD is pointed at kiln's webhook", CONVERGE, || async {
@@ -156,7 +156,7 @@ async fn pointed(client: &Client, group: &str) {
     .await;
 }
 
-fn image(o: &DynamicObject) -> Value {
+pub(crate) fn image(o: &DynamicObject) -> Value {
     o.data["spec"]["image"].clone()
 }
 
@@ -251,7 +251,7 @@ async fn create_at_alpha(client: &Client, group: &str, ns: &str, name: &str, ima
 }
 
 /// Creates `n` unmanaged Apps at `version`, 32 at a time.
-async fn create_many(client: &Client, group: &str, version: &str, ns: &str, n: usize) {
+pub(crate) async fn create_many(client: &Client, group: &str, version: &str, ns: &str, n: usize) {
     let api = apps(client, group, version, ns);
     let spec = if version == "v1" {
         json!({"image": {"repository": "nginx", "tag": "1.27"}})

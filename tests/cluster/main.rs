@@ -64,4 +64,5 @@ mod status_schema;
 mod stored_data;
 mod unwatched;
 mod verdicts;
+mod webhook_secret;
 mod what_kiln_writes;

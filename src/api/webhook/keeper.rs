@@ -20,7 +20,8 @@ use kube::{Api as KubeApi, Client};
 use serde_json::{Value, json};
 
 use super::certs::Material;
-use super::server::{self, Certificate, Serving};
+use super::listen::{self, Webhook};
+use super::server::{self, Certificate};
 use super::{RulesLookup, Settings, secret, set_conversion};
 use crate::api::provenance::{Whose, whose};
 use crate::metrics::Metrics;
@@ -36,18 +37,29 @@ const TAKE_UP: Duration = Duration::from_secs(2);
 /// How soon a CRD not created or not pointed at the webhook yet is looked at again.
 const UNSETTLED: Duration = Duration::from_secs(1);
 
-/// Serves conversion on `settings.addr` (each review counted in
-/// `metrics`) and keeps its certificates and the rules' CRDs in the
-/// background; returns the listener, to drain on shutdown.
+/// Serves conversion on `settings.addr` while a rule needs it (each review
+/// counted in `metrics`) and keeps its certificates and the rules' CRDs in
+/// the background; returns the webhook, to drain on shutdown.
 pub async fn start(
     client: Client,
     settings: Settings,
     rules: CurrentRules,
     metrics: Arc<Metrics>,
-) -> std::io::Result<Serving> {
+) -> std::io::Result<Webhook> {
     let cert = Arc::new(Certificate::default());
     let lookup = Arc::new(RulesLookup(rules.clone()));
-    let serving = server::spawn(settings.addr, cert.clone(), lookup, metrics).await?;
+    let bounds = server::Bounds::default();
+    let changes = rules.subscribe();
+    let serving = listen::follow(
+        settings.addr,
+        bounds,
+        cert.clone(),
+        lookup,
+        metrics,
+        changes,
+        |current| listen::needs(&current.set),
+    )
+    .await?;
     super::serves();
     tokio::spawn(keep(client, settings, rules, cert));
     Ok(serving)
@@ -61,39 +73,66 @@ fn period(validity: Duration) -> Duration {
 
 async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc<Certificate>) {
     let secrets: KubeApi<Secret> = KubeApi::namespaced(client.clone(), &settings.namespace);
-    let crds: KubeApi<CustomResourceDefinition> = KubeApi::all(client);
+    let crds: KubeApi<CustomResourceDefinition> = KubeApi::all(client.clone());
     let hosts = settings.endpoint.hosts();
     let mut serving: Option<Material> = None;
+    let mut told: Option<String> = None;
     let mut changes = rules.subscribe();
     loop {
+        // No rule converts and no CRD is about to be created pointed here
+        // (the installer waits for a certificate): no Secret to read or
+        // make (kiln's Role grants it only when a rule converts), no CRD
+        // to point.
+        if serving.is_none() && !super::wanted() && !listen::needs(&rules.get()) {
+            tokio::select! {
+                _ = changes.changed() => {}
+                () = tokio::time::sleep(UNSETTLED) => {}
+            }
+            continue;
+        }
         let mut settled = false;
-        // No rule converts and no CRD is about to be pointed here: no
-        // certificate is needed, so the Secret (kiln's Role grants it only
-        // when a rule converts) is neither read nor made.
-        if serving.is_some() || super::wanted() || rules.get().converts() {
-            match secret::ensure(&secrets, &settings.secret, &hosts, settings.validity).await {
-                Ok(material) => {
-                    let conversion = settings.endpoint.conversion(&material.bundle);
-                    if serving.is_none() {
-                        // First: serve the certificate, and only then let the
-                        // installer and the CRDs point at it, so no CRD converts
-                        // through a listener without one.
-                        serving = serve(&cert, material.clone());
-                    }
-                    if serving.is_some() {
-                        set_conversion(conversion.clone());
-                        settled =
-                            point_crds(&crds, &rules, &conversion, &settings.crd_manager).await;
-                    }
-                    if serving.as_ref().is_some_and(|s| s != &material) {
-                        // Renewed: the CRDs trust the new CA (the bundle keeps
-                        // the old one) before this replica serves its certificate.
-                        tokio::time::sleep(TAKE_UP).await;
-                        serving = serve(&cert, material).or(serving);
-                    }
+        let served_ca = serving.as_ref().map(|m| m.ca.as_str());
+        match secret::ensure(
+            &secrets,
+            &settings.secret,
+            &hosts,
+            settings.validity,
+            served_ca,
+        )
+        .await
+        {
+            Ok(material) => {
+                told = None;
+                let conversion = settings
+                    .endpoint
+                    .conversion(&trusting(&material, serving.as_ref()));
+                if serving.is_none() {
+                    // First: serve the certificate, and only then let the
+                    // installer and the CRDs point at it, so no CRD converts
+                    // through a listener without one.
+                    serving = serve(&cert, material.clone());
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "the conversion webhook's certificates could not be read or made");
+                if serving.is_some() {
+                    set_conversion(conversion.clone());
+                    settled = point_crds(&crds, &rules, &conversion, &settings.crd_manager).await;
+                }
+                if settled && serving.as_ref().is_some_and(|s| s != &material) {
+                    // Renewed (or made afresh): every CRD trusts the new CA
+                    // and the one served (both in the bundle) before this
+                    // replica serves the new certificate; not before.
+                    tokio::time::sleep(TAKE_UP).await;
+                    serving = serve(&cert, material).or(serving);
+                }
+            }
+            Err(error) => {
+                let message = error.to_string();
+                tracing::error!(%error, "the conversion webhook's certificates could not be read or made");
+                if matches!(error, secret::SecretError::Foreign { .. })
+                    && told.as_ref() != Some(&message)
+                {
+                    secret::tell_foreign(&client, &settings.namespace, &settings.secret, &message)
+                        .await;
+                    told = Some(message);
                 }
             }
         }
@@ -109,6 +148,18 @@ async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc
                 tokio::time::sleep(period(settings.validity)).await;
             },
         }
+    }
+}
+
+/// The CAs the CRDs must trust: the Secret's bundle, and the CA of the
+/// certificate served now when the bundle lacks it (the Secret was made
+/// afresh by a replica that did not serve it).
+fn trusting(material: &Material, serving: Option<&Material>) -> String {
+    match serving {
+        Some(s) if !material.bundle.contains(s.ca.trim()) => {
+            format!("{}{}", material.bundle, s.ca)
+        }
+        _ => material.bundle.clone(),
     }
 }
 

@@ -10,8 +10,10 @@
 //!        ──then──▶ server's certificate          API server ──POST /convert──▶ review::answer
 //! ```
 
+mod body;
 pub mod certs;
 mod keeper;
+pub mod listen;
 pub mod review;
 pub mod secret;
 pub mod server;
@@ -25,6 +27,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 pub use keeper::{FIELD_MANAGER, start};
+pub use listen::Webhook;
 pub use server::Serving;
 
 /// The Secret holding the webhook's certificates, unless told otherwise.

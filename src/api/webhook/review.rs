@@ -1,8 +1,21 @@
 //! One `apiextensions.k8s.io/v1` `ConversionReview`: every object converted
-//! to the version asked for, or the request failed with the first object
-//! that could not be (named, with the template and its line). Pure.
+//! to the version asked for, or the request failed naming every object that
+//! could not be (the first few, with the template and its line, and how
+//! many). Pure.
+//!
+//! The API server takes a review whole or not at all: its answer must hold
+//! as many converted objects as it sent, in order, and a `Failure` fails
+//! every object of it (`apiextensions-apiserver`'s webhook converter). So
+//! one object a template cannot convert fails the read or list that needed
+//! it; the message names that object, so its owner can fix it.
+//!
+//! Memory is proportional to the review: the request is read as one slice
+//! per object (borrowed from the body), each object is parsed, converted
+//! and written to the answer on its own, so at most one parsed object is
+//! held at a time besides the body and the answer's bytes.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::api::convert::Conversions;
@@ -16,8 +29,8 @@ pub trait Lookup {
 /// A review answered: the JSON to send, and what it was, for metrics.
 #[derive(Debug)]
 pub struct Answer {
-    /// The `ConversionReview` holding the response.
-    pub review: Value,
+    /// The `ConversionReview` holding the response, as JSON.
+    pub json: Vec<u8>,
     /// The CRD converted (`<plural>.<group>`), when a rule defines it.
     pub crd: Option<String>,
     /// Objects in the request.
@@ -28,20 +41,25 @@ pub struct Answer {
 
 /// The part of a `ConversionReview` request kiln reads.
 #[derive(Deserialize)]
-struct Review {
-    request: Option<Request>,
+struct Review<'a> {
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Request {
+struct Request<'a> {
     #[serde(default)]
     uid: String,
     #[serde(default, rename = "desiredAPIVersion")]
     desired_api_version: Option<String>,
-    #[serde(default)]
-    objects: Vec<Value>,
+    /// Each object as written in the body, parsed one at a time.
+    #[serde(default, borrow)]
+    objects: Vec<&'a RawValue>,
 }
+
+/// How many failing objects a failed review's message names.
+const NAMED: usize = 3;
 
 /// The answer to the request body `body` (a `ConversionReview`).
 pub fn answer(body: &[u8], lookup: &dyn Lookup) -> Answer {
@@ -55,8 +73,12 @@ pub fn answer(body: &[u8], lookup: &dyn Lookup) -> Answer {
     // evaluation): only plain JSON outlives each object's conversion.
     let (crd, converted) = crate::template::limits::render_stack(|| convert_all(&request, lookup));
     let ok = converted.is_ok();
+    let json = match converted {
+        Ok(objects) => success(&request.uid, &objects),
+        Err(message) => failure(&request.uid, message),
+    };
     Answer {
-        review: response(&request.uid, converted),
+        json,
         crd,
         objects,
         ok,
@@ -65,18 +87,52 @@ pub fn answer(body: &[u8], lookup: &dyn Lookup) -> Answer {
 
 fn failed(uid: &str, message: String) -> Answer {
     Answer {
-        review: response(uid, Err(message)),
+        json: failure(uid, message),
         crd: None,
         objects: 0,
         ok: false,
     }
 }
 
-/// Every object of the request, converted; and the CRD they belong to.
+/// What failed in a review: how many objects, and the first few errors.
+#[derive(Default)]
+struct Failures {
+    count: usize,
+    named: Vec<String>,
+}
+
+impl Failures {
+    fn add(&mut self, error: String) {
+        self.count += 1;
+        if self.named.len() < NAMED {
+            self.named.push(error);
+        }
+    }
+
+    fn message(self, of: usize) -> String {
+        let named = self.named.join("; ");
+        if of == 1 {
+            return named;
+        }
+        let more = self.count - self.named.len();
+        let rest = if more > 0 {
+            format!("; and {more} more")
+        } else {
+            String::new()
+        };
+        format!(
+            "{} of {of} objects could not be converted (the API server takes a review whole or not at all): {named}{rest}",
+            self.count
+        )
+    }
+}
+
+/// Every object of the request, converted and written out as JSON, comma
+/// separated; and the CRD they belong to.
 fn convert_all(
-    request: &Request,
+    request: &Request<'_>,
     lookup: &dyn Lookup,
-) -> (Option<String>, Result<Vec<Value>, String>) {
+) -> (Option<String>, Result<Vec<u8>, String>) {
     let Some(desired) = request.desired_api_version.as_deref() else {
         return (None, Err("the request has no desiredAPIVersion".into()));
     };
@@ -86,15 +142,23 @@ fn convert_all(
             Err(format!("desiredAPIVersion `{desired}` has no group")),
         );
     };
-    let mut out = Vec::with_capacity(request.objects.len());
-    let mut found: Option<(&str, std::sync::Arc<Conversions>)> = None;
-    for object in &request.objects {
+    let mut out = Vec::with_capacity(request.objects.iter().map(|o| o.get().len() + 1).sum());
+    let mut failures = Failures::default();
+    let mut found: Option<(String, std::sync::Arc<Conversions>)> = None;
+    for raw in &request.objects {
+        let object: Value = match serde_json::from_str(raw.get()) {
+            Ok(o) => o,
+            Err(e) => {
+                failures.add(format!("an object does not parse: {e}"));
+                continue;
+            }
+        };
         let kind = object["kind"].as_str().unwrap_or_default();
         let conversions = match &found {
-            Some((k, c)) if *k == kind => c.clone(),
+            Some((k, c)) if k == kind => c.clone(),
             _ => match lookup.conversions(group, kind) {
                 Some(c) => {
-                    found = Some((kind, c.clone()));
+                    found = Some((kind.to_string(), c.clone()));
                     c
                 }
                 None => {
@@ -104,32 +168,53 @@ fn convert_all(
                 }
             },
         };
-        match conversions.convert(object, version) {
-            Ok(v) => out.push(v),
-            Err(e) => return (Some(conversions.crd().to_string()), Err(e.to_string())),
+        match conversions.convert(&object, version) {
+            // Once one failed, the rest are converted only to name them.
+            Ok(v) if failures.count == 0 => {
+                if !out.is_empty() {
+                    out.push(b',');
+                }
+                if let Err(e) = serde_json::to_writer(&mut out, &v) {
+                    failures.add(e.to_string());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failures.add(e.to_string()),
         }
     }
-    (found.map(|(_, c)| c.crd().to_string()), Ok(out))
+    let crd = found.map(|(_, c)| c.crd().to_string());
+    if failures.count > 0 {
+        return (crd, Err(failures.message(request.objects.len())));
+    }
+    (crd, Ok(out))
 }
 
-fn response(uid: &str, converted: Result<Vec<Value>, String>) -> Value {
-    let body = match converted {
-        Ok(objects) => json!({
-            "uid": uid,
-            "convertedObjects": objects,
-            "result": {"status": "Success"},
-        }),
-        Err(message) => json!({
+/// A successful review: `objects` is the converted objects' JSON, comma
+/// separated.
+fn success(uid: &str, objects: &[u8]) -> Vec<u8> {
+    let uid = serde_json::to_string(uid).unwrap_or_else(|_| "\"\"".into());
+    let head = format!(
+        r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","response":{{"uid":{uid},"convertedObjects":["#
+    );
+    let tail = br#"],"result":{"status":"Success"}}}"#;
+    let mut json = Vec::with_capacity(head.len() + objects.len() + tail.len());
+    json.extend_from_slice(head.as_bytes());
+    json.extend_from_slice(objects);
+    json.extend_from_slice(tail);
+    json
+}
+
+fn failure(uid: &str, message: String) -> Vec<u8> {
+    let review = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "response": {
             "uid": uid,
             "convertedObjects": [],
             "result": {"status": "Failure", "message": message},
-        }),
-    };
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "ConversionReview",
-        "response": body,
-    })
+        },
+    });
+    serde_json::to_vec(&review).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -191,7 +276,7 @@ versions:
             (answered.crd.as_deref(), answered.objects, answered.ok),
             (Some("webapps.demo.kiln.dev"), 2, true)
         );
-        let out = answered.review;
+        let out = parsed(&answered);
         assert_eq!(out["response"]["uid"], "r1");
         assert_eq!(out["response"]["result"]["status"], "Success");
         let images: Vec<&Value> = out["response"]["convertedObjects"]
@@ -209,20 +294,50 @@ versions:
         bad["spec"] = json!({});
         let answered = answer(&review(json!([obj("x", json!("nginx")), bad])), &lookup());
         assert!(!answered.ok);
-        let out = answered.review;
+        let out = parsed(&answered);
         assert_eq!(out["response"]["result"]["status"], "Failure");
         let message = out["response"]["result"]["message"].as_str().unwrap();
         assert!(message.contains("WebApp a/bad"), "{message}");
         assert!(message.contains("toStorage.spec.image.name"), "{message}");
     }
 
+    fn parsed(answered: &Answer) -> Value {
+        serde_json::from_slice(&answered.json).unwrap()
+    }
+
+    #[test]
+    fn one_unconvertible_object_names_the_object() {
+        // The API server fails the whole review on a Failure: the message
+        // names every object that failed (the first few) and how many.
+        let unconvertible = |name: &str| {
+            let mut o = obj(name, json!("x"));
+            o["spec"] = json!({});
+            o
+        };
+        let objects = json!([
+            obj("x", json!("nginx")),
+            unconvertible("bad"),
+            obj("y", json!("redis")),
+            unconvertible("worse"),
+        ]);
+        let answered = answer(&review(objects), &lookup());
+        assert!(!answered.ok);
+        let out = parsed(&answered);
+        assert_eq!(out["response"]["convertedObjects"], json!([]));
+        let message = out["response"]["result"]["message"].as_str().unwrap();
+        assert!(message.starts_with("2 of 4 objects"), "{message}");
+        assert!(message.contains("WebApp a/bad"), "{message}");
+        assert!(message.contains("WebApp a/worse"), "{message}");
+        assert!(!message.contains("a/x"), "{message}");
+    }
+
     #[test]
     fn garbage_and_unknown_kinds_are_failures_not_crashes() {
-        let out = answer(b"{not json", &lookup()).review;
+        let out = parsed(&answer(b"{not json", &lookup()));
         assert_eq!(out["response"]["result"]["status"], "Failure");
         let mut other = obj("x", json!("a"));
         other["kind"] = json!("Other");
-        let out = answer(&review(json!([other])), &lookup()).review;
+        let out = parsed(&answer(&review(json!([other])), &lookup()));
         assert!(
             out["response"]["result"]["message"]
                 .as_str()
