@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use crate::gate::{self, Warrant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
@@ -215,9 +216,8 @@ impl Elector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-        self.api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await?;
+        let pp = PostParams::default();
+        gate::replace(&self.api, &self.name, &pp, &lease, Warrant::OwnState).await?;
         self.set_renewed(None);
         Ok(())
     }
@@ -246,7 +246,8 @@ impl Elector {
                     ..LeaseSpec::default()
                 }),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
+            let pp = PostParams::default();
+            return match gate::create(&self.api, &pp, &lease, Warrant::OwnState).await {
                 Ok(created) => Ok(self.won(created.spec.as_ref(), sent)),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
@@ -283,11 +284,8 @@ impl Elector {
         spec.lease_duration_seconds = Some(duration_secs);
         spec.renew_time = Some(MicroTime(now));
         // The resourceVersion read above makes this a compare-and-swap.
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
+        let pp = PostParams::default();
+        match gate::replace(&self.api, &self.name, &pp, &lease, Warrant::OwnState).await {
             Ok(updated) => Ok(self.won(updated.spec.as_ref(), sent)),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),

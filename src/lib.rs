@@ -27,6 +27,7 @@
 pub mod api;
 pub mod controlplane;
 pub mod engine;
+pub mod gate;
 pub mod lease;
 pub mod listener;
 pub mod metrics;

@@ -664,6 +664,79 @@ fn sources_name_no_issue() {
     );
 }
 
+/// The write verbs of a kube `Api` (and an Event recorder's `publish`),
+/// with the number of arguments each takes: a method of that name and
+/// arity is taken for a write (`str::replace` takes two, `Api::replace`
+/// three).
+const WRITE_VERBS: &[(&str, usize)] = &[
+    ("create", 2),
+    ("patch", 3),
+    ("patch_status", 3),
+    ("patch_subresource", 4),
+    ("replace", 3),
+    ("replace_status", 3),
+    ("delete", 2),
+    ("delete_collection", 2),
+    ("create_subresource", 4),
+    ("publish", 2),
+];
+
+/// The one module that sends writes, and the development commands that
+/// write what their user asks on a cluster they start (the local control
+/// plane and the demo): no rule's write passes through them.
+const MAY_WRITE: &[&str] = &["src/gate.rs", "src/controlplane/", "src/commands/demo.rs"];
+
+/// Each write verb called outside the write gate, as `file:line: .verb(..)`.
+fn writes_outside_the_gate(modules: &[Module]) -> Vec<String> {
+    struct Calls<'a> {
+        file: &'a str,
+        out: Vec<String>,
+    }
+    impl<'ast> Visit<'ast> for Calls<'_> {
+        fn visit_item(&mut self, item: &'ast syn::Item) {
+            if !is_test(attrs_of(item)) {
+                syn::visit::visit_item(self, item);
+            }
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            if !is_test(&f.attrs) {
+                syn::visit::visit_impl_item_fn(self, f);
+            }
+        }
+        fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+            let verb = call.method.to_string();
+            if WRITE_VERBS.contains(&(verb.as_str(), call.args.len())) {
+                let line = call.method.span().start().line;
+                self.out.push(format!("{}:{line}: .{verb}(..)", self.file));
+            }
+            syn::visit::visit_expr_method_call(self, call);
+        }
+    }
+    let mut out = Vec::new();
+    for m in modules {
+        if MAY_WRITE.iter().any(|w| m.file.starts_with(w)) {
+            continue;
+        }
+        let mut calls = Calls {
+            file: &m.file,
+            out: Vec::new(),
+        };
+        calls.visit_file(&m.ast);
+        out.extend(calls.out);
+    }
+    out
+}
+
+#[test]
+fn every_write_goes_through_the_gate() {
+    let found = writes_outside_the_gate(&modules());
+    assert!(
+        found.is_empty(),
+        "every create, patch, update, delete and Event goes through src/gate.rs with its Warrant:\n{}",
+        found.join("\n")
+    );
+}
+
 // The checks themselves, on made-up sources: each can fail.
 
 fn made_up(file: &str, path: &[&str], text: &str) -> Module {
@@ -808,4 +881,16 @@ fn a_cycle_between_two_modules_is_found_and_a_parent_is_not_one() {
     );
     let without = &modules[..1];
     assert!(cycles_under(without, &["crate", "engine"]).is_empty());
+}
+
+#[test]
+fn a_write_outside_the_gate_is_found_and_a_string_replace_is_not() {
+    let text = "async fn f(api: Api<Secret>) {\n    let _ = \"a\".replace('a', \"b\");\n    api.delete(\"x\", &dp).await;\n}\n#[cfg(test)]\nmod tests {\n    fn t() { api.delete(\"y\", &dp); }\n}\n";
+    let outside = made_up("src/x.rs", &["crate", "x"], text);
+    assert_eq!(
+        writes_outside_the_gate(&[outside]),
+        ["src/x.rs:3: .delete(..)"]
+    );
+    let gate = made_up("src/gate.rs", &["crate", "gate"], text);
+    assert!(writes_outside_the_gate(&[gate]).is_empty());
 }

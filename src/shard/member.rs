@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::Shard;
 use super::handover::{self, Round};
 use super::ring::{self, Buckets};
+use crate::gate::{self, Warrant};
 use crate::lease::Timing;
 
 /// The label naming a Lease's shard group.
@@ -262,21 +263,18 @@ impl Member {
 
     async fn write_lease(&mut self, listed: Buckets) -> Result<(), kube::Error> {
         let lease = self.lease(Some(self.identity.clone()), listed);
+        let pp = PostParams::default();
         let written = match &self.resource_version {
             Some(_) => {
-                self.api
-                    .replace(&self.identity, &PostParams::default(), &lease)
-                    .await
+                gate::replace(&self.api, &self.identity, &pp, &lease, Warrant::OwnState).await
             }
-            None => match self.api.create(&PostParams::default(), &lease).await {
+            None => match gate::create(&self.api, &pp, &lease, Warrant::OwnState).await {
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // Ours from before (same identity): take it back, listing nothing.
                     let old = self.api.get(&self.identity).await?;
                     self.resource_version = old.metadata.resource_version;
                     let lease = self.lease(Some(self.identity.clone()), 0);
-                    self.api
-                        .replace(&self.identity, &PostParams::default(), &lease)
-                        .await
+                    gate::replace(&self.api, &self.identity, &pp, &lease, Warrant::OwnState).await
                 }
                 other => other,
             },
@@ -302,7 +300,7 @@ impl Member {
             spec.lease_duration_seconds = Some(1);
         }
         let pp = PostParams::default();
-        let release = self.api.replace(&self.identity, &pp, &lease);
+        let release = gate::replace(&self.api, &self.identity, &pp, &lease, Warrant::OwnState);
         bounded(self.timing.renew_deadline, release).await?;
         self.shard.renewed_at(None);
         Ok(())

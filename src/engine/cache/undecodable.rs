@@ -10,6 +10,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
 use super::informer::{Undecodable, UndecodableSink};
+use crate::gate;
 use crate::metrics::{self, Metrics};
 
 /// The Event reason.
@@ -38,7 +39,7 @@ pub(crate) fn sink(recorder: Recorder, metrics: Arc<Metrics>) -> UndecodableSink
         // The sink runs inside the watch; the Event must not hold it up.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(error) = recorder.publish(&event, &reference).await {
+                if let Err(error) = gate::publish(&recorder, &event, &reference).await {
                     tracing::warn!(%error, "could not publish an Event");
                 }
             });

@@ -6,6 +6,7 @@ use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 
 use crate::engine::decision::decorate::Decoration;
+use crate::gate::{self, Warrant};
 
 /// What became of a decoration sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub enum Sent {
 pub async fn send(api: &Api<DynamicObject>, d: &Decoration) -> Result<Sent, kube::Error> {
     let mut pp = PatchParams::apply(&d.manager);
     pp.force = d.force;
-    match api.patch(&d.name, &pp, &Patch::Apply(&d.body)).await {
+    match gate::patch(api, &d.name, &pp, &Patch::Apply(&d.body), Warrant::Named).await {
         Ok(_) => Ok(Sent::Applied),
         Err(kube::Error::Api(s)) if s.code == 404 || uid_mismatch(&s) => Ok(Sent::Gone),
         Err(e) => Err(e),

@@ -5,6 +5,7 @@
 //! deterministic name instead (a prefix of the object's name, a hash of
 //! all of it, the time); the Event still regards the object by its full name.
 
+use crate::gate::{self, Warrant};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -27,7 +28,7 @@ pub(super) async fn publish(
     let name = reference.name.as_deref().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
     let Some(short) = event_name(name, now.as_nanosecond()) else {
-        return recorder.publish(event, reference).await;
+        return gate::publish(recorder, event, reference).await;
     };
     let namespace = reference.namespace.as_deref().unwrap_or("default");
     let body = K8sEvent {
@@ -54,8 +55,7 @@ pub(super) async fn publish(
         ..K8sEvent::default()
     };
     let events: Api<K8sEvent> = Api::namespaced(client.clone(), namespace);
-    events
-        .create(&PostParams::default(), &body)
+    gate::create(&events, &PostParams::default(), &body, Warrant::Event)
         .await
         .map(|_| ())
 }

@@ -22,6 +22,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
 
 use super::shared::Shared;
+use crate::gate::{self, Warrant};
 use crate::rules::Rule;
 
 /// Why the record of a rule's first load could not be read.
@@ -85,10 +86,8 @@ pub(super) async fn first_loaded(
         name: name.clone(),
         source,
     };
-    let cm = match api
-        .create(&PostParams::default(), &record(namespace, rule))
-        .await
-    {
+    let record = record(namespace, rule);
+    let cm = match gate::create(&api, &PostParams::default(), &record, Warrant::OwnState).await {
         Ok(cm) => cm,
         Err(kube::Error::Api(s)) if s.code == 409 => api.get(&name).await.map_err(failed)?,
         Err(e) => return Err(failed(e)),

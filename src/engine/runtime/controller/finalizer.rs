@@ -2,6 +2,7 @@
 //! children to let go of, and deleting a removed rule's children.
 
 use super::*;
+use crate::gate::{self, Warrant};
 
 impl RuleController {
     /// Deletes every child this rule made, for every primary (used when a
@@ -49,7 +50,7 @@ impl RuleController {
                 let key = ObjKey::of(&child);
                 let api = self.api(informer.kind(), key.namespace.as_deref());
                 let dp = DeleteParams::background();
-                let deleting = api.delete(&key.name, &dp);
+                let deleting = gate::delete(&api, &key.name, &dp, Warrant::Child);
                 let Ok(deleted) = fenced(permit.as_ref(), deleting).await else {
                     continue;
                 };
@@ -89,7 +90,13 @@ impl RuleController {
         let pp = PatchParams::apply(&manager).force();
         match fenced(
             permit.as_ref(),
-            api.patch(&key.name, &pp, &Patch::Apply(&patch)),
+            gate::patch(
+                &api,
+                &key.name,
+                &pp,
+                &Patch::Apply(&patch),
+                Warrant::Primary,
+            ),
         )
         .await?
         {

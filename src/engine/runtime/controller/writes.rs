@@ -2,6 +2,7 @@
 //! re-own, prune, status, Events), fenced by the lease and the shard.
 
 use super::*;
+use crate::gate::{self, Warrant};
 
 impl RuleController {
     /// Refuses every write once this replica may no longer make one (its
@@ -63,7 +64,7 @@ impl RuleController {
         };
         self.shared.metrics.wrote(&self.rule.name, "patch");
         let patch = Patch::Merge(&patch);
-        let patching = api.patch(&reown.key.name, &pp, &patch);
+        let patching = gate::patch(&api, &reown.key.name, &pp, &patch, Warrant::Child);
         match fenced(permit.as_ref(), patching).await? {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -110,9 +111,15 @@ impl RuleController {
             ..PatchParams::default()
         };
         self.shared.metrics.wrote(&self.rule.name, "patch");
+        // Remembering is written on the primary, stripping on a child kiln
+        // made (the touch checks the uid read just before).
+        let warrant = match touch {
+            Touch::Remember { .. } => Warrant::Primary,
+            Touch::Strip { .. } => Warrant::Child,
+        };
         match fenced(
             permit.as_ref(),
-            api.patch(&name, &pp, &Patch::Merge(&patch)),
+            gate::patch(&api, &name, &pp, &Patch::Merge(&patch), warrant),
         )
         .await?
         {
@@ -155,7 +162,8 @@ impl RuleController {
         }
         self.shared.metrics.wrote(&self.rule.name, "apply");
         let patch = Patch::Apply(&child.object);
-        let applying = api.patch(&ckey.name, &pp, &patch);
+        let warrant = warrant(&self.rule, child);
+        let applying = gate::patch(&api, &ckey.name, &pp, &patch, warrant);
         let applied = fenced(permit.as_ref(), applying).await?.map_err(|e| {
             let what = format!("applying {} {ckey}", child.gvk.kind);
             Failure::of(&e, &what, self.rule.force_conflicts)
@@ -233,7 +241,8 @@ impl RuleController {
         };
         self.shared.metrics.wrote(&self.rule.name, "delete");
         let (kind, ckey) = (&prune.gvk.kind, &prune.key);
-        let deleted = fenced(permit.as_ref(), api.delete(&ckey.name, &dp)).await?;
+        let deleting = gate::delete(&api, &ckey.name, &dp, Warrant::Child);
+        let deleted = fenced(permit.as_ref(), deleting).await?;
         // The Event is no write for the primary's bucket: its release does
         // not wait for it.
         drop(permit);
@@ -360,7 +369,7 @@ impl RuleController {
         self.shared.metrics.wrote(&self.rule.name, "status");
         let pp = PatchParams::apply(&self.shared.options.field_manager).force();
         let patch = Patch::Apply(&patch);
-        let writing = api.patch_status(&key.name, &pp, &patch);
+        let writing = gate::patch_status(&api, &key.name, &pp, &patch, Warrant::Primary);
         match fenced(permit.as_ref(), writing).await? {
             Ok(written) => {
                 self.wrote_status(&key, written.metadata.resource_version.as_deref());
@@ -484,4 +493,16 @@ pub(super) fn fingerprint(obj: &DynamicObject) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     value.to_string().hash(&mut hasher);
     hasher.finish()
+}
+
+/// Why kiln may apply `child`: the rule author lets it adopt what holds
+/// the name (bounded by `adoptNames` or the literal name, checked by the
+/// plan), or kiln made it, or makes it now under a name no one holds.
+fn warrant(rule: &Rule, child: &DesiredChild) -> Warrant {
+    let adopts = rule.children.iter().any(|c| c.id == child.id && c.adopt);
+    if adopts {
+        Warrant::Named
+    } else {
+        Warrant::Child
+    }
 }
