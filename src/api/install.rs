@@ -19,6 +19,7 @@ use super::Api;
 use super::compat::{self, Breaking};
 use super::crd::RULE_ANNOTATION;
 use super::provenance::{self, Manager, Whose};
+use crate::gate::{self, Warrant};
 use crate::rules::{Diagnostic, Rule, RuleSet};
 
 /// The field manager kiln applies CRDs with (with `--field-manager kiln`).
@@ -315,13 +316,18 @@ impl Installer {
                 Err(source) => return Err(InstallError::NoConversion { crd, source }),
             }
         }
-        self.crds
-            .patch(&crd, &params, &Patch::Apply(&body))
-            .await
-            .map_err(|source| InstallError::Apply {
-                crd: crd.clone(),
-                source,
-            })?;
+        gate::patch(
+            &self.crds,
+            &crd,
+            &params,
+            &Patch::Apply(&body),
+            Warrant::Crd,
+        )
+        .await
+        .map_err(|source| InstallError::Apply {
+            crd: crd.clone(),
+            source,
+        })?;
         self.established(&crd).await
     }
 

@@ -31,10 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let mut conversion = super::webhook::settings(&args.conversion, own_namespace())?;
-    if let Some(settings) = &mut conversion {
-        settings.crd_manager = kiln::api::install::manager_of(&args.engine.field_manager);
-    }
+    let conversion = conversion_settings(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -106,6 +103,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The conversion webhook's settings (`None`: not served), pointing the
+/// CRDs kiln owns as its own field manager's.
+fn conversion_settings(args: &RunArgs) -> anyhow::Result<Option<kiln::api::webhook::Settings>> {
+    let mut conversion = super::webhook::settings(&args.conversion, own_namespace())?;
+    if let Some(settings) = &mut conversion {
+        settings.crd_manager = kiln::api::install::manager_of(&args.engine.field_manager);
+    }
+    Ok(conversion)
 }
 
 /// Waits for a shutdown signal in the background: then tells the engine to

@@ -24,6 +24,7 @@ use crate::api::install::{Installer, Refusal};
 use crate::engine::cache::kinds::{Kind, KindError, Kinds};
 use crate::engine::decision::schema::{SchemaError, StatusSchema, StatusWrites, status_writes};
 use crate::engine::{SchemaRead, kinds_of, status_schema};
+use crate::gate::{self, Warrant};
 use crate::rbac::{Grants, guess_plural, rule_grants};
 use crate::rules::{Gvk, Rule, RuleSet};
 
@@ -264,7 +265,7 @@ impl Checker {
             ..SelfSubjectAccessReview::default()
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
-        let answer = api.create(&PostParams::default(), &review).await?;
+        let answer = gate::create(&api, &PostParams::default(), &review, Warrant::Review).await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }

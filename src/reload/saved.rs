@@ -19,6 +19,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
 use super::accepted::Accepted;
+use crate::gate::{self, Warrant};
 
 /// The key holding the saved set.
 const KEY: &str = "accepted.json";
@@ -183,12 +184,16 @@ impl Saved {
             .await
             .map_err(|e| self.api_error(e))?
         {
-            None => self.api.create(&params, &cm).await.map(drop),
+            None => gate::create(&self.api, &params, &cm, Warrant::OwnState)
+                .await
+                .map(drop),
             Some(current) => {
                 self.owned(&current)?;
                 // Replaced only as read: a concurrent write is not overwritten.
                 cm.metadata.resource_version = current.metadata.resource_version;
-                self.api.replace(&self.name, &params, &cm).await.map(drop)
+                gate::replace(&self.api, &self.name, &params, &cm, Warrant::OwnState)
+                    .await
+                    .map(drop)
             }
         }
         .map_err(|e| self.api_error(e))

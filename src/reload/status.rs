@@ -18,6 +18,7 @@ use super::census::Census;
 use super::precheck::Finding;
 use super::resources::{Offered, RuleObject, Seen, file_of};
 use super::tell::Speaks;
+use crate::gate::{self, Warrant};
 use crate::rules::Diagnostic;
 
 /// What became of the last version of the rules.
@@ -153,11 +154,9 @@ impl StatusWriter {
             patch["observedGeneration"] = Value::Null;
         }
         let body = json!({"status": patch});
-        match self
-            .api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
+        let pp = PatchParams::default();
+        let patch = Patch::Merge(&body);
+        match gate::patch_status(&self.api, name, &pp, &patch, Warrant::RuleStatus).await {
             Ok(_) => true,
             Err(error) => {
                 tracing::warn!(rule = %name, %error, "could not write the Rule's status");
@@ -223,7 +222,7 @@ impl StatusWriter {
             uid: Some(seen.uid.clone()),
             ..ObjectReference::default()
         };
-        if let Err(error) = recorder.publish(&event, &reference).await {
+        if let Err(error) = gate::publish(recorder, &event, &reference).await {
             tracing::warn!(rule = %name, %error, "could not publish an Event on the Rule");
         }
     }

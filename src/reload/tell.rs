@@ -3,6 +3,7 @@
 //! named, and only on the replica that speaks for the group (the leader;
 //! sharded, the holder of bucket 0), so replicas do not repeat each other.
 
+use crate::gate;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
@@ -58,7 +59,7 @@ impl Teller {
             action: "Reload".into(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
+        if let Err(error) = gate::publish(&self.recorder, &event, &reference).await {
             tracing::warn!(%error, "could not publish an Event on the rules ConfigMap");
         }
     }

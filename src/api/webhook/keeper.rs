@@ -24,6 +24,7 @@ use super::listen::{self, Webhook};
 use super::server::{self, Certificate};
 use super::{RulesLookup, Settings, secret, set_conversion};
 use crate::api::provenance::{Whose, whose};
+use crate::gate::{self, Warrant};
 use crate::metrics::Metrics;
 use crate::reload::CurrentRules;
 
@@ -227,7 +228,7 @@ async fn point_crds(
             "spec": {"conversion": conversion},
         });
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        match crds.patch(&name, &params, &Patch::Apply(&patch)).await {
+        match gate::patch(crds, &name, &params, &Patch::Apply(&patch), Warrant::Crd).await {
             Ok(_) => tracing::info!(crd = %name, "pointed the CRD at the conversion webhook"),
             Err(error) => {
                 tracing::warn!(crd = %name, %error, "could not point the CRD at the conversion webhook");

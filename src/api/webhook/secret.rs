@@ -20,6 +20,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use super::FIELD_MANAGER;
 use super::certs::{self, Material};
+use crate::gate::{self, Warrant};
 
 /// Why the certificates could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -205,7 +206,7 @@ pub async fn ensure(
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..PostParams::default()
                 };
-                secrets.create(&params, &secret).await
+                gate::create(secrets, &params, &secret, Warrant::OwnState).await
             }
             Some(old) => {
                 // Conditioned on the version read (a patch carrying it): one
@@ -216,7 +217,7 @@ pub async fn ensure(
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..PatchParams::default()
                 };
-                secrets.patch(name, &params, &patch).await
+                gate::patch(secrets, name, &params, &patch, Warrant::OwnState).await
             }
         };
         match written {
@@ -265,7 +266,7 @@ pub async fn tell_foreign(client: &kube::Client, namespace: &str, name: &str, no
         action: "ServeConversion".into(),
         secondary: None,
     };
-    if let Err(error) = recorder.publish(&event, &reference).await {
+    if let Err(error) = gate::publish(&recorder, &event, &reference).await {
         tracing::warn!(%error, "could not publish an Event on the webhook's Secret");
     }
 }
