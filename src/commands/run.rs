@@ -264,8 +264,11 @@ impl Active {
             engine.set_fence(fence);
         }
         let follower = Follower::start(engine.clone(), &self.rules, self.prune_on_rule_removal);
-        // The CRDs the rules define; each such rule waits for its kind meanwhile.
-        tokio::spawn(kiln::api::install::until_installed(
+        // The CRDs the rules define; each such rule waits for its kind
+        // meanwhile. Installing stops with the rules (the set is dropped
+        // with the following task, aborted or ended).
+        let mut installing = tokio::task::JoinSet::new();
+        installing.spawn(kiln::api::install::until_installed(
             self.client.clone(),
             follower.running().clone(),
         ));
@@ -280,6 +283,7 @@ impl Active {
         let (tx, rx) = oneshot::channel::<()>();
         let following = tokio::spawn(follower.run(async move {
             let _ = rx.await;
+            drop(installing);
         }));
         (engine, following, tx)
     }

@@ -35,7 +35,8 @@ const UNSETTLED: Duration = Duration::from_secs(1);
 
 /// Serves conversion on `settings.addr` (each review counted in
 /// `metrics`) and keeps its certificates and the rules' CRDs in the
-/// background; returns the listener, to drain on shutdown.
+/// background until the listener is drained; returns the listener, to
+/// drain on shutdown.
 pub async fn start(
     client: Client,
     settings: Settings,
@@ -46,7 +47,15 @@ pub async fn start(
     let lookup = Arc::new(RulesLookup(rules.clone()));
     let serving = server::spawn(settings.addr, cert.clone(), lookup, metrics).await?;
     super::serves();
-    tokio::spawn(keep(client, settings, rules, cert));
+    // Kept while the listener serves: draining it stops the keeper too.
+    let mut draining = serving.draining();
+    tokio::spawn(async move {
+        tokio::select! {
+            biased;
+            _ = draining.wait_for(|d| *d) => {}
+            () = keep(client, settings, rules, cert) => {}
+        }
+    });
     Ok(serving)
 }
 

@@ -106,6 +106,11 @@ impl Serving {
             .await
             .is_ok()
     }
+
+    /// Turns true once [`Serving::drain`] starts.
+    pub(crate) fn draining(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
 }
 
 /// Once told to stop, how long a connection is still served, each answer
