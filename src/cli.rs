@@ -104,14 +104,8 @@ pub struct ConversionArgs {
     /// default, turns it off). Every replica serves it, leading or not.
     #[arg(long, default_value = "0", value_parser = parse_bind)]
     pub conversion_addr: Bind,
-    /// `NAMESPACE/NAME[:PORT]` of the Service the API server reaches the
-    /// webhook through (port 443 by default).
-    #[arg(long, value_parser = parse_service, conflicts_with = "conversion_url")]
-    pub conversion_service: Option<(String, String, u16)>,
-    /// The URL the API server reaches the webhook at, when kiln runs
-    /// outside the cluster (e.g. `https://127.0.0.1:9443`).
-    #[arg(long)]
-    pub conversion_url: Option<String>,
+    #[command(flatten)]
+    pub endpoint: ConversionEndpointArgs,
     /// The Secret (in kiln's namespace) holding the webhook's CA and
     /// certificate, shared by every replica.
     #[arg(long, default_value = kiln::api::webhook::DEFAULT_SECRET)]
@@ -124,6 +118,20 @@ pub struct ConversionArgs {
     /// two thirds of it have passed.
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     pub conversion_cert_validity: Duration,
+}
+
+/// Where the API server reaches kiln's conversion webhook (`kiln run` and
+/// `kiln crd` take the same).
+#[derive(Debug, Args)]
+pub struct ConversionEndpointArgs {
+    /// `NAMESPACE/NAME[:PORT]` of the Service the API server reaches the
+    /// webhook through (port 443 by default).
+    #[arg(long, value_parser = parse_service, conflicts_with = "conversion_url")]
+    pub conversion_service: Option<(String, String, u16)>,
+    /// The URL the API server reaches the webhook at, when kiln runs
+    /// outside the cluster (e.g. `https://127.0.0.1:9443`).
+    #[arg(long)]
+    pub conversion_url: Option<String>,
 }
 
 /// Where the rules are read from (one at least).
@@ -295,16 +303,16 @@ pub struct RbacArgs {
     /// Rule files or directories (repeatable).
     #[arg(long = "rules", required = true)]
     pub rules: Vec<PathBuf>,
-    /// Name of the ClusterRole.
+    /// Name of the ClusterRole, and of the Role in kiln's namespace.
     #[arg(long, default_value = "kiln")]
     pub name: String,
     /// Ask this cluster's discovery for resource names instead of deriving
     /// them from kinds (for CRDs with irregular plurals).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// kiln's namespace: where the conversion webhook keeps its Secret
-    /// (its Role and RoleBinding, printed when a rule's API has several
-    /// versions, are there).
+    /// kiln's namespace: where it keeps its Leases, ConfigMaps and Secrets
+    /// (the Role and RoleBinding for them are there, and grant nothing
+    /// elsewhere).
     #[arg(long, default_value = "kiln-system")]
     pub namespace: String,
     /// kiln's ServiceAccount (in `--namespace`), bound to that Role.
@@ -389,6 +397,11 @@ pub struct CrdArgs {
     /// 1 when there is one it would refuse.
     #[arg(long = "compare")]
     pub compare: Vec<PathBuf>,
+    /// Where the API server reaches kiln's conversion webhook, as given to
+    /// `kiln run`: a CRD with several versions is printed pointed at it
+    /// (`kiln run` adds the CA bundle), and refused without it.
+    #[command(flatten)]
+    pub conversion: ConversionEndpointArgs,
 }
 
 /// `kiln explain`

@@ -1,8 +1,11 @@
-//! The least privilege a rule set needs, as a ClusterRole: read every kind a
-//! rule touches, write children, patch the status of custom-resource
-//! primaries and read their CRD (for its status schema), publish Events,
-//! hold the leader Lease, read the rules ConfigMap. Pure: the plural of
-//! each kind comes from the caller (discovery, or a guess without a cluster).
+//! The least privilege a rule set needs. A ClusterRole for what is
+//! cluster-wide: read every kind a rule touches, write children, patch the
+//! status of custom-resource primaries and read their CRD (for its status
+//! schema), publish Events, read the Rule resources. A Role in kiln's own
+//! namespace for what kiln keeps there, and nowhere else: its Leases, the
+//! rules ConfigMap, the record of a rule's first load, the conversion
+//! webhook's Secret (only when a rule converts). Pure: the plural of each
+//! kind comes from the caller (discovery, or a guess without a cluster).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -81,10 +84,11 @@ impl Grants {
         let p = &rule.primary.gvk;
         self.grant(p, plural(p), READ);
         // kiln writes status only to custom resources, and reads (and
-        // watches) their CRD for the status schema.
-        if p.is_custom() {
+        // watches) the CRD of a kind that may have one, for whether it is
+        // custom and for its status schema.
+        if p.may_be_crd() {
             // (A read-only rule writes nothing on its primary.)
-            if !rule.read_only {
+            if !rule.read_only && p.is_custom() {
                 self.grant(p, format!("{}/status", plural(p)), &["patch"]);
             }
             self.grant_named(CRDS, format!("{}.{}", plural(p), p.group), READ);
@@ -152,6 +156,9 @@ impl Grants {
 }
 
 /// The ClusterRole `name` for `set`; `plural` names each kind's resource.
+/// Only what is cluster-wide: the kinds the rules touch, Events on their
+/// objects, the Rule resources. What kiln keeps of its own (Leases, its
+/// ConfigMaps and Secrets) is in [`own_role`], in kiln's namespace only.
 pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) -> Value {
     let Grants {
         all: mut grants,
@@ -162,22 +169,6 @@ pub fn cluster_role(set: &RuleSet, name: &str, plural: &dyn Fn(&Gvk) -> String) 
         .entry(core("events.k8s.io", "events"))
         .or_default()
         .extend(["create", "patch"]);
-    grants
-        .entry(core("coordination.k8s.io", "leases"))
-        .or_default()
-        .extend(["get", "create", "update", "patch"]);
-    grants
-        .entry(core("", "configmaps"))
-        .or_default()
-        .extend(READ);
-    // A rule taking only new primaries records its first load in a
-    // ConfigMap of kiln's own (engine/since.rs).
-    if set.rules.iter().any(|r| !r.primary.take_existing) {
-        grants
-            .entry(core("", "configmaps"))
-            .or_default()
-            .insert("create");
-    }
     // The Rule resources (`kiln run --rules-from-cluster`): always granted,
     // so switching the source needs no new role.
     grants
@@ -212,29 +203,89 @@ fn converts(set: &RuleSet) -> bool {
         .any(|a| a.conversions.is_some())
 }
 
-/// The Role `name` in kiln's namespace `namespace` the conversion webhook
-/// needs, when a rule's API has several versions: its certificates' Secret
-/// created there (`create` cannot be limited to a name, so it is limited to
-/// the namespace), then read and renewed (`patch`) by name only. None when
-/// no rule converts.
-pub fn webhook_role(set: &RuleSet, name: &str, namespace: &str) -> Option<Value> {
-    converts(set).then(|| {
-        let secret = crate::api::webhook::DEFAULT_SECRET;
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
-            "rules": [
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret], "verbs": ["get", "patch"]},
-            ],
+/// One thing kiln keeps in its own namespace, and the verbs it needs on it.
+struct Own {
+    /// The API group.
+    group: &'static str,
+    /// The resource.
+    resource: &'static str,
+    /// The objects' names, when the verbs can be limited to them (`create`
+    /// and `list` cannot).
+    names: &'static [&'static str],
+    /// The verbs.
+    verbs: &'static [&'static str],
+}
+
+/// What kiln needs in its own namespace for `set`, one [`Own`] per need:
+/// a new thing kiln keeps there is one more row.
+fn own_needs(set: &RuleSet) -> Vec<Own> {
+    let own = |group, resource, names, verbs| Own {
+        group,
+        resource,
+        names,
+        verbs,
+    };
+    // Leader election and shard membership: each replica's Lease, read,
+    // created and renewed (a shard group also lists its Leases: the
+    // sharded deployments add `list`).
+    let mut needs = vec![
+        own(
+            "coordination.k8s.io",
+            "leases",
+            &[],
+            &["create", "get", "update"],
+        ),
+        // The rules ConfigMap (`--rules-configmap`): read, then watched.
+        own("", "configmaps", &[], READ),
+    ];
+    // A rule taking only new primaries records its first load in a
+    // ConfigMap of kiln's own (engine/runtime/since.rs).
+    if set.rules.iter().any(|r| !r.primary.take_existing) {
+        needs.push(own("", "configmaps", &[], &["create"]));
+    }
+    // The conversion webhook's certificates: a Secret created here
+    // (`create` cannot be limited to a name), then read and renewed by name.
+    if converts(set) {
+        needs.push(own("", "secrets", &[], &["create"]));
+        needs.push(own(
+            "",
+            "secrets",
+            &[crate::api::webhook::DEFAULT_SECRET],
+            &["get", "patch"],
+        ));
+    }
+    needs
+}
+
+/// The rules of the Role kiln needs in its own namespace for `set`.
+pub fn own_rules(set: &RuleSet) -> Vec<Value> {
+    own_needs(set)
+        .into_iter()
+        .map(|o| {
+            let mut rule =
+                json!({"apiGroups": [o.group], "resources": [o.resource], "verbs": o.verbs});
+            if !o.names.is_empty() {
+                rule["resourceNames"] = json!(o.names);
+            }
+            rule
         })
+        .collect()
+}
+
+/// The Role `name` in kiln's namespace `namespace`: what kiln keeps of its
+/// own there ([`own_rules`]), and nowhere else.
+pub fn own_role(set: &RuleSet, name: &str, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
+        "rules": own_rules(set),
     })
 }
 
-/// The RoleBinding of [`webhook_role`] `name` to kiln's ServiceAccount
+/// The RoleBinding of [`own_role`] `name` to kiln's ServiceAccount
 /// `service_account`, both in `namespace`.
-pub fn webhook_role_binding(name: &str, namespace: &str, service_account: &str) -> Value {
+pub fn own_role_binding(name: &str, namespace: &str, service_account: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -347,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn the_role_covers_reads_writes_status_events_leases_and_bindings() {
+    fn the_roles_cover_reads_writes_status_events_leases_and_bindings() {
         let set = crate::rules::load(&[std::path::PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/rules"
@@ -411,16 +462,22 @@ mod tests {
                 .any(|r| r["resourceNames"][0] == "kiln-conversion-webhook"),
             "the conversion webhook's Secret is granted in kiln's namespace only"
         );
-        let webhook = webhook_role(&set, "kiln-conversion", "kiln-system").unwrap();
-        assert_eq!(webhook["kind"], "Role");
-        assert_eq!(webhook["metadata"]["namespace"], "kiln-system");
+        assert!(
+            verbs("coordination.k8s.io", "leases").is_empty(),
+            "Leases in kiln's namespace only"
+        );
+        let own = own_role(&set, "kiln", "kiln-system");
+        assert_eq!(own["kind"], "Role");
+        assert_eq!(own["metadata"]["namespace"], "kiln-system");
         assert_eq!(
-            webhook["rules"],
+            own["rules"],
             json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
                 {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kiln-conversion-webhook"], "verbs": ["get", "patch"]},
             ]),
-            "create in kiln's namespace (it cannot be limited by name), read and renew by name"
+            "the webhook's Secret: create in kiln's namespace (it cannot be limited by name), read and renew by name"
         );
         assert!(
             verbs("", "pods").is_empty(),
@@ -429,12 +486,36 @@ mod tests {
     }
 
     #[test]
-    fn rules_that_convert_nothing_need_no_webhook_role() {
+    fn kiln_s_own_leases_configmaps_and_secrets_are_granted_in_its_namespace_only() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("r.yaml");
         std::fs::write(&file, "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: Widget}\n").unwrap();
         let set = crate::rules::load(std::slice::from_ref(&file)).unwrap();
-        assert_eq!(webhook_role(&set, "kiln-conversion", "kiln-system"), None);
+        let cluster = cluster_role(&set, "kiln", &guess_plural);
+        let resources: Vec<&str> = cluster["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["resources"][0].as_str().unwrap())
+            .collect();
+        for own in ["leases", "configmaps", "secrets"] {
+            assert!(
+                !resources.contains(&own),
+                "{own} granted cluster-wide: {resources:?}"
+            );
+        }
+        let own = own_role(&set, "kiln", "kiln-system");
+        assert_eq!(
+            own["rules"],
+            json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+            ]),
+            "no Secret while no rule converts"
+        );
+        let binding = own_role_binding("kiln", "kiln-system", "kiln");
+        assert_eq!(binding["roleRef"]["name"], "kiln");
+        assert_eq!(binding["subjects"][0]["namespace"], "kiln-system");
     }
 
     #[test]

@@ -130,6 +130,7 @@ pub struct Wake {
     /// The instant.
     pub at: jiff::Timestamp,
     /// How long after the render's `now()` that is (at least a second).
+    /// The instant is always after the render's `now()`.
     pub after: std::time::Duration,
 }
 
@@ -664,10 +665,13 @@ fn is_ready(
     })
 }
 
-/// The [`Wake`] a rendered `spec.requeue.at` asks for.
+/// The [`Wake`] a rendered `spec.requeue.at` asks for: its earliest
+/// instant after `now`. An instant not after `now` asks for none: this
+/// render is at or after it, so it has come (it fires once, never in a loop).
 fn wake_at(value: &Value, now: jiff::Timestamp) -> Result<Option<Wake>, RenderFailure> {
     use crate::template::time;
-    let at = time::earliest(value).map_err(|why| RenderError::new("spec.requeue.at", why))?;
+    let at =
+        time::earliest_after(value, now).map_err(|why| RenderError::new("spec.requeue.at", why))?;
     Ok(at.map(|at| Wake {
         at,
         after: time::wait_until(now, at),

@@ -61,6 +61,10 @@ fn the_shipped_rules_validate() {
     let (ok, out, err) = kiln(&["validate", concat!(env!("CARGO_MANIFEST_DIR"), "/rules")]);
     assert!(ok, "{err}");
     assert!(out.starts_with("ok: 8 rules in 8 files"), "{out}");
+    assert!(
+        out.contains("note: webapps.apps.demo.kiln.dev has several versions: kiln run serves it only with the conversion webhook (--conversion-addr"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -173,6 +177,72 @@ fn crd_compare_names_each_breaking_change_against_the_committed_crd() {
     assert_eq!(
         out,
         "staticsites.demo.kiln.dev: 2 breaking change(s), kiln run refuses them unless the rule sets spec.api.allowBreakingChanges: true:\n  v1 `spec.replicas`: maximum lowered from 5 to 3\n  v1 `spec.tags`: the field was removed\n"
+    );
+}
+
+#[test]
+fn crd_compare_names_a_map_made_an_object_whose_other_keys_would_be_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = |env: &str| {
+        format!(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: sites}}\nspec:\n  api:\n    group: sites.example.com\n    kind: Site\n    versions:\n      - name: v1\n        schema:\n          spec:\n            env: {env}\n"
+        )
+    };
+    let file = dir.path().join("rule.yaml");
+    std::fs::write(&file, rule("\"map[string]string\"")).unwrap();
+    let file = file.to_str().unwrap();
+    let (ok, committed, err) = kiln(&["crd", "--rules", file]);
+    assert!(ok, "{err}");
+    let old = dir.path().join("crd.yaml");
+    std::fs::write(&old, committed).unwrap();
+    std::fs::write(file, rule("{A: string}")).unwrap();
+    let (ok, out, _) = kiln(&["crd", "--rules", file, "--compare", old.to_str().unwrap()]);
+    assert!(!ok, "kiln run would refuse it");
+    assert!(
+        out.contains("v1 `spec.env`: a map became an object with fixed fields: every stored key but `A` is pruned, for good"),
+        "{out}"
+    );
+}
+
+#[test]
+fn crd_prints_a_crd_with_several_versions_only_pointed_at_the_webhook() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (ok, out, err) = kiln_in(root, &["crd", "--rules", "rules/webapp-api.yaml"]);
+    assert!(!ok, "without the webhook's endpoint nothing is printed");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("webapps.apps.demo.kiln.dev has several versions (v1, v1alpha1)")
+            && err.contains(
+                "--conversion-service NAMESPACE/NAME[:PORT] or --conversion-url https://HOST:PORT"
+            ),
+        "{err}"
+    );
+    let printed = kiln_in_repo(&[
+        "crd",
+        "--rules",
+        "rules/webapp-api.yaml",
+        "--conversion-service",
+        "kiln-system/kiln-webhook:443",
+    ]);
+    let crd: serde_json::Value =
+        serde_norway::from_str(printed.trim_start_matches("---\n")).unwrap();
+    assert_eq!(
+        crd["spec"]["conversion"],
+        serde_json::json!({"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "kiln-system", "name": "kiln-webhook", "port": 443, "path": "/convert"}},
+        }}),
+        "pointed at the webhook; kiln run adds the CA bundle"
+    );
+    let committed = std::fs::read_to_string(root.join("examples/webapp-api/crd.yaml")).unwrap();
+    assert_eq!(
+        printed, committed,
+        "examples/webapp-api/crd.yaml is stale: run `kiln crd --rules rules/webapp-api.yaml --conversion-service kiln-system/kiln-webhook:443 > examples/webapp-api/crd.yaml`"
+    );
+    let (ok, out, _) = kiln_in(root, &["crd", "--rules", "rules/staticsite.yaml"]);
+    assert!(
+        ok && out.contains("staticsites.demo.kiln.dev"),
+        "one version needs no webhook"
     );
 }
 
@@ -347,12 +417,9 @@ fn a_shard_identity_or_group_that_cannot_name_a_lease_is_refused_at_once() {
     );
 }
 
-#[test]
-fn a_log_that_is_not_a_terminal_is_plain_text() {
-    use std::io::{BufRead, BufReader};
-    // An API server nobody answers on: kiln starts, logs, and retries.
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
+/// A kubeconfig in `dir` naming an API server nobody answers on.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         "apiVersion: v1\nkind: Config\n\
@@ -362,8 +429,43 @@ fn a_log_that_is_not_a_terminal_is_plain_text() {
          current-context: c\n",
     )
     .unwrap();
+    kubeconfig
+}
+
+#[test]
+fn kiln_run_without_the_webhook_refuses_an_api_with_several_versions_and_names_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp-api.yaml");
+    let (ok, _, err) = kiln(&[
+        "run",
+        "--rules",
+        rules,
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--metrics-bind-address",
+        "0",
+        "--health-probe-bind-address",
+        "0",
+    ]);
+    assert!(!ok, "nothing started");
+    assert!(
+        err.contains("webapps.apps.demo.kiln.dev has several versions (v1, v1alpha1)")
+            && err.contains(
+                "Give --conversion-addr :9443 and --conversion-service NAMESPACE/NAME[:PORT]"
+            ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_log_that_is_not_a_terminal_is_plain_text() {
+    use std::io::{BufRead, BufReader};
+    // An API server nobody answers on: kiln starts, logs, and retries.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["run", "--rules", "rules/", "--kubeconfig"])
+        .args(["run", "--rules", "rules/staticsite.yaml", "--kubeconfig"])
         .arg(&kubeconfig)
         .args(["--metrics-bind-address", "127.0.0.1:0"])
         .args(["--health-probe-bind-address", "127.0.0.1:0"])
@@ -689,7 +791,13 @@ fn every_command_exits_quietly_when_its_reader_stops_reading() {
             "examples/tenant/namespace.yaml",
         ],
         &["rbac", "--rules", "rules/"],
-        &["crd", "--rules", "rules/"],
+        &[
+            "crd",
+            "--rules",
+            "rules/",
+            "--conversion-service",
+            "kiln-system/kiln-webhook:443",
+        ],
         &["configmap", "--rules", "rules/", "--name", "kiln-rules"],
         &["package", "--rules", "rules/", "--format", "helm-values"],
         &["validate", "rules/"],

@@ -422,3 +422,39 @@ fn observed_remembered_and_replaced_children_in_a_plan() {
         "{out}"
     );
 }
+
+#[test]
+fn a_status_is_cut_to_what_the_primarys_crd_declares() {
+    let out = render_fixture(
+        "tests/fixtures/rules-k8s-io/",
+        &[
+            "--object",
+            "tests/fixtures/objects/probe.yaml",
+            "--crd",
+            "tests/fixtures/crds-k8s-io/probe.yaml",
+        ],
+    );
+    assert!(out.contains("phase: Ready"), "{out}");
+    assert!(
+        !out.contains("conditions"),
+        "the CRD declares no conditions, so the engine writes none:\n{out}"
+    );
+}
+
+#[test]
+fn a_status_the_crd_has_no_subresource_for_is_not_shown_as_written() {
+    let out = render_fixture(
+        "tests/fixtures/rules-k8s-io/",
+        &[
+            "--object",
+            "tests/fixtures/objects/probe.yaml",
+            "--crd",
+            "tests/fixtures/crds-offline/probe-no-status.yaml",
+        ],
+    );
+    assert!(
+        out.contains("# status: none: kiln writes no status"),
+        "{out}"
+    );
+    assert!(!out.contains("phase: Ready"), "{out}");
+}

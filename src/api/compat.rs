@@ -1,14 +1,20 @@
 //! Which changes from one CRD to the next would break the objects already
 //! stored: a version removed or no longer served, the scope changed, a
-//! field removed, a type changed, a required field added without a
+//! field removed, a type changed, a map made a fixed object (or an object a
+//! map whose values do not fit its fields), a required field added without a
 //! default, a bound tightened (a higher minimum, a lower maximum, a new or
-//! changed pattern, fewer enum values, a new CEL rule). Pure: old × new →
-//! the list, empty when the new CRD accepts every object the old one did.
+//! changed pattern, fewer enum values, a new CEL rule), and the storage moved
+//! to a version that cannot hold what objects stored at another version
+//! carry. Pure: old × new → the list, empty when the new CRD accepts, and
+//! keeps, every object the old one did.
 
 use std::fmt;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::Api;
+use super::convert::Conversions;
+use super::roundtrip;
 /// One change that could refuse, or lose data of, objects written under the old CRD.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Breaking {
@@ -31,8 +37,19 @@ impl fmt::Display for Breaking {
     }
 }
 
-/// The breaking changes from `old` to `new` (two CustomResourceDefinitions).
-pub fn breaking(old: &Value, new: &Value) -> Vec<Breaking> {
+/// The breaking changes from `old` (a CustomResourceDefinition: the one in
+/// the cluster, or as committed) to the one the API `new` defines: what
+/// [`changes`] finds version by version, and what objects stored at each
+/// version of `old` lose once `new` stores them elsewhere ([`moved`]).
+pub fn breaking(old: &Value, new: &Api) -> Vec<Breaking> {
+    let mut out = changes(old, &new.crd);
+    out.extend(moved(old, new));
+    out
+}
+
+/// The breaking changes from `old` to `new` (two
+/// CustomResourceDefinitions), each version compared with itself.
+pub fn changes(old: &Value, new: &Value) -> Vec<Breaking> {
     let mut out = Vec::new();
     let (old_scope, new_scope) = (&old["spec"]["scope"], &new["spec"]["scope"]);
     if old_scope != new_scope {
@@ -73,6 +90,99 @@ pub fn breaking(old: &Value, new: &Value) -> Vec<Breaking> {
     out
 }
 
+/// What objects stored at each version of `old` but the new storage version
+/// would lose once the API `new` stores them there (at their next write).
+fn moved(old: &Value, new: &Api) -> Vec<Breaking> {
+    match new.conversions.as_deref() {
+        Some(conversions) => moved_through(old, &new.crd, conversions),
+        // One version: a stored version it lacks is named by `changes`.
+        None => Vec::new(),
+    }
+}
+
+/// [`moved`], with the new CRD and its conversions: an object of each
+/// stored version's old schema (every field, then only the required ones),
+/// defaulted by the new schema of its version as the API server reads it,
+/// is converted with the new templates to the new storage version, pruned
+/// to that version's schema as the API server stores it, and converted
+/// back. A field that does not come back is lost.
+fn moved_through(old: &Value, new: &Value, conversions: &Conversions) -> Vec<Breaking> {
+    let storage = conversions.storage();
+    let Some(stored) = super::version_schema(new, storage) else {
+        return Vec::new();
+    };
+    let (group, kind) = (
+        new["spec"]["group"].as_str().unwrap_or_default(),
+        new["spec"]["names"]["kind"].as_str().unwrap_or_default(),
+    );
+    let mut out = Vec::new();
+    for version in stored_versions(old).iter().filter(|v| *v != storage) {
+        // A version removed is named by `changes`.
+        let (Some(was), Some(now)) = (
+            super::version_schema(old, version),
+            super::version_schema(new, version),
+        ) else {
+            continue;
+        };
+        for every in [true, false] {
+            let fields = json!({"spec": roundtrip::sample(&was["properties"]["spec"], every)});
+            let mut object = roundtrip::object(group, kind, version, &fields);
+            super::defaults::apply(now, &mut object);
+            let change = match roundtrip::lost(conversions, &object, stored, now) {
+                Ok(lost) if lost.is_empty() => continue,
+                Ok(lost) => format!(
+                    "objects stored at {version} lose {} once {storage} stores them (at their next write)",
+                    lost.join(", ")
+                ),
+                Err(e) => format!("objects stored at {version} cannot be stored at {storage}: {e}"),
+            };
+            out.push(at_version(version, &change));
+            break;
+        }
+    }
+    out
+}
+
+/// The versions objects of `crd` may be stored at: its storage version and
+/// those its status records (`status.storedVersions`).
+fn stored_versions(crd: &Value) -> Vec<String> {
+    let mut out: Vec<String> = crd["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["storage"] == true)
+        .filter_map(|v| v["name"].as_str().map(str::to_string))
+        .collect();
+    for v in crd["status"]["storedVersions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(v) = v.as_str().filter(|v| !out.iter().any(|o| o == v)) {
+            out.push(v.to_string());
+        }
+    }
+    out
+}
+
+/// Whether an object schema keeps fields it does not declare.
+fn keeps(s: &Value) -> bool {
+    s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+}
+
+/// The schema of a map's values (`additionalProperties`), when `s` is a map.
+fn values(s: &Value) -> Option<&Value> {
+    match s.get("additionalProperties") {
+        Some(v @ Value::Object(_)) => Some(v),
+        Some(Value::Bool(true)) => Some(&ANY),
+        _ => None,
+    }
+}
+
+/// The schema of any value.
+static ANY: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"x-kubernetes-preserve-unknown-fields": true}));
+
 fn at_version(version: &str, change: &str) -> Breaking {
     Breaking {
         version: version.to_string(),
@@ -111,24 +221,60 @@ impl Diff<'_> {
             self.push(path, format!("the type changed from {a} to {b}"));
             return;
         }
-        let keeps =
-            |s: &Value| s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-        if keeps(old) && !keeps(new) {
+        let (old_map, new_map) = (values(old), values(new));
+        if keeps(old) && !keeps(new) && !new_map.is_some_and(keeps) {
             self.push(
                 path,
                 "it no longer keeps fields its schema does not declare".into(),
             );
         }
-        self.properties(old, new, path, keeps(new));
+        self.map_or_object(old, new, path);
+        let open = keeps(new) || new_map.is_some();
+        self.properties(old, new, path, open);
         self.bounds(old, new, path);
         if let (Some(a), Some(b)) = (old.get("items"), new.get("items")) {
             self.node(a, b, &format!("{path}[]"));
         }
-        if let (Some(a @ Value::Object(_)), Some(b @ Value::Object(_))) = (
-            old.get("additionalProperties"),
-            new.get("additionalProperties"),
-        ) {
+        if let (Some(a), Some(b)) = (old_map, new_map) {
             self.node(a, b, &join(path, "*"));
+        }
+    }
+
+    /// A map (`additionalProperties`) made an object with fixed fields
+    /// (`properties`), or the other way round. The API server prunes the
+    /// keys a fixed object does not declare, for good (restoring the map
+    /// does not bring them back); each key a map held, now a field, and each
+    /// field an object held, now a key, must fit its new schema.
+    fn map_or_object(&mut self, old: &Value, new: &Value, path: &str) {
+        let props = |s: &Value| s.get("properties").and_then(Value::as_object).cloned();
+        match (values(old), values(new)) {
+            (Some(was), None) => {
+                let fields = props(new).unwrap_or_default();
+                if !keeps(new) {
+                    let kept = if fields.is_empty() {
+                        "every stored key is pruned".to_string()
+                    } else {
+                        let names = fields.keys().map(|k| format!("`{k}`"));
+                        format!(
+                            "every stored key but {} is pruned",
+                            names.collect::<Vec<_>>().join(", ")
+                        )
+                    };
+                    self.push(
+                        path,
+                        format!("a map became an object with fixed fields: {kept}, for good"),
+                    );
+                }
+                for (name, now) in &fields {
+                    self.node(was, now, &join(path, name));
+                }
+            }
+            (None, Some(now)) => {
+                for (name, was) in props(old).unwrap_or_default() {
+                    self.node(&was, now, &join(path, &name));
+                }
+            }
+            _ => {}
         }
     }
 
@@ -246,7 +392,7 @@ mod tests {
     }
 
     fn changes(old: Value, new: Value) -> Vec<String> {
-        breaking(&crd(old), &crd(new))
+        super::changes(&crd(old), &crd(new))
             .iter()
             .map(ToString::to_string)
             .collect()
@@ -312,7 +458,7 @@ mod tests {
         let new = json!({"spec": {"scope": "Cluster", "versions": [
             {"name": "v2", "served": false, "storage": true},
         ]}});
-        let text: Vec<String> = breaking(&old, &new)
+        let text: Vec<String> = super::changes(&old, &new)
             .iter()
             .map(ToString::to_string)
             .collect();
@@ -323,6 +469,129 @@ mod tests {
                 "version v1: the storage version was removed (objects stored in it could not be read)",
                 "version v2: the version is no longer served",
             ]
+        );
+    }
+
+    #[test]
+    fn a_map_made_an_object_with_fixed_fields_breaks_and_its_keys_must_fit() {
+        let map = json!({"type": "object", "properties": {
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        }});
+        let fixed = json!({"type": "object", "properties": {
+            "env": {"type": "object", "properties": {"A": {"type": "integer"}}},
+        }});
+        assert_eq!(
+            changes(map.clone(), fixed),
+            [
+                "v1 `spec.env`: a map became an object with fixed fields: every stored key but `A` is pruned, for good",
+                "v1 `spec.env.A`: the type changed from string to integer",
+            ]
+        );
+        let free = json!({"type": "object", "properties": {
+            "env": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                    "properties": {"A": {"type": "string"}}},
+        }});
+        assert!(
+            changes(map, free).is_empty(),
+            "an object that keeps unknown fields keeps every key"
+        );
+    }
+
+    #[test]
+    fn an_object_made_a_map_breaks_where_its_fields_do_not_fit_the_values() {
+        let object = json!({"type": "object", "properties": {"site": {"type": "object", "properties": {
+            "host": {"type": "string"}, "port": {"type": "integer"},
+        }}}});
+        let strings = json!({"type": "object", "properties": {
+            "site": {"type": "object", "additionalProperties": {"type": "string"}},
+        }});
+        assert_eq!(
+            changes(object.clone(), strings),
+            ["v1 `spec.site.port`: the type changed from integer to string"]
+        );
+        let anything = json!({"type": "object", "properties": {
+            "site": {"type": "object", "additionalProperties": {"x-kubernetes-preserve-unknown-fields": true}},
+        }});
+        assert!(changes(object, anything).is_empty());
+    }
+
+    /// A CRD of `Site` in `g.example.com` with `versions`: (name, storage, spec's schema).
+    fn crd_of(versions: &[(&str, bool, Value)]) -> Value {
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|(name, storage, spec)| json!({
+                "name": name, "served": true, "storage": storage,
+                "schema": {"openAPIV3Schema": {"type": "object", "required": ["spec"], "properties": {"spec": spec}}},
+            }))
+            .collect();
+        json!({"spec": {"group": "g.example.com", "names": {"kind": "Site"},
+                        "scope": "Namespaced", "versions": versions}})
+    }
+
+    fn strings(names: &[&str]) -> Value {
+        let props: serde_json::Map<String, Value> = names
+            .iter()
+            .map(|n| (n.to_string(), json!({"type": "string"})))
+            .collect();
+        json!({"type": "object", "required": names, "properties": props})
+    }
+
+    /// `spec.api` with v1 (`title`, `color`) and v2 storing (`v2_fields`),
+    /// v1 converted by `to` and `from` (YAML of `spec`).
+    fn moved_to_v2(v2_fields: &str, to: &str, from: &str) -> super::super::spec::RawApi {
+        serde_norway::from_str(&format!(
+            "group: g.example.com\nkind: Site\nversions:\n  - name: v1\n    schema:\n      spec: {{title: string | required=true, color: string | required=true}}\n    conversion:\n      toStorage: {{spec: {to}}}\n      fromStorage: {{spec: {from}}}\n  - name: v2\n    storage: true\n    schema:\n      spec: {v2_fields}\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_storage_move_to_a_version_lacking_a_field_loses_it_from_stored_objects() {
+        let old = crd_of(&[("v1", true, strings(&["title", "color"]))]);
+        // v2 has no `color` and the templates do not carry it (an API
+        // compiled without round-trip checks, as an older kiln did).
+        let raw = moved_to_v2(
+            "{title: string | required=true}",
+            "{title: \"{{ self.spec.title }}\"}",
+            "{title: \"{{ self.spec.title }}\"}",
+        );
+        let conversions = super::super::convert::compile(&raw, "v2", &[])
+            .unwrap()
+            .unwrap();
+        let new = crd_of(&[
+            ("v1", false, strings(&["title", "color"])),
+            ("v2", true, strings(&["title"])),
+        ]);
+        assert!(
+            super::changes(&old, &new).is_empty(),
+            "v1 itself kept every field"
+        );
+        let text: Vec<String> = moved_through(&old, &new, &conversions)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "version v1: objects stored at v1 lose spec.color (\"sample\" became absent) once v2 stores them (at their next write)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_storage_move_whose_conversions_carry_every_field_breaks_nothing() {
+        let old = crd_of(&[("v1", true, strings(&["title", "color"]))]);
+        let raw = moved_to_v2(
+            "{title: string | required=true, tint: string | required=true}",
+            "{title: \"{{ self.spec.title }}\", tint: \"{{ self.spec.color }}\"}",
+            "{title: \"{{ self.spec.title }}\", color: \"{{ self.spec.tint }}\"}",
+        );
+        let api = super::super::compile(&raw, "sites", &[], &[]).unwrap();
+        assert_eq!(api.storage_version, "v2");
+        assert!(
+            breaking(&old, &api).is_empty(),
+            "{:?}",
+            breaking(&old, &api)
         );
     }
 }

@@ -159,7 +159,7 @@ fn names(raw: &RawApi, at: &[Step], errors: &mut Errors) {
                 raw.group, raw.group
             ),
         );
-    } else if raw.group.ends_with(".k8s.io") || raw.group.ends_with(".kubernetes.io") {
+    } else if reserved(&raw.group) {
         errors.push(
             &group_at,
             format!(
@@ -204,6 +204,14 @@ fn names(raw: &RawApi, at: &[Step], errors: &mut Errors) {
             }
         }
     }
+}
+
+/// Whether `group` is the Kubernetes project's: `k8s.io`, `kubernetes.io`
+/// or a subdomain of either.
+fn reserved(group: &str) -> bool {
+    ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|d| group == *d || group.strip_suffix(d).is_some_and(|g| g.ends_with('.')))
 }
 
 /// The one storage version (none when the versions are wrong).

@@ -66,6 +66,15 @@ pub enum InstallError {
         #[source]
         source: super::webhook::NotReady,
     },
+    /// A CRD with several versions, and this process serves no conversion
+    /// webhook: it is never applied to be served without one.
+    #[error("CustomResourceDefinition {crd} is not applied: {why}")]
+    NeedsWebhook {
+        /// The CRD's name.
+        crd: String,
+        /// Why, with the flags to add.
+        why: String,
+    },
     /// The CRD was applied but is not served.
     #[error("CustomResourceDefinition {crd} is not Established: {why}")]
     NotEstablished {
@@ -94,7 +103,7 @@ impl InstallError {
     /// was slow), as opposed to an answer that will not change by itself.
     pub fn transient(&self) -> bool {
         match self {
-            Self::Breaking { .. } => false,
+            Self::Breaking { .. } | Self::NeedsWebhook { .. } => false,
             Self::Read { source, .. } | Self::Apply { source, .. } => match source {
                 kube::Error::Api(status) => {
                     status.code >= 500 || status.code == 429 || status.code == 409
@@ -212,7 +221,7 @@ async fn check(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<()
         return Ok(());
     };
     let current = serde_json::to_value(&current).unwrap_or(Value::Null);
-    let changes = compat::breaking(&current, &api.crd);
+    let changes = compat::breaking(&current, api);
     if changes.is_empty() || api.allow_breaking_changes {
         return Ok(());
     }
@@ -231,7 +240,11 @@ async fn apply(crds: &KubeApi<CustomResourceDefinition>, api: &Api) -> Result<()
         let ready = super::webhook::ready_conversion(ESTABLISH_TIMEOUT).await;
         match ready {
             Ok(Some(conversion)) => body["spec"]["conversion"] = conversion,
-            Ok(None) => {}
+            Ok(None) => {
+                let why = super::served::needs_webhook(api, super::served::RUN_FLAGS);
+                let why = why.unwrap_or_default();
+                return Err(InstallError::NeedsWebhook { crd, why });
+            }
             Err(source) => return Err(InstallError::NoConversion { crd, source }),
         }
     }

@@ -19,6 +19,7 @@ mod markers;
 pub mod refs;
 pub mod roundtrip;
 pub mod rule;
+pub mod served;
 mod simple;
 pub mod spec;
 pub mod webhook;

@@ -1,7 +1,10 @@
 //! What `kiln validate` checks of an API's conversions: the templates read
 //! only fields their source version declares, and a round trip (a version →
-//! the storage version → back) keeps every field both versions declare,
-//! for the version's `examples` and for an object generated from its schema.
+//! the storage version, pruned to its schema as the API server stores it →
+//! back) keeps every field the version declares, for the version's
+//! `examples` and for objects generated from its schema: an object written
+//! at any version is stored without losing a field. [`super::compat`] asks
+//! the same of objects stored under the previous CRD.
 
 use serde_json::{Map, Value, json};
 
@@ -36,24 +39,15 @@ pub fn check(
             continue;
         };
         let here = [at, &[key("versions"), Step::Index(i)]].concat();
-        let object = |fields: &Value| {
-            let mut o = json!({
-                "apiVersion": format!("{}/{}", raw.group, v.name),
-                "kind": raw.kind,
-                "metadata": {"name": "example", "namespace": "default"},
-            });
-            if let (Some(o), Some(fields)) = (o.as_object_mut(), fields.as_object()) {
-                o.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            o
-        };
+        let at_version = |fields: &Value| object(&raw.group, &raw.kind, &v.name, fields);
         for (j, example) in v.examples.iter().enumerate() {
             let example_at = [here.as_slice(), &[key("examples"), Step::Index(j)]].concat();
             let what = format!("example {j}");
             errors.extend(round_trip(
                 conversions,
-                &object(example),
+                &at_version(example),
                 stored,
+                schema,
                 &what,
                 &example_at,
             ));
@@ -64,8 +58,9 @@ pub fn check(
             let what = format!("a {} object with {which}", v.name);
             errors.extend(round_trip(
                 conversions,
-                &object(&generated),
+                &at_version(&generated),
                 stored,
+                schema,
                 &what,
                 &conversion_at,
             ));
@@ -93,38 +88,75 @@ fn references(raw: &RawApi, crd: &Value, conversions: &Conversions) -> Vec<Schem
     errors
 }
 
-/// `object` → the storage version → back: the failures, and every field
-/// the storage version declares that did not come back the same.
+/// An object of `kind` at `version` of `group` with `fields` (`spec`, `status`).
+pub fn object(group: &str, kind: &str, version: &str, fields: &Value) -> Value {
+    let mut o = json!({
+        "apiVersion": format!("{group}/{version}"),
+        "kind": kind,
+        "metadata": {"name": "example", "namespace": "default"},
+    });
+    if let (Some(o), Some(fields)) = (o.as_object_mut(), fields.as_object()) {
+        o.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    o
+}
+
+/// `object` → the storage version, pruned to `stored_schema` as the API
+/// server stores it → back: the failure, or a problem naming every field
+/// `declared` (the schema of `object`'s version) declares that did not come
+/// back the same.
 fn round_trip(
     conversions: &Conversions,
     object: &Value,
     stored_schema: &Value,
+    declared: &Value,
     what: &str,
     at: &[Step],
 ) -> Option<SchemaError> {
-    let version = object["apiVersion"].as_str().unwrap_or_default();
-    let version = version.rsplit('/').next().unwrap_or_default().to_string();
     let fail = |message: String| {
         Some(SchemaError {
             at: at.to_vec(),
             message,
         })
     };
+    let lost = match lost(conversions, object, stored_schema, declared) {
+        Ok(lost) if lost.is_empty() => return None,
+        Ok(lost) => lost,
+        Err(e) => return fail(format!("{what}: {e}")),
+    };
+    let version = version_of(object);
     let storage = conversions.storage();
-    let stored = match conversions.convert(object, storage) {
-        Ok(s) => s,
-        Err(e) => return fail(format!("{what}: {e}")),
-    };
-    let back = match conversions.convert(&stored, &version) {
-        Ok(b) => b,
-        Err(e) => return fail(format!("{what}: {e}")),
-    };
+    fail(format!(
+        "{what}: a round trip {version} → {storage} → {version} does not keep {}: objects written at {version} are stored at {storage} without it",
+        lost.join(", ")
+    ))
+}
+
+fn version_of(object: &Value) -> &str {
+    let version = object["apiVersion"].as_str().unwrap_or_default();
+    version.rsplit('/').next().unwrap_or_default()
+}
+
+/// What `object` loses through the storage version of `conversions`:
+/// converted to it, pruned to `stored_schema` (as the API server stores
+/// it), converted back; each field of `spec` and `status` that `declared`
+/// declares and that did not come back the same, as `path (value became
+/// what)`.
+pub fn lost(
+    conversions: &Conversions,
+    object: &Value,
+    stored_schema: &Value,
+    declared: &Value,
+) -> Result<Vec<String>, super::convert::ConvertError> {
+    let version = version_of(object);
+    let stored = conversions.convert(object, conversions.storage())?;
+    let back = conversions.convert(&prune_object(&stored, stored_schema), version)?;
     let mut lost = Vec::new();
     for (path, value) in leaves(object) {
         if !["spec", "status"].iter().any(|p| path.starts_with(p)) {
             continue;
         }
-        if refs::check(stored_schema, &format!("self.{path}"), "").is_err() {
+        if refs::check(declared, &format!("self.{path}"), "").is_err() {
             continue;
         }
         let came_back = lookup(&back, &path);
@@ -133,13 +165,52 @@ fn round_trip(
             lost.push(format!("{path} ({value} became {now})"));
         }
     }
-    if lost.is_empty() {
-        return None;
+    Ok(lost)
+}
+
+/// An object as the API server keeps it under `schema` (its whole
+/// `openAPIV3Schema`): `apiVersion`, `kind` and `metadata` as they are,
+/// every other field pruned to what the schema declares.
+fn prune_object(object: &Value, schema: &Value) -> Value {
+    let mut out = prune(object, schema);
+    if let (Some(out), Some(object)) = (out.as_object_mut(), object.as_object()) {
+        for k in ["apiVersion", "kind", "metadata"] {
+            if let Some(v) = object.get(k) {
+                out.insert(k.into(), v.clone());
+            }
+        }
     }
-    fail(format!(
-        "{what}: a round trip {version} → {storage} → {version} does not keep {}, which both versions declare",
-        lost.join(", ")
-    ))
+    out
+}
+
+/// `value` pruned to `schema`: an object keeps the fields its schema
+/// declares (all of them when it keeps unknown fields or is a map), each
+/// pruned to its own schema; a list's items are pruned to the items'.
+fn prune(value: &Value, schema: &Value) -> Value {
+    match value {
+        Value::Object(fields) => {
+            let keeps = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+            let declared = schema["properties"].as_object();
+            let values = schema.get("additionalProperties");
+            let mut out = Map::new();
+            for (k, v) in fields {
+                let inner = match (declared.and_then(|d| d.get(k)), values) {
+                    (Some(s), _) => prune(v, s),
+                    (None, Some(s @ Value::Object(_))) => prune(v, s),
+                    (None, Some(Value::Bool(true))) => v.clone(),
+                    _ if keeps => v.clone(),
+                    _ => continue,
+                };
+                out.insert(k.clone(), inner);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => match schema.get("items") {
+            Some(s) => Value::Array(items.iter().map(|i| prune(i, s)).collect()),
+            None => value.clone(),
+        },
+        other => other.clone(),
+    }
 }
 
 /// Every leaf (scalar or list) of an object's fields, by dotted path.
@@ -248,6 +319,31 @@ mod tests {
         assert_eq!(
             sample(&schema, false),
             json!({"name": "sampleaa", "size": 7})
+        );
+    }
+
+    #[test]
+    fn pruning_keeps_what_the_schema_declares_as_the_api_server_stores_it() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "string"},
+            "env": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "string"}}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        }});
+        let value = json!({
+            "a": "x", "gone": 1,
+            "env": {"K": {"v": "1", "w": "2"}},
+            "free": {"any": {"thing": true}},
+            "list": [{"n": 1, "m": 2}],
+        });
+        assert_eq!(
+            prune(&value, &schema),
+            json!({
+                "a": "x",
+                "env": {"K": {"v": "1"}},
+                "free": {"any": {"thing": true}},
+                "list": [{"n": 1}],
+            })
         );
     }
 

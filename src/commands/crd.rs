@@ -1,9 +1,13 @@
-//! `kiln crd --rules DIR`: the CustomResourceDefinitions rules define; with
-//! `--compare FILE`, the changes from the CRDs in FILE that would break
-//! stored objects.
+//! `kiln crd --rules DIR`: the CustomResourceDefinitions rules define, as
+//! `kiln run` applies them (an API with several versions pointed at the
+//! conversion webhook given by the same flags, and refused without them);
+//! with `--compare FILE`, the changes from the CRDs in FILE that would
+//! break stored objects.
 
 use std::process::ExitCode;
 
+use kiln::api::served;
+use kiln::api::webhook::Endpoint;
 use serde_json::Value;
 
 use crate::cli::CrdArgs;
@@ -23,10 +27,39 @@ pub fn run(args: &CrdArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(compare(&apis, &current));
     }
+    let endpoint = super::webhook::endpoint(&args.conversion)?;
+    let mut out = String::new();
+    let mut refused = Vec::new();
     for api in apis {
-        print!("---\n{}", kiln::yaml_out::to_string(&api.crd)?);
+        match printed(api, endpoint.as_ref()) {
+            Ok(crd) => out.push_str(&format!("---\n{}", kiln::yaml_out::to_string(&crd)?)),
+            Err(why) => refused.push(why),
+        }
     }
+    if !refused.is_empty() {
+        anyhow::bail!("{}", refused.join("\nerror: "));
+    }
+    print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The CRD as `kiln run` applies it: with several versions, pointed at the
+/// conversion webhook at `endpoint` (the CA bundle is added by `kiln run`,
+/// from its Secret); refused without an endpoint.
+fn printed(api: &kiln::api::Api, endpoint: Option<&Endpoint>) -> Result<Value, String> {
+    let mut crd = api.crd.clone();
+    if api.conversions.is_none() {
+        return Ok(crd);
+    }
+    let Some(endpoint) = endpoint else {
+        return Err(served::needs_webhook(api, served::CRD_FLAGS).unwrap_or_default());
+    };
+    let mut conversion = endpoint.conversion("");
+    if let Some(client) = conversion["webhook"]["clientConfig"].as_object_mut() {
+        client.remove("caBundle");
+    }
+    crd["spec"]["conversion"] = conversion;
+    Ok(crd)
 }
 
 /// Prints every breaking change from `current` to each API's CRD; fails
@@ -42,7 +75,7 @@ fn compare(apis: &[&std::sync::Arc<kiln::api::Api>], current: &[Value]) -> ExitC
             println!("{name}: new");
             continue;
         };
-        let changes = kiln::api::compat::breaking(old, &api.crd);
+        let changes = kiln::api::compat::breaking(old, api);
         if changes.is_empty() {
             println!("{name}: no breaking change");
             continue;

@@ -12,9 +12,12 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kiln::engine::ObjKey;
-use kiln::engine::decision::{ChildVerdict, Done, Verdict};
-use kiln::rules::Rule;
+use kiln::engine::decision::{
+    ChildVerdict, Done, StatusSchema, StatusWrites, Verdict, status_writes,
+};
+use kiln::rules::{Gvk, Rule};
 use kube::Client;
 use kube::api::ListParams;
 use kube::discovery::Scope;
@@ -80,6 +83,7 @@ async fn diff_rule(
     out: &mut String,
 ) -> anyhow::Result<bool> {
     let (ar, caps) = observe::capabilities(client, &rule.primary.gvk).await?;
+    let status = live_status(client, &rule.primary.gvk, &ar.plural, &caps).await?;
     let namespace = at.namespace.filter(|_| caps.scope == Scope::Namespaced);
     let listed = observe::api(client, &ar, &caps.scope, namespace)
         .list(&ListParams::default())
@@ -115,11 +119,8 @@ async fn diff_rule(
             Ok(reading) => reading,
             Err(why) => anyhow::bail!("{title}: its watches cannot be read: {why}"),
         };
-        // As the engine: only a custom kind's status subresource is written.
-        let has_status = rule.primary.gvk.is_custom()
-            && caps.subresources.iter().any(|(s, _)| s.plural == "status");
         let text = match &reading.decorations {
-            Ok(_) => primary_diff(rule, &reading, has_status)?,
+            Ok(_) => primary_diff(rule, &reading, status.as_ref())?,
             Err(why) => anyhow::bail!("{title}: decorating: {why}"),
         };
         if !text.is_empty() {
@@ -131,7 +132,11 @@ async fn diff_rule(
 }
 
 /// What the plan changes for one primary, as text (empty: nothing).
-fn primary_diff(rule: &Rule, reading: &Reading, has_status: bool) -> anyhow::Result<String> {
+fn primary_diff(
+    rule: &Rule,
+    reading: &Reading,
+    status: Option<&StatusSchema>,
+) -> anyhow::Result<String> {
     let plan = &reading.plan;
     let mut out = String::new();
     if plan.suspended {
@@ -152,10 +157,42 @@ fn primary_diff(rule: &Rule, reading: &Reading, has_status: bool) -> anyhow::Res
     for d in decorations.filter(|d| !matches!(d.done, Done::Applied)) {
         out.push_str(&format!("~ {}\n", super::verdict::decoration(d)));
     }
-    if has_status {
-        out.push_str(&status_diff(rule, reading)?);
+    if let Some(schema) = status {
+        out.push_str(&status_diff(rule, reading, schema)?);
     }
     Ok(out)
+}
+
+/// What the engine may write to the primary's status (`None`: none),
+/// decided as the engine decides it, from the kind's CRD in the cluster. A
+/// CRD the user may not read is taken as its group's name suggests, with a
+/// schema that keeps everything.
+async fn live_status(
+    client: &Client,
+    gvk: &Gvk,
+    plural: &str,
+    caps: &kube::discovery::ApiCapabilities,
+) -> anyhow::Result<Option<StatusSchema>> {
+    let subresource = caps.subresources.iter().any(|(s, _)| s.plural == "status");
+    let name = format!("{plural}.{}", gvk.group);
+    let crds = kube::Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = match gvk.may_be_crd() {
+        false => None,
+        true => match crds.get_opt(&name).await {
+            Ok(crd) => crd.map(serde_json::to_value).transpose()?,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Ok((gvk.is_custom() && subresource).then(StatusSchema::open));
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    Ok(match status_writes(gvk, subresource, crd.is_some()) {
+        StatusWrites::Yes => Some(match &crd {
+            Some(crd) => StatusSchema::from_crd(crd, &gvk.version)?,
+            None => StatusSchema::open(),
+        }),
+        StatusWrites::NoSubresource | StatusWrites::Builtin => None,
+    })
 }
 
 /// One child's change, as text (empty: none).
@@ -187,9 +224,9 @@ fn child_diff(reading: &Reading, v: &ChildVerdict) -> anyhow::Result<String> {
 
 /// The primary's status as kiln would write it against the live one
 /// (transition times left out), as a diff (empty: the same).
-fn status_diff(rule: &Rule, reading: &Reading) -> anyhow::Result<String> {
+fn status_diff(rule: &Rule, reading: &Reading, schema: &StatusSchema) -> anyhow::Result<String> {
     let primary = &reading.observed.inputs.primary;
-    let patch = super::offline::status_patch(rule, primary, &reading.plan);
+    let patch = super::offline::status_patch(rule, primary, &reading.plan, schema);
     let mut after = patch["status"].clone();
     let mut before = live_diff::sent_fields_of(&primary["status"], &after);
     for status in [&mut before, &mut after] {

@@ -6,7 +6,8 @@ use std::convert::Infallible;
 
 use kiln::engine::ObjKey;
 use kiln::engine::decision::{
-    self, Contributor, Found, Known, Live, LiveChild, Outcome, Plan, Source, Target, Verdict,
+    self, Contributor, Found, Known, Live, LiveChild, Outcome, Plan, Source, StatusSchema,
+    StatusWrites, Target, Verdict,
 };
 use kiln::ownership;
 use kiln::render::{self, Inputs, Rendered};
@@ -255,9 +256,57 @@ impl Source for Files<'_> {
     }
 }
 
+/// The primary kind's CustomResourceDefinition as the files tell it: the
+/// one the rule defines, else one of the CRDs given.
+fn primary_crd<'a>(rule: &'a Rule, crds: &'a [Value]) -> Option<&'a Value> {
+    if let Some(api) = &rule.api {
+        return Some(&api.crd);
+    }
+    let gvk = &rule.primary.gvk;
+    crds.iter()
+        .filter(|c| c["kind"] == "CustomResourceDefinition")
+        .find(|c| c["spec"]["group"] == gvk.group && c["spec"]["names"]["kind"] == gvk.kind)
+}
+
+/// What the engine may write to the primary's status, decided as the engine
+/// decides it ([`decision::status_writes`]) from the CRD the files give:
+/// `None` when it writes no status at all. Without a CRD, a kind a CRD may
+/// define is shown as a custom resource whose schema keeps everything
+/// (`known` is then false: render says so).
+pub fn status_schema(rule: &Rule, crds: &[Value]) -> StatusView {
+    let gvk = &rule.primary.gvk;
+    let Some(crd) = primary_crd(rule, crds) else {
+        return StatusView {
+            schema: gvk.may_be_crd().then(StatusSchema::open),
+            known: !gvk.may_be_crd(),
+        };
+    };
+    let subresource = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["name"] == gvk.version.as_str()))
+        .is_some_and(|v| v.pointer("/subresources/status").is_some());
+    let schema = match decision::status_writes(gvk, subresource, true) {
+        StatusWrites::Yes => StatusSchema::from_crd(crd, &gvk.version).ok(),
+        StatusWrites::NoSubresource | StatusWrites::Builtin => None,
+    };
+    StatusView {
+        schema,
+        known: true,
+    }
+}
+
+/// What [`status_schema`] found.
+pub struct StatusView {
+    /// What the engine may write (`None`: no status at all).
+    pub schema: Option<StatusSchema>,
+    /// Whether that comes from the primary's CRD (or the kind is built in).
+    pub known: bool,
+}
+
 /// The status patch the engine applies for the plan: the engine's own
-/// composition of this rule's part (fields, conditions, `observedGeneration`).
-pub fn status_patch(rule: &Rule, primary: &Value, plan: &Plan) -> Value {
+/// composition of this rule's part (fields, conditions, `observedGeneration`),
+/// cut to what the primary's status schema declares, as the engine cuts it.
+pub fn status_patch(rule: &Rule, primary: &Value, plan: &Plan, schema: &StatusSchema) -> Value {
     let fields: Vec<&str> = rule.status_fields.iter().map(|(n, _)| n.as_str()).collect();
     let conditions: Vec<&str> = rule.conditions.iter().map(|c| c.type_.as_str()).collect();
     let me = Contributor {
@@ -267,7 +316,12 @@ pub fn status_patch(rule: &Rule, primary: &Value, plan: &Plan) -> Value {
         part: Some(&plan.status),
     };
     let generation = primary["metadata"]["generation"].as_i64();
-    let status = decision::compose_status(&[me], &primary["status"], "<now>", generation);
+    let status = schema.writable(decision::compose_status(
+        &[me],
+        &primary["status"],
+        "<now>",
+        generation,
+    ));
     let mut meta = serde_json::Map::new();
     meta.insert("name".into(), primary["metadata"]["name"].clone());
     if let Some(ns) = primary["metadata"]["namespace"].as_str() {

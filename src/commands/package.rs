@@ -10,9 +10,9 @@ use kiln::rules::{self, Gvk};
 
 use crate::cli::{ConfigmapArgs, RbacArgs};
 
-/// Prints the ClusterRole the rules need, and, when a rule's API has
-/// several versions, the Role (and its binding) the conversion webhook
-/// needs in kiln's namespace.
+/// Prints the ClusterRole the rules need, and the Role (and its binding)
+/// kiln needs in its own namespace: Leases, its ConfigMaps and, when a
+/// rule's API has several versions, the conversion webhook's Secret.
 pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
     let role = cluster_role(&args.rules, &args.name, args.kubeconfig.as_deref())?;
     let sources: Vec<String> = args.rules.iter().map(|p| p.display().to_string()).collect();
@@ -21,15 +21,13 @@ pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
         sources.join(" --rules ")
     );
     print!("{}", kiln::yaml_out::to_string(&role)?);
-    let webhook = format!("{}-conversion", args.name);
-    if let Some(role) = rbac::webhook_role(&valid(&args.rules)?, &webhook, &args.namespace) {
-        println!("---");
-        println!("# The conversion webhook's certificates: a Secret in kiln's namespace only.");
-        print!("{}", kiln::yaml_out::to_string(&role)?);
-        println!("---");
-        let binding = rbac::webhook_role_binding(&webhook, &args.namespace, &args.service_account);
-        print!("{}", kiln::yaml_out::to_string(&binding)?);
-    }
+    let own = rbac::own_role(&valid(&args.rules)?, &args.name, &args.namespace);
+    println!("---");
+    println!("# What kiln keeps of its own (Leases, ConfigMaps, Secrets): in its namespace only.");
+    print!("{}", kiln::yaml_out::to_string(&own)?);
+    println!("---");
+    let binding = rbac::own_role_binding(&args.name, &args.namespace, &args.service_account);
+    print!("{}", kiln::yaml_out::to_string(&binding)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -74,7 +72,7 @@ pub fn cluster_role(
 }
 
 /// The rule set at `paths`, or an error that says how to see its problems.
-fn valid(paths: &[PathBuf]) -> anyhow::Result<rules::RuleSet> {
+pub fn valid(paths: &[PathBuf]) -> anyhow::Result<rules::RuleSet> {
     rules::load(paths).map_err(|d| {
         anyhow::anyhow!(
             "the rules are invalid ({} problems); run `kiln validate`",

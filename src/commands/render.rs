@@ -72,7 +72,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
                 rule.name
             );
         }
-        failed |= !render_rule(rule, &inputs, args)?;
+        failed |= !render_rule(rule, &inputs, args, &crds)?;
     }
     Ok(if failed || selected == 0 {
         ExitCode::from(1)
@@ -128,7 +128,12 @@ fn inputs_of(args: &RenderArgs, primary: Value) -> anyhow::Result<Inputs> {
 
 /// Prints what `rule`, which selects the object, renders and plans for it;
 /// false when it fails.
-fn render_rule(rule: &Rule, inputs: &Inputs, args: &RenderArgs) -> anyhow::Result<bool> {
+fn render_rule(
+    rule: &Rule,
+    inputs: &Inputs,
+    args: &RenderArgs,
+    crds: &[Value],
+) -> anyhow::Result<bool> {
     println!("# rule: {}", rule.name);
     let inputs = offline::with_empty_selections(rule, inputs);
     let (decided, as_rendered) = offline::decide_reading_rendered(rule, &inputs);
@@ -139,7 +144,8 @@ fn render_rule(rule: &Rule, inputs: &Inputs, args: &RenderArgs) -> anyhow::Resul
     }
     match decided {
         Ok((rendered, plan)) => {
-            print_rendered(rule, &inputs, &rendered, &plan, args.children_only)?;
+            let status = (!args.children_only).then(|| offline::status_schema(rule, crds));
+            print_rendered(rule, &inputs, &rendered, &plan, status.as_ref())?;
             Ok(args.children_only || print_decorations(rule, &inputs, &plan, &args.field_manager)?)
         }
         Err(plan) => {
@@ -159,7 +165,7 @@ fn print_rendered(
     inputs: &Inputs,
     rendered: &Rendered,
     plan: &Plan,
-    children_only: bool,
+    status: Option<&offline::StatusView>,
 ) -> anyhow::Result<()> {
     for (child, readiness) in rendered.children.iter().zip(&rendered.readiness) {
         println!("---");
@@ -189,23 +195,47 @@ fn print_rendered(
         println!("# plan: {}", super::verdict::line(plan, v));
     }
     let has_status = !rule.status_fields.is_empty() || !rule.conditions.is_empty();
-    if !children_only && has_status {
-        println!("---");
-        println!(
-            "# status: server-side apply to the status subresource (as the engine composes it; `<now>` is the time of the write)"
-        );
-        print!(
-            "{}",
-            kiln::yaml_out::to_string(&offline::status_patch(rule, &inputs.primary, plan))?
-        );
+    if let Some(view) = status.filter(|_| has_status) {
+        print_status(rule, &inputs.primary, plan, view)?;
     }
-    if !children_only && let Some(wake) = rendered.wake {
+    if status.is_some()
+        && let Some(wake) = rendered.wake
+    {
         println!(
             "# requeue.at: reconciles again at {} ({}s after now())",
             wake.at,
             wake.after.as_secs()
         );
     }
+    Ok(())
+}
+
+/// Prints the status the engine would write, cut to the primary's status
+/// schema as the engine cuts it, or that it writes none.
+fn print_status(
+    rule: &Rule,
+    primary: &Value,
+    plan: &Plan,
+    view: &offline::StatusView,
+) -> anyhow::Result<()> {
+    println!("---");
+    let Some(schema) = &view.schema else {
+        println!(
+            "# status: none: kiln writes no status on {} (a built-in kind, or its CRD has no status subresource)",
+            rule.primary.gvk
+        );
+        return Ok(());
+    };
+    println!(
+        "# status: server-side apply to the status subresource (as the engine composes it; `<now>` is the time of the write)"
+    );
+    if !view.known {
+        println!(
+            "# note: the primary's CustomResourceDefinition was not given (--crd FILE): the status is not cut to its schema, as the engine cuts it"
+        );
+    }
+    let patch = offline::status_patch(rule, primary, plan, schema);
+    print!("{}", kiln::yaml_out::to_string(&patch)?);
     Ok(())
 }
 

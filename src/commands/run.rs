@@ -129,6 +129,7 @@ fn first_loader(
 ) -> Result<Loader, Refusal> {
     let teller = Teller::new(client, args.source.rules_configmap.clone(), probe.speaks());
     let mut options = reload_options(&args.reload);
+    options.serves_conversion = args.conversion.conversion_addr.0.is_some();
     // Deleting every Rule resource is a choice, not a vanished file.
     options.allow_empty |= args.source.rules_from_cluster;
     let loader = Loader::first(first, options, probe.metrics.clone(), teller)?

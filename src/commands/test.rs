@@ -271,7 +271,7 @@ fn run_case(
                 "rule `{}` does not select the primary: {why}",
                 rule.name
             )),
-            None => got.add(rule, &inputs),
+            None => got.add(rule, &inputs, crds),
         }
     }
     Ok(got)
@@ -294,7 +294,7 @@ fn primary_of(case: &Case, dir: &Path) -> anyhow::Result<Value> {
 
 impl Got {
     /// Adds what the plan of `rule`, which selects the primary, makes of it.
-    fn add(&mut self, rule: &kiln::rules::Rule, inputs: &Inputs) {
+    fn add(&mut self, rule: &kiln::rules::Rule, inputs: &Inputs, crds: &[Value]) {
         let inputs = offline::with_empty_selections(rule, inputs);
         let plan = match offline::decide(rule, &inputs) {
             Ok((rendered, plan)) => {
@@ -316,9 +316,12 @@ impl Got {
                 .iter()
                 .map(|p| (p.gvk.kind.clone(), p.key.name.clone())),
         );
-        let patch = offline::status_patch(rule, &inputs.primary, &plan);
-        if let Value::Object(status) = &patch["status"] {
-            self.status.extend(status.clone());
+        // What the engine would not write is no status to expect.
+        if let Some(schema) = offline::status_schema(rule, crds).schema {
+            let patch = offline::status_patch(rule, &inputs.primary, &plan, &schema);
+            if let Value::Object(status) = &patch["status"] {
+                self.status.extend(status.clone());
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use kiln::api::served;
 use kiln::rules;
 
 use crate::cli::ValidateArgs;
@@ -31,6 +32,16 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
             );
             for note in set.rules.iter().flat_map(|r| rules::reach::notes(r)) {
                 println!("note: {note}");
+            }
+            for api in set.rules.iter().filter_map(|r| r.api.as_deref()) {
+                if api.conversions.is_some() {
+                    println!(
+                        "note: {} has several versions: kiln run serves it only with the conversion webhook ({}), and kiln crd prints it only with {}",
+                        api.name(),
+                        served::RUN_FLAGS,
+                        served::CRD_FLAGS
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

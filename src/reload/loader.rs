@@ -47,6 +47,21 @@ pub fn load(version: Version, allow_empty: bool) -> Result<RuleSet, Refusal> {
     }
 }
 
+/// Validates a version of the rules for this process: also refused, a rule
+/// whose API needs the conversion webhook when the process serves none.
+fn load_for(version: Version, options: &ReloadOptions) -> Result<RuleSet, Refusal> {
+    let set = load(version, options.allow_empty)?;
+    if options.serves_conversion {
+        return Ok(set);
+    }
+    let refused = crate::api::served::refused_without_webhook(&set);
+    if refused.is_empty() {
+        Ok(set)
+    } else {
+        Err(Refusal::Invalid(refused))
+    }
+}
+
 /// Follows a rule source into the current rule set.
 pub struct Loader {
     rules: CurrentRules,
@@ -72,7 +87,7 @@ impl Loader {
         teller: Teller,
     ) -> Result<Self, Refusal> {
         let last_seen = fingerprint(&version);
-        let set = load(version, options.allow_empty)?;
+        let set = load_for(version, &options)?;
         metrics.rules_loaded.set(set.rules.len() as i64);
         metrics.last_good_load.set(now_unix() as f64);
         Ok(Self {
@@ -153,7 +168,7 @@ impl Loader {
         // A newer version supersedes one waiting for the cluster.
         self.pending = None;
         self.metrics.rules_pending.set(0);
-        match load(version, self.options.allow_empty) {
+        match load_for(version, &self.options) {
             Ok(set) => self.offer(set).await,
             Err(refusal) => {
                 let diagnostics = refusal.diagnostics();

@@ -46,6 +46,11 @@ pub struct ReloadOptions {
     /// an invalid set, so a mistyped key or a vanished directory cannot stop
     /// every rule (and, with pruning, delete every child).
     pub allow_empty: bool,
+    /// This process serves the CRD conversion webhook (`--conversion-addr`
+    /// with its endpoint). Without it, a rule whose API has several versions
+    /// is refused like an invalid one: the API server would convert its
+    /// objects without the rule's templates, dropping fields.
+    pub serves_conversion: bool,
 }
 
 impl Default for ReloadOptions {
@@ -54,6 +59,7 @@ impl Default for ReloadOptions {
             recheck: std::time::Duration::from_secs(10),
             prune_on_rule_removal: false,
             allow_empty: false,
+            serves_conversion: false,
         }
     }
 }

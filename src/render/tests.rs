@@ -457,3 +457,28 @@ fn ready_of_a_for_each_child_holds_when_every_item_is_ready() {
     assert!(out.waiting.is_empty());
     assert_eq!(out.children[2].object["data"]["all"], true);
 }
+
+#[test]
+fn a_past_requeue_at_fires_once_never_in_a_loop() {
+    let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    let now = t("2026-05-17T10:00:00Z");
+    let wake = |at: &str| wake_at(&json!(at), now).unwrap();
+    assert_eq!(
+        wake("2026-05-17T10:01:30Z").map(|w| w.after.as_secs()),
+        Some(90)
+    );
+    // This render is at or after the instant: it is the one the instant
+    // asked for, and asks for no other.
+    assert_eq!(wake("2026-05-17T09:00:00Z"), None);
+    assert_eq!(wake("2026-05-17T10:00:00Z"), None);
+    assert_eq!(
+        wake_at(
+            &json!(["2020-01-01T00:00:00Z", "2026-05-17T10:00:05Z"]),
+            now
+        )
+        .unwrap()
+        .map(|w| w.after.as_secs()),
+        Some(5),
+        "the earliest instant still to come counts"
+    );
+}

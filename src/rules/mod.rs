@@ -42,6 +42,30 @@ pub struct Gvk {
     pub kind: String,
 }
 
+/// The API groups with a dot that kube-apiserver serves itself (the
+/// groups without a dot, such as the core group, `apps` and `batch`, are
+/// all built in), as listed by `kubectl api-versions` on Kubernetes 1.36.
+pub const BUILT_IN_GROUPS: [&str; 18] = [
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
 impl Gvk {
     /// `group/version`, or just `version` for the core group.
     pub fn api_version(&self) -> String {
@@ -52,12 +76,21 @@ impl Gvk {
         }
     }
 
-    /// Whether the kind is a custom resource (a CRD's or an aggregated
-    /// API's), not a built-in: its group has a dot and is not `*.k8s.io`.
-    /// kiln writes status (conditions) only to custom resources; built-in
-    /// kinds have typed statuses of their own.
+    /// Whether the kind is not one of Kubernetes' built-in kinds by its
+    /// group: any group but those the API server itself serves
+    /// ([`BUILT_IN_GROUPS`]). Groups such as `gateway.networking.k8s.io` are
+    /// custom. Whether kiln writes a kind's status is decided from what the
+    /// API server serves (`engine::decision::status_writes`); this answers
+    /// where no CustomResourceDefinition says (an aggregated API, or offline).
     pub fn is_custom(&self) -> bool {
-        self.group.contains('.') && !self.group.ends_with(".k8s.io")
+        self.may_be_crd() && !BUILT_IN_GROUPS.contains(&self.group.as_str())
+    }
+
+    /// Whether a CustomResourceDefinition may define the kind: the API
+    /// server requires a CRD's group to have a dot, so a group without one
+    /// (the core group, `apps`, `batch`) is always built in.
+    pub fn may_be_crd(&self) -> bool {
+        self.group.contains('.')
     }
 }
 

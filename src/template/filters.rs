@@ -82,7 +82,11 @@ pub fn register(env: &mut Environment<'static>) -> Vec<&'static str> {
         ("tojson", Value::from_function(builtin::tojson)),
     ];
     let mut names = Vec::with_capacity(filters.len());
-    for (name, filter) in filters.into_iter().chain(super::time::filters()) {
+    for (name, filter) in filters
+        .into_iter()
+        .chain(super::time::filters())
+        .chain(super::image::filters())
+    {
         env.add_filter(name, guarded(name, filter));
         names.push(name);
     }

@@ -25,6 +25,7 @@ mod collections;
 pub mod cron;
 mod filters;
 pub mod generate;
+pub mod image;
 mod inline_if;
 pub mod known;
 pub mod limits;

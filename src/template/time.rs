@@ -199,6 +199,15 @@ fn cron_prev(text: &str, at: &Value, kwargs: Kwargs) -> Result<Value, Error> {
 /// The earliest time a rendered `requeue.at` names: an RFC 3339 string, a
 /// list of them (nulls and empty strings skipped), or null/empty for none.
 pub fn earliest(value: &serde_json::Value) -> Result<Option<Timestamp>, String> {
+    earliest_after(value, Timestamp::MIN)
+}
+
+/// The earliest time of `value` (as [`earliest`] reads it) that is after
+/// `after`: none when every one is at or before it.
+pub fn earliest_after(
+    value: &serde_json::Value,
+    after: Timestamp,
+) -> Result<Option<Timestamp>, String> {
     use serde_json::Value as Json;
     let one = |v: &Json| -> Result<Option<Timestamp>, String> {
         match v {
@@ -214,9 +223,9 @@ pub fn earliest(value: &serde_json::Value) -> Result<Option<Timestamp>, String> 
     match value {
         Json::Array(items) => {
             let times: Vec<Option<Timestamp>> = items.iter().map(one).collect::<Result<_, _>>()?;
-            Ok(times.into_iter().flatten().min())
+            Ok(times.into_iter().flatten().filter(|t| *t > after).min())
         }
-        other => one(other),
+        other => Ok(one(other)?.filter(|t| *t > after)),
     }
 }
 

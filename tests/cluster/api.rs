@@ -71,14 +71,14 @@ fn load(yaml: &str) -> rules::RuleSet {
     rules::load_sources(vec![source(yaml)]).unwrap_or_else(|d| panic!("{}", d[0]))
 }
 
-fn source(yaml: &str) -> Source {
+pub(crate) fn source(yaml: &str) -> Source {
     Source {
         file: "rule.yaml".into(),
         text: yaml.to_string(),
     }
 }
 
-fn sites(client: &Client, group: &str, ns: &str) -> Api<DynamicObject> {
+pub(crate) fn sites(client: &Client, group: &str, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: group.into(),
         version: "v1".into(),
@@ -89,7 +89,7 @@ fn sites(client: &Client, group: &str, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
-fn site(name: &str, spec: Value) -> DynamicObject {
+pub(crate) fn site(name: &str, spec: Value) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": "x/v1", "kind": "Site",
         "metadata": {"name": name}, "spec": spec,
@@ -97,7 +97,7 @@ fn site(name: &str, spec: Value) -> DynamicObject {
     .unwrap()
 }
 
-async fn crd(client: &Client, name: &str) -> Option<Value> {
+pub(crate) async fn crd(client: &Client, name: &str) -> Option<Value> {
     Api::<CustomResourceDefinition>::all(client.clone())
         .get_opt(name)
         .await
@@ -106,7 +106,7 @@ async fn crd(client: &Client, name: &str) -> Option<Value> {
 }
 
 /// The apiVersion the typed object must carry for the group.
-fn fix_version(mut obj: DynamicObject, group: &str) -> DynamicObject {
+pub(crate) fn fix_version(mut obj: DynamicObject, group: &str) -> DynamicObject {
     obj.types = Some(kube::core::TypeMeta {
         api_version: format!("{group}/v1"),
         kind: "Site".into(),
@@ -308,7 +308,7 @@ async fn kiln_run_creates_its_crd_then_runs_the_rule_on_it() {
 
 /// The rule set loader of `kiln run` (checking and installing what the
 /// rules define in the cluster), started on `yaml`.
-async fn reloader(client: &Client, yaml: &str) -> (Arc<Metrics>, Loader) {
+pub(crate) async fn reloader(client: &Client, yaml: &str) -> (Arc<Metrics>, Loader) {
     let set = load(yaml);
     kiln::api::install::install_set(client, None, &set)
         .await
@@ -326,7 +326,7 @@ async fn reloader(client: &Client, yaml: &str) -> (Arc<Metrics>, Loader) {
     (metrics, loader)
 }
 
-fn version(sources: Vec<Source>) -> Version {
+pub(crate) fn version(sources: Vec<Source>) -> Version {
     Version {
         sources,
         read_errors: Vec::new(),
@@ -468,9 +468,9 @@ async fn the_webhook_role_kiln_rbac_prints_keeps_its_secret_in_kilns_namespace_o
     );
     let token =
         support::service_account_token(&admin, ns.name(), "kiln", cluster["rules"].clone()).await;
-    let role = kiln::rbac::webhook_role(&set, "kiln-conversion", ns.name()).unwrap();
+    let role = kiln::rbac::own_role(&set, "kiln-own", ns.name());
     support::apply(&admin, role, Some(ns.name())).await;
-    let binding = kiln::rbac::webhook_role_binding("kiln-conversion", ns.name(), "kiln");
+    let binding = kiln::rbac::own_role_binding("kiln-own", ns.name(), "kiln");
     support::apply(&admin, binding, Some(ns.name())).await;
     let kiln = support::token_client(&token).await;
     let secrets: Api<Secret> = Api::namespaced(kiln.clone(), ns.name());

@@ -4,6 +4,7 @@
 //! passes server-side dry-run; and the kustomize overlay `kiln package`
 //! writes replaces the base's rules and permissions whole.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -99,28 +100,12 @@ fn the_chart_with_the_example_rules_makes_what_deploy_makes() {
         one(&deploy, "CustomResourceDefinition")
     );
 
-    // The same rules, and the same permissions (the chart's fixed Events
-    // rule is one `kiln rbac` also grants).
+    // The same rules (the permissions: below).
     assert_eq!(
         one(&chart, "ConfigMap")["data"],
         one(&deploy, "ConfigMap")["data"]
     );
     assert_eq!(one(&chart, "ConfigMap")["metadata"]["name"], "kiln-rules");
-    assert_eq!(
-        rule_set(one(&chart, "ClusterRole")),
-        rule_set(one(&deploy, "ClusterRole"))
-    );
-    // The conversion webhook's Secret, in kiln's namespace only: the
-    // chart's own Role holds what `kiln rbac`'s Role grants.
-    let webhook = one(&deploy, "Role")["rules"].as_array().unwrap().clone();
-    assert!(
-        webhook.iter().any(|r| r["resources"][0] == "secrets"),
-        "{webhook:?}"
-    );
-    let own = one(&chart, "Role")["rules"].as_array().unwrap().clone();
-    for rule in &webhook {
-        assert!(own.contains(rule), "the chart's Role lacks {rule}: {own:?}");
-    }
     assert_eq!(
         one(&deploy, "RoleBinding")["roleRef"]["name"],
         one(&deploy, "Role")["metadata"]["name"]
@@ -165,6 +150,106 @@ fn the_chart_with_the_example_rules_makes_what_deploy_makes() {
     };
     assert_eq!(services(&chart), services(&deploy));
     assert!(services(&chart)[0].starts_with("\"kiln-metrics\""));
+}
+
+/// Every grant of the roles of `kind` among `objects`, one line each:
+/// `namespace group/resource[/name] verb` (`*` for every name).
+fn grants(objects: &[Value], kind: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for role in of_kind(objects, &[kind]) {
+        let ns = role["metadata"]["namespace"].as_str().unwrap_or("*");
+        for rule in role["rules"].as_array().unwrap() {
+            let list = |field: &str| -> Vec<String> {
+                rule[field].as_array().map_or_else(
+                    || vec!["*".to_string()],
+                    |a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect(),
+                )
+            };
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    for name in list("resourceNames") {
+                        for verb in list("verbs") {
+                            out.insert(format!("{ns} {group}/{resource}/{name} {verb}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `kiln rbac --rules DIR`, as JSON documents.
+fn kiln_rbac(rules: &Path) -> Vec<Value> {
+    let text = run(Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["rbac", "--rules"])
+        .arg(rules));
+    kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default())
+        .unwrap()
+        .iter()
+        .map(kiln::yaml::Node::to_json)
+        .collect()
+}
+
+/// `kiln rbac`, the chart (with `kiln package`'s values) and `deploy/`
+/// grant the same, grant for grant: cluster-wide only what the rules need,
+/// Events and the Rule resources; kiln's Leases and ConfigMaps in its own
+/// namespace only (no Lease anywhere else, e.g. `kube-system`'s).
+#[test]
+fn kiln_rbac_the_chart_and_deploy_grant_the_same_and_no_lease_cluster_wide() {
+    let rules = support::repo_root().join("rules");
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    packaged_values(&rules, &values);
+    let chart = template("kiln-system", &["-f", values.to_str().unwrap()]);
+    let deploy = kustomize();
+    let printed = kiln_rbac(&rules);
+    for kind in ["ClusterRole", "Role"] {
+        let from_kiln = grants(&printed, kind);
+        assert!(!from_kiln.is_empty(), "{kind}");
+        assert_eq!(grants(&chart, kind), from_kiln, "the chart's {kind}");
+        assert_eq!(grants(&deploy, kind), from_kiln, "deploy's {kind}");
+    }
+    let cluster_wide = grants(&printed, "ClusterRole");
+    assert!(
+        !cluster_wide.iter().any(|g| g.contains("leases")),
+        "{cluster_wide:#?}"
+    );
+    assert!(
+        grants(&printed, "Role")
+            .iter()
+            .all(|g| g.starts_with("kiln-system ")),
+        "kiln's own in its namespace only"
+    );
+}
+
+/// With rules that convert nothing, neither `kiln rbac` nor the chart
+/// (its webhook Service on or off) grants any Secret of kiln's own.
+#[test]
+fn no_rule_converts_no_secret_is_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        support::repo_root().join("rules/webapp.yaml"),
+        dir.path().join("webapp.yaml"),
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    packaged_values(dir.path(), &values);
+    let own = grants(&kiln_rbac(dir.path()), "Role");
+    assert!(!own.iter().any(|g| g.contains("secrets")), "{own:#?}");
+    for webhook in ["true", "false"] {
+        let chart = template(
+            "kiln-system",
+            &[
+                "-f",
+                values.to_str().unwrap(),
+                "--set",
+                &format!("webhook.service.enabled={webhook}"),
+            ],
+        );
+        assert_eq!(grants(&chart, "Role"), own, "webhook Service {webhook}");
+    }
 }
 
 /// The values combinations the dry run renders: the packaged example rules
@@ -318,6 +403,10 @@ fn the_kustomize_package_replaces_the_base_s_rules_and_role() {
         !role.iter().any(|r| r.contains("demo.kiln.dev")),
         "the base's permissions are gone: {role:?}"
     );
+    // kiln's Role in its namespace holds what `kiln rbac` gives the
+    // packaged rules (no Secret: none converts).
+    let packaged = kiln_rbac(&support::repo_root().join("examples/my-platform/rules"));
+    assert_eq!(grants(&objects, "Role"), grants(&packaged, "Role"));
     // The rest of the base is unchanged.
     let base = kustomize();
     assert_eq!(one(&objects, "Deployment"), one(&base, "Deployment"));

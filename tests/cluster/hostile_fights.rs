@@ -180,3 +180,59 @@ async fn the_write_budget_stops_ordinary_work_the_owners_edits() {
     scene.ready("w").await;
     scene.end().await;
 }
+
+/// A child the API server refuses as Invalid (a ConfigMap value that is no
+/// string), its primary edited again and again (each edit a reconcile, each
+/// reconcile the same refused apply): no fight. Every refusal is the
+/// object's `Invalid` condition with the API server's words, and none
+/// spends the write budget, which would pause the primary as "another
+/// controller keeps changing what the rule sets".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_refused_as_invalid_spends_no_write_budget() {
+    let scene = Scene::new("fight-invalid").await.with_widgets().await;
+    let widget = |edit: usize| {
+        json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "annotations": {"edit": edit.to_string()}},
+            "spec": {"value": {"nested": true}}})
+    };
+    scene.apply(widget(0)).await;
+    let scene = scene.running(&[rule_from_yaml(RULE)]).await;
+    let invalid = || async {
+        let w = scene.get("test.kiln.dev/v1", "Widget", "w").await?;
+        let c = condition(&w, "Reconciled").clone();
+        (c["reason"] == "Invalid").then_some(c)
+    };
+    support::eventually("w refused as Invalid", Duration::from_secs(120), invalid).await;
+    // More edits than the budget lets repeat within its window.
+    for edit in 1..=25 {
+        let before = counts::reconciles(scene.engine());
+        scene.apply(widget(edit)).await;
+        support::eventually(
+            &format!("the reconcile of edit {edit}"),
+            Duration::from_secs(120),
+            || async { (counts::reconciles(scene.engine()) > before).then_some(()) },
+        )
+        .await;
+    }
+    // Every edit was answered: the last one's reconcile has ended.
+    support::eventually(
+        "the reconciles to end",
+        Duration::from_secs(120),
+        || async {
+            (counts::total(scene.engine(), "controller_runtime_active_workers", &[]) == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    let w = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
+    let reconciled = condition(&w, "Reconciled");
+    assert_eq!(reconciled["reason"], "Invalid", "{reconciled}");
+    let message = reconciled["message"].as_str().unwrap();
+    assert!(message.contains("ConfigMap"), "{message}");
+    assert!(!message.contains("another controller"), "{message}");
+    assert_eq!(
+        counts::total(scene.engine(), "kiln_write_budget_exhausted_total", &[]),
+        0
+    );
+    scene.end().await;
+}

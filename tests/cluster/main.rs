@@ -61,6 +61,7 @@ mod selecting;
 mod sharding;
 mod status_schema;
 mod stopping;
+mod stored_data;
 mod unwatched;
 mod verdicts;
 mod what_kiln_writes;

@@ -206,3 +206,38 @@ async fn a_second_primary_of_an_outside_child_is_told_which_primary_holds_it() {
     support::delete(&scene.client, ("v1", "Namespace"), None, &other).await;
     scene.end().await;
 }
+
+/// The `space` rule edited to select another kind (its group or kind
+/// renamed): kiln lets go of the finalizer it held on every Widget, so
+/// deleting one (or the Widget CRD) does not hang. The children it made
+/// stay, as when a rule is removed: an edit never deletes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renaming_a_rules_kind_does_not_strand_finalizers() {
+    let (scene, space) = converged_space("outside-renamed").await;
+    let finalizer = json!(["space.kiln.dev/ordered-deletion"]);
+    let w = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
+    assert_eq!(w["metadata"]["finalizers"], finalizer);
+
+    let renamed = rule().replace(
+        "apiVersion: test.kiln.dev/v1\n    kind: Widget",
+        "apiVersion: v1\n    kind: ConfigMap\n    selector: {matchLabels: {kiln-test/renamed: \"yes\"}}",
+    );
+    let renamed = rule_from_yaml(&renamed);
+    assert_eq!(renamed.primary.gvk.kind, "ConfigMap");
+    scene.engine().replace(renamed).await;
+
+    eventually("the finalizer let go", Duration::from_secs(120), || async {
+        let w = scene.get("test.kiln.dev/v1", "Widget", "w").await?;
+        (w["metadata"]["finalizers"] != finalizer).then_some(())
+    })
+    .await;
+    scene.delete_widget("w", Duration::from_secs(120)).await;
+    assert!(
+        support::get(&scene.client, "v1", "Namespace", "", &space)
+            .await
+            .is_some(),
+        "an edit of the rule deletes none of the children it made"
+    );
+    support::delete(&scene.client, ("v1", "Namespace"), None, &space).await;
+    scene.end().await;
+}

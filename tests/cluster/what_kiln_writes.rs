@@ -159,3 +159,31 @@ async fn explain_says_a_kind_without_a_status_subresource_gets_no_status() {
     assert!(stdout.contains(line), "no `{line}` in:\n{stdout}");
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_in_a_k8s_io_group_gets_its_status_and_only_what_it_declares() {
+    let scene = Scene::new("probe")
+        .await
+        .with_crds("tests/fixtures/crds-k8s-io")
+        .await;
+    let at = ("testing.k8s.io/v1", "Probe", "p");
+    scene
+        .apply(
+            json!({"apiVersion": at.0, "kind": at.1, "metadata": {"name": "p"},
+            "spec": {"phase": "Ready"}}),
+        )
+        .await;
+    let rule = rule_on("probes", at.0, at.1, PHASE);
+    let scene = scene.running(&[rule_from_yaml(&rule)]).await;
+    let p = scene
+        .until("the status kiln writes", at, |p| {
+            p["status"]["phase"] == "Ready"
+        })
+        .await;
+    assert!(
+        p["status"].get("conditions").is_none(),
+        "the CRD declares no conditions: {p}"
+    );
+    assert_eq!(scene.writes_during_resync("probes", 1).await, 0);
+    scene.end().await;
+}

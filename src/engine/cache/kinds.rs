@@ -104,9 +104,3 @@ impl Kinds {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
-
-/// Whether kiln writes conditions to this kind's status: custom resources
-/// with a status subresource. Built-in kinds have typed statuses of their own.
-pub(crate) fn writes_status(kind: &Kind) -> bool {
-    kind.has_status && kind.gvk.is_custom()
-}

@@ -140,6 +140,18 @@ impl Window {
         }
     }
 
+    /// Takes back `writes` recorded by [`spend`](Self::spend) that were
+    /// never made, or that the API server refused as invalid: a refusal
+    /// changed nothing, so it answers no other writer and is no fight. The
+    /// last record of each is forgotten.
+    pub(crate) fn refund(&mut self, writes: &[Write]) {
+        for write in writes {
+            if let Some(i) = self.writes.iter().rposition(|m| m.write == *write) {
+                self.writes.remove(i);
+            }
+        }
+    }
+
     /// Whether the last write to the same object within the window had the
     /// same body.
     fn repeats(&self, write: &Write) -> bool {
@@ -299,6 +311,24 @@ mod tests {
         window.expire(now + WINDOW + Duration::from_secs(1));
         assert!(window.is_empty());
         assert_eq!(window.spend(now, &[write("w", "ours")]), Ok(()));
+    }
+
+    #[test]
+    fn writes_refused_as_invalid_are_taken_back_and_never_add_up() {
+        let mut window = Window::default();
+        let now = Instant::now();
+        let refused = write("w", "invalid");
+        for _ in 0..=BUDGET * 2 {
+            assert_eq!(window.spend(now, &[refused]), Ok(()));
+            window.refund(&[refused]);
+        }
+        assert!(window.is_empty());
+        // Only the refused write is taken back, not one made before it.
+        let made = write("other", "v");
+        assert_eq!(window.spend(now, &[made, refused]), Ok(()));
+        window.refund(&[refused]);
+        assert!(!window.repeats(&refused));
+        assert!(window.repeats(&made));
     }
 
     #[test]

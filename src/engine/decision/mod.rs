@@ -42,5 +42,6 @@ pub use observe::{Live, Reading, Source, at_once, child_mark, decide, read, snap
 pub use placed::{believed as placed_believed, identity as placed_identity};
 pub use plan::{ChildVerdict, Draft, Known, Observed, Occupants, Plan, Verdict, draft};
 pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};
+pub use schema::{StatusSchema, StatusWrites, status_writes};
 pub use status::{Contributor, Outcome, compose as compose_status, reasons};
 pub use suspend::message as suspended_message;

@@ -11,12 +11,41 @@
 use serde_json::{Map, Value};
 
 use super::placing::ConditionList;
+use crate::rules::Gvk;
 use crate::template::{Piece, Tree};
 
 /// The status keys the engine writes.
 const ENGINE_KEYS: [&str; 2] = ["observedGeneration", "conditions"];
 
 const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
+
+/// What kiln does with a kind's status, decided from what the API server
+/// serves rather than from the group's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusWrites {
+    /// A custom resource with a status subresource: kiln composes and
+    /// writes its status.
+    Yes,
+    /// A custom resource without a status subresource: kiln writes no
+    /// status, and says so.
+    NoSubresource,
+    /// A built-in kind: its status belongs to its own controller.
+    Builtin,
+}
+
+/// Whether kiln writes the status of `gvk`: `subresource` is whether the
+/// API server serves its `/status`, `crd` whether a CustomResourceDefinition
+/// defines it. A kind a CRD defines is custom whatever its group (CRDs in
+/// `*.k8s.io` groups exist: the Gateway API's, volume snapshots); one no
+/// CRD defines is custom only when its group is not Kubernetes' own (an
+/// aggregated API).
+pub fn status_writes(gvk: &Gvk, subresource: bool, crd: bool) -> StatusWrites {
+    match (crd || gvk.is_custom(), subresource) {
+        (false, _) => StatusWrites::Builtin,
+        (true, true) => StatusWrites::Yes,
+        (true, false) => StatusWrites::NoSubresource,
+    }
+}
 
 /// The schema of a primary's `status`.
 #[derive(Debug, Clone, PartialEq)]
@@ -252,6 +281,37 @@ fn walk(node: &Value, key: &str, tree: &Tree, path: &str, out: &mut Vec<String>)
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn gvk(group: &str) -> Gvk {
+        Gvk {
+            group: group.into(),
+            version: "v1".into(),
+            kind: "Thing".into(),
+        }
+    }
+
+    #[test]
+    fn a_crd_in_a_k8s_io_group_is_custom_and_its_status_written() {
+        let gateway = gvk("gateway.networking.k8s.io");
+        assert_eq!(status_writes(&gateway, true, true), StatusWrites::Yes);
+        assert_eq!(
+            status_writes(&gateway, false, true),
+            StatusWrites::NoSubresource
+        );
+    }
+
+    #[test]
+    fn a_built_in_kind_is_never_written_and_an_aggregated_api_is() {
+        let ingress = gvk("networking.k8s.io");
+        assert_eq!(status_writes(&ingress, true, false), StatusWrites::Builtin);
+        assert_eq!(status_writes(&gvk(""), true, false), StatusWrites::Builtin);
+        assert_eq!(
+            status_writes(&gvk("apps"), true, false),
+            StatusWrites::Builtin
+        );
+        let aggregated = gvk("metrics.example.com");
+        assert_eq!(status_writes(&aggregated, true, false), StatusWrites::Yes);
+    }
 
     fn crd(status: Option<Value>) -> Value {
         let mut root = json!({"type": "object", "properties": {"spec": {"type": "object"}}});

@@ -45,7 +45,7 @@ pub(super) use crate::engine::decision::plan::Next;
 use crate::engine::decision::plan::{self, Blind, Known, LiveChild, Plan, Prune};
 use crate::engine::decision::related::{Found, Target};
 use crate::engine::decision::reown::{self, Reown};
-use crate::engine::decision::schema::StatusSchema;
+use crate::engine::decision::schema::{StatusSchema, StatusWrites};
 use crate::engine::decision::status::{self, Contributor, Part};
 use crate::engine::decision::touch::Touch;
 use crate::engine::key::ObjKey;
@@ -69,6 +69,8 @@ pub struct Wiring {
     pub related: HashMap<String, Arc<Informer>>,
     /// What the primary's status schema lets kiln write.
     pub status: Arc<StatusSchema>,
+    /// Whether kiln writes the primary's status at all.
+    pub writes_status: StatusWrites,
     /// Namespaces, when the rule selects primaries by their namespace's labels.
     pub namespaces: Option<Arc<Informer>>,
     /// The rule is refused (its status does not fit the primary's schema):

@@ -7,7 +7,7 @@ use kube::Client;
 
 use super::shared::Shared;
 use crate::engine::cache::kinds;
-use crate::engine::decision::schema::{SchemaError, StatusSchema};
+use crate::engine::decision::schema::{SchemaError, StatusSchema, StatusWrites, status_writes};
 use crate::rules::Rule;
 
 /// Why the primary's status schema did not let the rule start.
@@ -20,30 +20,39 @@ pub(crate) enum SchemaRead {
 }
 
 /// The status schema of the rule's primary kind, checked against the rule's
-/// status fields and conditions. Only custom resources whose status kiln
-/// writes have one to read (their CRD, read on every (re)discovery of the
-/// kind); for anything else, and for a kind that is not a CRD (an
-/// aggregated API), anything goes. A CRD that cannot be read (forbidden,
-/// say) is not taken as open: the caller tries again.
+/// status fields and conditions. Whether kiln writes the kind's status at
+/// all is decided from what the API server serves (its `/status`
+/// subresource, and whether a CRD defines it: [`status_writes`]), never
+/// from the group's name alone; only a CRD has a schema to read (read on
+/// every (re)discovery of the kind), and a custom kind no CRD defines (an
+/// aggregated API) is open. A CRD that cannot be read (forbidden, say) is
+/// not taken as open: the caller tries again.
 pub(crate) async fn status_schema(
     rule: &Rule,
     client: &Client,
     primary: &kinds::Kind,
 ) -> Result<Schema, SchemaRead> {
-    if !kinds::writes_status(primary) {
-        if primary.gvk.is_custom() {
-            tracing::warn!(rule = %rule.name, kind = %primary.gvk, "the primary's kind has no status subresource: kiln writes no status (no conditions, no fields) on its objects");
-        }
-        return Ok(Schema::open());
-    }
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
-    let crd = match crds(client).get(&name).await {
-        Ok(crd) => serde_json::to_value(&crd).unwrap_or_default(),
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            tracing::warn!(rule = %rule.name, crd = %name, "the primary kind has no CustomResourceDefinition (an aggregated API?); its status schema is not checked");
-            return Ok(Schema::open());
+    let crd = if primary.gvk.may_be_crd() {
+        match crds(client).get(&name).await {
+            Ok(crd) => Some(serde_json::to_value(&crd).unwrap_or_default()),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(SchemaRead::Failed(e)),
         }
-        Err(e) => return Err(SchemaRead::Failed(e)),
+    } else {
+        None
+    };
+    match status_writes(&primary.gvk, primary.has_status, crd.is_some()) {
+        StatusWrites::Builtin => return Ok(Schema::none(StatusWrites::Builtin)),
+        StatusWrites::NoSubresource => {
+            tracing::warn!(rule = %rule.name, kind = %primary.gvk, "the primary's kind has no status subresource: kiln writes no status (no conditions, no fields) on its objects");
+            return Ok(Schema::none(StatusWrites::NoSubresource));
+        }
+        StatusWrites::Yes => {}
+    }
+    let Some(crd) = crd else {
+        tracing::warn!(rule = %rule.name, crd = %name, "the primary kind has no CustomResourceDefinition (an aggregated API?); its status schema is not checked");
+        return Ok(Schema::open());
     };
     let version = &primary.gvk.version;
     let status = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
@@ -59,6 +68,7 @@ pub(crate) async fn status_schema(
         status,
         crd: Some((name, version.clone())),
         refused: None,
+        writes: StatusWrites::Yes,
     })
 }
 
@@ -74,6 +84,8 @@ pub(crate) struct Schema {
     /// primaries being deleted, and checks the schema again every
     /// `kind_retry`.
     pub(crate) refused: Option<String>,
+    /// Whether kiln writes the kind's status.
+    pub(crate) writes: StatusWrites,
 }
 
 impl Schema {
@@ -82,6 +94,15 @@ impl Schema {
             status: StatusSchema::open(),
             crd: None,
             refused: None,
+            writes: StatusWrites::Yes,
+        }
+    }
+
+    /// A kind whose status kiln does not write.
+    fn none(writes: StatusWrites) -> Self {
+        Self {
+            writes,
+            ..Self::open()
         }
     }
 

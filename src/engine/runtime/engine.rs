@@ -175,8 +175,18 @@ impl Engine {
     /// Swaps a running rule for a new version: the old one stops (in-flight
     /// reconciles finish), the new one starts on the same informers (they
     /// linger, so nothing is re-listed) and reconciles every primary once.
+    ///
+    /// A new version on another primary kind (its group or kind renamed)
+    /// no longer selects the old version's primaries: the old version lets
+    /// go of its finalizer on each, as when the rule is removed, or deleting
+    /// one (and the old CRD) would hang. Its children stay, as they do when
+    /// a rule is removed: an edit of a rule deletes nothing.
     pub async fn replace(&self, rule: Arc<Rule>) {
+        let old = self.controller(&rule.name);
         self.stop(&rule.name).await;
+        if let Some(old) = old.filter(|c| !same_kind(&c.rule().primary.gvk, &rule.primary.gvk)) {
+            old.release().await;
+        }
         self.start(rule);
     }
 
@@ -376,4 +386,9 @@ impl Engine {
     pub fn ready(&self) -> bool {
         self.readiness().is_ok()
     }
+}
+
+/// Whether two primaries' kinds name the same objects (any version).
+fn same_kind(a: &Gvk, b: &Gvk) -> bool {
+    a.group == b.group && a.kind == b.kind
 }

@@ -333,6 +333,7 @@ async fn run_resolved(
         children: acquired.children,
         related: acquired.related,
         status: Arc::new(schema.status.clone()),
+        writes_status: schema.writes,
         namespaces: acquired.namespaces,
         refused: schema.refused.is_some(),
     };

@@ -26,8 +26,11 @@ impl RuleController {
         if let Some(failure) = self.over_budget(obj, plan, written).await {
             return self.failed(obj, plan, failure, secrets).await;
         }
-        for child in &plan.apply {
+        for (i, child) in plan.apply.iter().enumerate() {
             if let Err(failure) = self.apply(obj, child).await {
+                if failure.category == Category::Invalid {
+                    self.refund(obj, plan, written, i);
+                }
                 return self.failed(obj, plan, failure, secrets).await;
             }
         }
@@ -115,6 +118,26 @@ impl RuleController {
             self.rule.primary.gvk.kind, self.rule.name
         );
         Some(Failure::new(Category::Conflict, message))
+    }
+
+    /// The API server refused the plan's `failed`th apply as invalid: that
+    /// write and every one after it, never made, are taken back from the
+    /// primary's write budget (budget.rs lists the applies first).
+    fn refund(
+        &self,
+        obj: &DynamicObject,
+        plan: &Plan,
+        decorations: &Result<Decorations, String>,
+        failed: usize,
+    ) {
+        let writes = budget::planned(plan, decorations.as_ref().ok());
+        let unmade: Vec<budget::Write> = writes.iter().skip(failed).map(|(w, _)| *w).collect();
+        if let Some(rare) = lock(&self.states)
+            .get_mut(&ObjKey::of(obj))
+            .and_then(|s| s.rare.as_mut())
+        {
+            rare.window.refund(&unmade);
+        }
     }
 
     /// The last other field manager that changed what a write over budget

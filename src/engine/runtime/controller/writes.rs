@@ -261,9 +261,11 @@ impl RuleController {
         if self.rule.read_only {
             return Ok(());
         }
-        if !crate::engine::cache::kinds::writes_status(kind) {
+        if self.wiring.writes_status != StatusWrites::Yes {
             let uid = obj.metadata.uid.as_deref().unwrap_or_default();
-            if kind.gvk.is_custom() && self.shared.no_status.first(&self.rule.name, uid) {
+            if self.wiring.writes_status == StatusWrites::NoSubresource
+                && self.shared.no_status.first(&self.rule.name, uid)
+            {
                 let message = crate::engine::runtime::no_status::message(&kind.gvk.kind);
                 let reason = crate::engine::runtime::no_status::REASON;
                 self.publish(obj, EventType::Warning, reason, &message)
