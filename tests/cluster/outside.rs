@@ -226,12 +226,12 @@ async fn renaming_a_rules_kind_does_not_strand_finalizers() {
     assert_eq!(renamed.primary.gvk.kind, "ConfigMap");
     scene.engine().replace(renamed).await;
 
-    eventually("the finalizer let go", Duration::from_secs(120), || async {
+    eventually("the finalizer let go", support::PATIENCE, || async {
         let w = scene.get("test.kiln.dev/v1", "Widget", "w").await?;
         (w["metadata"]["finalizers"] != finalizer).then_some(())
     })
     .await;
-    scene.delete_widget("w", Duration::from_secs(120)).await;
+    scene.delete_widget("w", support::PATIENCE).await;
     assert!(
         support::get(&scene.client, "v1", "Namespace", "", &space)
             .await
