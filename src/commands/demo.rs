@@ -37,54 +37,81 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             args.rules.display()
         )
     })?;
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
-        let (client, control_plane, kubeconfig) = connect(args).await?;
-        let on_node = control_plane.as_ref().is_some_and(|cp| cp.node().is_some());
-        // The local control plane reaches a webhook on this machine.
-        let webhook = match &control_plane {
-            Some(_) => serve_conversion(&client, &set).await?,
-            None => None,
-        };
-        install_examples(&client, &args.examples, on_node, &set).await?;
-        let engine = Engine::new(client, Options::default());
-        engine.start_all(&set);
-        println!();
-        println!("kiln is running the rules in {} (Ctrl-C to stop). Look with:", args.rules.display());
-        let kubectl = kubectl_hint();
-        println!("  export KUBECONFIG={kubeconfig}");
-        println!("  {kubectl} get webapps,databases,jobschedules -A");
-        println!("  {kubectl} get deploy,svc,cm,statefulset,cronjob,resourcequota -A -l app.kubernetes.io/managed-by=kiln");
-        println!("  {kubectl} describe webapp shop");
-        if on_node {
-            println!("  {kubectl} get pods -o wide");
-            print_node_notes();
-        } else if control_plane.is_some() {
-            println!("The local control plane has no nodes, so Deployments never report ready pods and");
-            println!("WebApps stay Ready=False; play the deployment controller to watch Ready flip:");
-            println!("  {kubectl} patch deploy shop --subresource=status --type=merge -p '{{\"status\":{{\"replicas\":2,\"readyReplicas\":2}}}}'");
-        }
-        super::shutdown_signal().await?;
-        if let Some(serving) = webhook {
-            serving.drain(Duration::from_secs(5)).await;
-        }
-        engine.shutdown().await;
-        drop(control_plane);
-        Ok(ExitCode::SUCCESS)
-    })
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            // Caught from the start: a Ctrl-C while starting stops what started.
+            let stop = super::StopSignals::catch()?;
+            let Cluster {
+                client,
+                control_plane,
+                kubeconfig,
+                kubectl,
+            } = connect(args).await?;
+            let on_node = control_plane.as_ref().is_some_and(|cp| cp.node().is_some());
+            // The local control plane reaches a webhook on this machine.
+            let webhook = match &control_plane {
+                Some(_) => serve_conversion(&client, &set).await?,
+                None => None,
+            };
+            install_examples(&client, &args.examples, on_node, &set).await?;
+            let pods = if on_node {
+                Pods::LocalNode
+            } else {
+                pods_run_on(&client).await
+            };
+            let engine = Engine::new(client, Options::default());
+            engine.start_all(&set);
+            println!();
+            println!(
+                "kiln is running the rules in {} (Ctrl-C to stop). Look with:",
+                args.rules.display()
+            );
+            print_hints(&kubectl, &kubeconfig, pods);
+            stop.received().await;
+            // Everything kiln started stops with the rules, before the local
+            // control plane does: nothing is left asking a server that is gone.
+            let draining = async {
+                if let Some(serving) = webhook {
+                    serving.drain(Duration::from_secs(5)).await;
+                }
+            };
+            tokio::join!(draining, engine.shutdown());
+            drop(control_plane);
+            Ok(ExitCode::SUCCESS)
+        })
 }
 
 /// The configured cluster when it answers, else a local control plane.
-async fn connect(args: &DemoArgs) -> anyhow::Result<(Client, Option<ControlPlane>, String)> {
+/// The cluster the demo runs on, and how its hints reach it.
+struct Cluster {
+    client: Client,
+    /// The local control plane, when the demo started one.
+    control_plane: Option<ControlPlane>,
+    /// The kubeconfig the hints export.
+    kubeconfig: String,
+    /// The `kubectl` the hints run: the one built with the local control
+    /// plane, else the one on `PATH`.
+    kubectl: String,
+}
+
+async fn connect(args: &DemoArgs) -> anyhow::Result<Cluster> {
     if std::env::var_os("KUBECONFIG").is_some() || home_kubeconfig().is_some_and(|p| p.exists()) {
         if let Ok(config) = kube::Config::infer().await {
             let client = Client::try_from(config)?;
-            if tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
+            if tokio::time::timeout(ANSWER_WITHIN, client.apiserver_version())
                 .await
                 .is_ok_and(|r| r.is_ok())
             {
                 let shown = std::env::var("KUBECONFIG").unwrap_or_else(|_| "~/.kube/config".into());
                 println!("using the cluster in {shown}");
-                return Ok((client, None, shown));
+                return Ok(Cluster {
+                    client,
+                    control_plane: None,
+                    kubeconfig: shown,
+                    kubectl: "kubectl".into(),
+                });
             }
         }
         println!("the configured cluster does not answer; starting a local control plane instead");
@@ -106,6 +133,7 @@ async fn connect(args: &DemoArgs) -> anyhow::Result<(Client, Option<ControlPlane
         }
     };
     opts.dir = Some(dir);
+    let kubectl = opts.binaries.path("kubectl").display().to_string();
     let cp = ControlPlane::start(opts).await?;
     println!("local control plane ready at {}", cp.server());
     if cp.node().is_some() {
@@ -114,21 +142,76 @@ async fn connect(args: &DemoArgs) -> anyhow::Result<(Client, Option<ControlPlane
             kiln::controlplane::NODE_NAME
         );
     }
-    let kubeconfig = cp.kubeconfig_path().display().to_string();
-    Ok((cp.client().await?, Some(cp), kubeconfig))
+    Ok(Cluster {
+        client: cp.client().await?,
+        kubeconfig: cp.kubeconfig_path().display().to_string(),
+        control_plane: Some(cp),
+        kubectl,
+    })
 }
 
 fn home_kubeconfig() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube/config"))
 }
 
-fn kubectl_hint() -> String {
-    let built = Binaries::locate(&Binaries::default_source())
-        .ok()
-        .map(|b| b.path("kubectl"));
-    match built {
-        Some(path) if path.exists() => path.display().to_string(),
-        _ => "kubectl".to_string(),
+/// Where the demo's pods run, which decides what it suggests trying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pods {
+    /// On the node of the local control plane the demo started.
+    LocalNode,
+    /// On the nodes of the cluster in $KUBECONFIG.
+    Nodes,
+    /// Nowhere: the cluster has no node.
+    Nowhere,
+}
+
+/// Whether the cluster has a node (pods run) or none; a failed read counts
+/// as having some, so the demo never suggests playing a controller that runs.
+async fn pods_run_on(client: &Client) -> Pods {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    match nodes.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(list) if list.items.is_empty() => Pods::Nowhere,
+        _ => Pods::Nodes,
+    }
+}
+
+/// The shell commands the demo suggests, each line runnable as printed
+/// (a test runs every one): two example APIs share the kind WebApp (and so
+/// the plural `webapps`), so each is named with its group.
+fn hints(kubectl: &str, kubeconfig: &str, pods: Pods) -> Vec<String> {
+    let mut lines = vec![
+        format!("export KUBECONFIG={kubeconfig}"),
+        format!(
+            "{kubectl} get webapps.demo.kiln.dev,webapps.apps.demo.kiln.dev,databases,applications,jobschedules -A"
+        ),
+        format!(
+            "{kubectl} get deploy,svc,cm,statefulset,cronjob,resourcequota -A -l app.kubernetes.io/managed-by=kiln"
+        ),
+        format!("{kubectl} describe webapps.demo.kiln.dev shop"),
+    ];
+    lines.push(match pods {
+        Pods::LocalNode | Pods::Nodes => format!("{kubectl} get pods -o wide"),
+        Pods::Nowhere => format!(
+            "{kubectl} patch deploy shop --subresource=status --type=merge -p '{{\"status\":{{\"replicas\":2,\"readyReplicas\":2}}}}'"
+        ),
+    });
+    lines
+}
+
+/// Prints [`hints`], indented, with what the last one is for.
+fn print_hints(kubectl: &str, kubeconfig: &str, pods: Pods) {
+    let mut lines = hints(kubectl, kubeconfig, pods);
+    let last = lines.pop().unwrap_or_default();
+    for line in lines {
+        println!("  {line}");
+    }
+    if pods == Pods::Nowhere {
+        println!("The cluster has no nodes, so Deployments never report ready pods and WebApps");
+        println!("stay Ready=False; play the deployment controller to watch Ready flip:");
+    }
+    println!("  {last}");
+    if pods == Pods::LocalNode {
+        print_node_notes();
     }
 }
 
@@ -219,12 +302,12 @@ async fn install_examples(
     for crd in &crds {
         apply(client, crd).await?;
     }
+    // A CRD applied a moment ago takes a while to be served (longer on a
+    // busy machine).
+    let deadline = tokio::time::Instant::now() + SERVED_WITHIN;
     for obj in &rest {
-        let mut tries = 0;
-        // A CRD applied a moment ago takes a little while to be served.
         while let Err(e) = apply(client, obj).await {
-            tries += 1;
-            if tries > 50 {
+            if tokio::time::Instant::now() >= deadline {
                 return Err(e);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -238,6 +321,14 @@ async fn install_examples(
     );
     Ok(())
 }
+
+/// How long the example CRDs are given to be served.
+const SERVED_WITHIN: Duration = Duration::from_secs(120);
+
+/// How long the cluster in $KUBECONFIG is given to answer before the demo
+/// starts a local control plane instead (one that refuses connections
+/// answers at once).
+const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 /// The image the WebApp `shop` runs on the local node: busybox's `httpd`
 /// (Debian busybox-static) serving one page on 8080, built by the node's
@@ -320,6 +411,29 @@ mod tests {
         let mut plain = crd("webapps.demo.kiln.dev");
         assert!(!point_at_webhook(&mut plain, &set, &conversion));
         assert!(plain["spec"].get("conversion").is_none());
+    }
+
+    #[test]
+    fn the_hints_name_each_webapp_api_by_its_group_and_suit_where_pods_run() {
+        let hints = |pods| hints("kubectl", "/tmp/kc", pods);
+        let nowhere = hints(Pods::Nowhere);
+        assert_eq!(nowhere[0], "export KUBECONFIG=/tmp/kc");
+        assert!(nowhere.contains(&"kubectl describe webapps.demo.kiln.dev shop".to_string()));
+        assert!(
+            nowhere.iter().all(|l| !l.contains(" webapp ")
+                && !l.contains(" webapps ")
+                && !l.contains(" webapps,")),
+            "a bare `webapp` is ambiguous: {nowhere:?}"
+        );
+        assert!(
+            nowhere
+                .last()
+                .unwrap()
+                .contains("patch deploy shop --subresource=status")
+        );
+        for pods in [Pods::Nodes, Pods::LocalNode] {
+            assert_eq!(hints(pods).last().unwrap(), "kubectl get pods -o wide");
+        }
     }
 
     #[test]

@@ -24,11 +24,33 @@ pub mod webhook;
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
+    StopSignals::catch()?.received().await;
     Ok(())
+}
+
+/// SIGTERM and Ctrl-C (SIGINT), caught from the moment this is made: one
+/// arriving before [`StopSignals::received`] is awaited is not lost, and
+/// no longer ends the process on the spot.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Catches both signals from now on.
+    pub fn catch() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves once either arrived.
+    pub async fn received(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
 }

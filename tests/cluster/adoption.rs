@@ -80,7 +80,7 @@ async fn a_tenant_cannot_delete_another_tenants_namespace() {
     // The tenant deletes its Widget: the victim's namespace stays; the
     // legacy one, kiln's now, goes with its Widget.
     for name in [&victim, &legacy] {
-        scene.delete_widget(name, Duration::from_secs(90)).await;
+        scene.delete_widget(name, support::PATIENCE).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ns = namespace(&scene, &victim).await;

@@ -126,7 +126,7 @@ async fn a_new_requested_at_value_reconciles_the_primary_at_once() {
         annotate(&scene, "a", "kiln.dev/reconcile-requested-at", json!(value)).await;
         eventually(
             "a reconcile on the new value",
-            Duration::from_secs(5),
+            crate::support::PATIENCE,
             || async { (counts::reconciles(scene.engine()) > before).then_some(()) },
         )
         .await;

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, KilnProcess, TestNamespace, eventually, until};
 
-const CONVERGE: Duration = Duration::from_secs(30);
+const CONVERGE: Duration = support::PATIENCE;
 
 /// A rule defining `Site` in `group`, with `spec` fields (SimpleSchema lines)
 /// and a ConfigMap child.

@@ -3,8 +3,6 @@
 //! `spec.nextStop`, and `nextStop` moves on. No node runs the Pods (they
 //! stay Pending), which a replacement does not need.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use crate::support::scene::Scene;
@@ -14,7 +12,7 @@ const CHAOS: (&str, &str, &str) = ("chaosapps.metamagical.io/v1", "ChaosPod", "c
 
 /// The Pod's uid and creation time, once it exists and is not being deleted.
 async fn pod(scene: &Scene, not: Option<&str>) -> (String, i64) {
-    eventually("the ChaosPod's Pod", Duration::from_secs(90), || async {
+    eventually("the ChaosPod's Pod", support::PATIENCE, || async {
         let pod = scene.get("v1", "Pod", "chaos").await?;
         let uid = pod["metadata"]["uid"].as_str()?.to_string();
         (pod["metadata"]["deletionTimestamp"].is_null() && not != Some(uid.as_str())).then(|| {

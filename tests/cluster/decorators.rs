@@ -177,6 +177,10 @@ async fn decorators_fight_themselves_endlessly() {
         );
     }
     // No flapping: the shared object is written no more.
+    support::settled("the decorators to settle", || {
+        support::counts::applies(scene.engine())
+    })
+    .await;
     let before = support::counts::applies(scene.engine());
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let during = support::counts::applies(scene.engine()) - before;

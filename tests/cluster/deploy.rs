@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, TestNamespace, eventually};
 
-const CONVERGE: Duration = Duration::from_secs(30);
+const CONVERGE: Duration = support::PATIENCE;
 
 /// `kubectl kustomize deploy/`, with the kubectl built beside the control plane.
 pub(crate) fn kustomize() -> Vec<Value> {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::support::counts;
 use crate::support::{self, TestNamespace, WriteCounter, eventually};
 
-const CONVERGE: Duration = Duration::from_secs(30);
+const CONVERGE: Duration = support::PATIENCE;
 
 struct Running {
     engine: Arc<Engine>,
@@ -51,7 +51,7 @@ async fn wait_gone(
     ns: &str,
     name: &str,
 ) {
-    eventually(what, Duration::from_secs(60), || async {
+    eventually(what, support::PATIENCE, || async {
         support::get(client, api_version, kind, ns, name)
             .await
             .is_none()
@@ -326,8 +326,9 @@ async fn a_missing_secret_waits_and_its_creation_converges_at_once() {
         |o| condition(o, "Waiting")["status"] == "False",
     )
     .await;
+    // Far below the waiting period (ten minutes), however loaded the machine.
     assert!(
-        started.elapsed() < Duration::from_secs(15),
+        started.elapsed() < Duration::from_secs(300),
         "took {:?}",
         started.elapsed()
     );
@@ -476,6 +477,10 @@ async fn a_template_error_on_one_primary_leaves_the_others_reconciled() {
     .await;
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
     // No hot retry: the failed primary is not reconciled again on its own.
+    support::settled("the reconciles to settle", || {
+        counts::reconciles(&kiln.engine)
+    })
+    .await;
     let before = counts::reconciles(&kiln.engine);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = counts::reconciles(&kiln.engine);
@@ -526,7 +531,7 @@ async fn a_resync_of_converged_primaries_writes_nothing() {
         .await;
     }
     // Let the echo of kiln's own writes settle, then force a resync of everything.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::settled("the echo of kiln's writes", || kiln.writes.get()).await;
     let reconciles = counts::reconciles(&kiln.engine);
     let writes = kiln.writes.get();
     kiln.engine.resync("widgets");
@@ -666,11 +671,11 @@ async fn a_rule_waits_for_its_crd_starts_when_it_appears_and_waits_again_when_it
     crds.delete(&crd_name, &Default::default()).await.unwrap();
     eventually(
         "the rule to wait for its kind again",
-        Duration::from_secs(60),
+        support::PATIENCE,
         || async { waiting(&engine).then_some(()) },
     )
     .await;
-    eventually("the CRD to be gone", Duration::from_secs(60), || async {
+    eventually("the CRD to be gone", support::PATIENCE, || async {
         crds.get_opt(&crd_name)
             .await
             .unwrap()
@@ -1020,7 +1025,7 @@ async fn kiln_run_serves_metrics_and_probes_and_exits_cleanly_on_sigterm() {
     );
 
     kiln.terminate();
-    let status = kiln.exited(Duration::from_secs(20)).await;
+    let status = kiln.exited(support::PATIENCE).await;
     assert!(status.success(), "{status}");
     ns.delete().await;
 }
@@ -1138,17 +1143,20 @@ async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sig
     // The leader is asked to stop: it releases the lease, the standby takes
     // over well before the lease would have expired.
     first.terminate();
-    assert!(first.exited(Duration::from_secs(20)).await.success());
-    let released = std::time::Instant::now();
+    assert!(first.exited(support::PATIENCE).await.success());
+    // Released before it exited: the Lease no longer names it (it is free,
+    // or the standby holds it already), so no one waits for it to expire.
+    let after_exit = leases.get_opt("kiln").await.unwrap().and_then(holder);
+    assert!(
+        after_exit
+            .as_deref()
+            .is_none_or(|h| !h.ends_with(&format!("-{}", first.child.id()))),
+        "the stopped leader still holds the Lease: {after_exit:?}"
+    );
     eventually("the standby to lead", CONVERGE, || async {
         (second.metric("kiln_leader ").await == Some(1.0)).then_some(())
     })
     .await;
-    assert!(
-        released.elapsed() < Duration::from_secs(6),
-        "takeover took {:?}",
-        released.elapsed()
-    );
     support::apply(&client, widget("b", json!({"value": "2"})), Some(n)).await;
     wait_for(
         &client,
@@ -1161,7 +1169,7 @@ async fn with_leader_election_one_replica_writes_and_a_standby_takes_over_on_sig
     )
     .await;
     second.terminate();
-    assert!(second.exited(Duration::from_secs(20)).await.success());
+    assert!(second.exited(support::PATIENCE).await.success());
     ns.delete().await;
 }
 
@@ -1183,8 +1191,8 @@ async fn status_only_updates_of_a_primary_do_not_re_render() {
         |o| condition(o, "Ready")["status"] == "True",
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let reconciles = || counts::reconciles(&kiln.engine);
+    support::settled("the reconciles to settle", reconciles).await;
     let before = reconciles();
     let api = support::dynamic_api(
         &client,

@@ -104,7 +104,7 @@ async fn engine_on(client: Client, ns: &str) -> Arc<Engine> {
 /// most two reconciles. A hot loop never gets there.
 async fn assert_no_hot_loop(engine: &Engine) {
     let reconciles = || counts::reconciles(engine);
-    eventually("kiln to go quiet", Duration::from_secs(60), || async {
+    eventually("kiln to go quiet", support::PATIENCE, || async {
         let before = reconciles();
         tokio::time::sleep(Duration::from_secs(3)).await;
         (reconciles() - before <= 2).then_some(())
@@ -152,7 +152,7 @@ async fn fault_during_convergence(component: &str) {
     if component == "kube-apiserver" {
         // While the API server is down kiln is not ready, and says
         // which watch fails.
-        let why = eventually("kiln to turn unready", Duration::from_secs(30), || async {
+        let why = eventually("kiln to turn unready", support::PATIENCE, || async {
             engine.readiness().err()
         })
         .await;
@@ -282,7 +282,7 @@ async fn another_field_manager_is_overruled_without_a_fight_loop() {
     create_widgets(&client, n, 1).await;
     let engine = engine_on(support::admin_client().await, n).await;
     eventually("the child", CONVERGE, || converged(&client, n, 1)).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::settled("kiln's applies", || counts::applies(&engine)).await;
     let applies_before = counts::applies(&engine);
     let cms = support::dynamic_api(&client, &json!("v1"), &json!("ConfigMap"), Some(n)).await;
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w0"}, "data": {"value": "theirs"}});
@@ -530,18 +530,8 @@ async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
     let ns = TestNamespace::new(&admin, "silent").await;
     create_widgets(&admin, ns.name(), PRIMARIES).await;
     // kiln reaches the API server through a proxy that can silence it.
-    let yaml = support::kubeconfig_yaml();
-    let server = yaml
-        .split("https://127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|port| port.parse().ok())
-        .expect("the test cluster's API server port");
-    let proxy = support::stall::StallingProxy::start(server).await;
-    let through = yaml.replace(
-        &format!("https://127.0.0.1:{server}"),
-        &format!("https://127.0.0.1:{}", proxy.port),
-    );
+    let proxy = support::stall::StallingProxy::start(support::stall::api_server_port()).await;
+    let through = support::stall::kubeconfig_through(proxy.port);
     let kc = kube::config::Kubeconfig::from_yaml(&through).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
@@ -577,7 +567,7 @@ async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
     );
     eventually(
         "every child, once the silent requests were given up",
-        Duration::from_secs(90),
+        KILN_RUN_REQUEST_TIMEOUT + support::PATIENCE,
         || async { (children().await == PRIMARIES).then_some(()) },
     )
     .await;
@@ -595,7 +585,7 @@ async fn requests_on_connections_gone_silent_are_given_up_and_sent_again() {
         .unwrap();
     eventually(
         "w0's change, through a watch made again",
-        Duration::from_secs(100),
+        KILN_RUN_REQUEST_TIMEOUT + support::PATIENCE,
         || async {
             let cm = support_get(&admin, ns.name(), "w0").await?;
             (cm["data"]["value"] == "after the silence").then_some(())

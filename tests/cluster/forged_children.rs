@@ -94,7 +94,7 @@ async fn forged_children_across_namespaces_are_neither_read_nor_waited_for() {
 
     // The victim goes: kiln deletes its own child and lets it go, without
     // waiting for the planted object.
-    scene.delete_widget("db", Duration::from_secs(30)).await;
+    scene.delete_widget("db", support::PATIENCE).await;
     for (name, _, _) in &plants {
         let planted = support::get(&scene.client, "v1", "ConfigMap", &attacker_ns, name)
             .await
@@ -209,14 +209,14 @@ async fn forged_outside_children_are_neither_read_nor_waited_for() {
         .also_watching(&space)
         .running(&[rule_from_yaml(OUTSIDE_KEEPER)])
         .await;
-    let creds = eventually("the victim's creds", Duration::from_secs(30), || async {
+    let creds = eventually("the victim's creds", support::PATIENCE, || async {
         support::get(&scene.client, "v1", "ConfigMap", &space, "db-creds").await
     })
     .await;
     assert_eq!(creds["data"]["password"], "drawn-by-kiln", "{creds}");
     scene.ready("db").await;
 
-    scene.delete_widget("db", Duration::from_secs(30)).await;
+    scene.delete_widget("db", support::PATIENCE).await;
     let plant = support::get(&scene.client, "v1", "ConfigMap", &attacker_ns, "db-creds")
         .await
         .unwrap();
@@ -280,7 +280,7 @@ async fn forged_children_of_a_cluster_scoped_primary_are_not_read() {
         .also_watching(&team)
         .running(&[rule_from_yaml(&namespace_keeper(&team))])
         .await;
-    let creds = eventually("the team's creds", Duration::from_secs(30), || async {
+    let creds = eventually("the team's creds", support::PATIENCE, || async {
         support::get(&scene.client, "v1", "ConfigMap", &team, "creds").await
     })
     .await;

@@ -2,8 +2,6 @@
 //! built from, server-side apply works on dynamic objects, the garbage
 //! collector runs, RBAC is enforced, and the processes die with their parent.
 
-use std::time::Duration;
-
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -125,7 +123,7 @@ async fn garbage_collector_deletes_children_of_a_deleted_owner() {
         .unwrap();
     eventually(
         "the child to be garbage-collected",
-        Duration::from_secs(60),
+        support::PATIENCE,
         || async {
             match cms.get_opt("child").await.unwrap() {
                 None => Some(()),
@@ -187,7 +185,7 @@ async fn rbac_refuses_a_service_account_until_a_role_allows_it() {
 
     eventually(
         "the role binding to take effect",
-        Duration::from_secs(30),
+        support::PATIENCE,
         || async { sa_cms.list(&ListParams::default()).await.ok() },
     )
     .await;
@@ -243,7 +241,7 @@ async fn control_plane_processes_die_with_a_killed_parent() {
     kiln.wait().unwrap();
     eventually(
         "the control plane to follow its parent",
-        Duration::from_secs(15),
+        support::PATIENCE,
         || async {
             children
                 .iter()

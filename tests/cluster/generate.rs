@@ -321,7 +321,7 @@ async fn replace_against_a_writer_that_keeps_adding_is_a_bounded_fight() {
     let started = std::time::Instant::now();
     let mut said = None;
     // Until kiln says it fights (20 strips; slower on a loaded machine).
-    while said.is_none() && started.elapsed() < Duration::from_secs(40) {
+    while said.is_none() && started.elapsed() < crate::support::PATIENCE {
         let theirs: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "w-quota"},
             "spec": {"hard": {"count/secrets": "5"}}}))

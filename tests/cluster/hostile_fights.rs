@@ -54,7 +54,11 @@ async fn another_controller_rewriting_a_field_gets_a_bounded_number_of_answers()
     let started = Instant::now();
     let mut i = 0;
     let mut said = None;
-    while started.elapsed() < Duration::from_secs(8) {
+    // At least 8 s, and on until kiln says it fights, however slow the machine.
+    let fought = |said: &Option<serde_json::Value>| {
+        said.is_some() && started.elapsed() >= Duration::from_secs(8)
+    };
+    while !fought(&said) && started.elapsed() < support::PATIENCE {
         i += 1;
         if said.is_none() && i % 5 == 0 {
             let w = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
@@ -79,7 +83,7 @@ async fn another_controller_rewriting_a_field_gets_a_bounded_number_of_answers()
     let answers = counts::applies(scene.engine()) - before;
     assert!(
         answers <= 2 * 20 + 4,
-        "{answers} applies answering {i} rewrites in 8 s: unbounded"
+        "{answers} applies answering {i} rewrites: unbounded"
     );
     let reconciled = said.expect("the primary never said it was in a fight");
     assert!(
@@ -165,7 +169,7 @@ async fn the_write_budget_stops_ordinary_work_the_owners_edits() {
     for edit in 0..10 {
         let value = format!("v{edit}");
         scene.apply(widget(&value)).await;
-        support::eventually(&format!("edit {edit}"), Duration::from_secs(30), || async {
+        support::eventually(&format!("edit {edit}"), support::PATIENCE, || async {
             let w = scene.get("test.kiln.dev/v1", "Widget", "w").await.unwrap();
             let reconciled = condition(&w, "Reconciled");
             assert_ne!(reconciled["reason"], "Conflict", "{reconciled}");

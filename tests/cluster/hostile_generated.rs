@@ -26,7 +26,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Stops the scene's engine and starts a new one with `rules`; waits until
-/// it reconciled `n` primaries and a second more; returns the scene and the
+/// it reconciled `n` primaries and its writes settled; returns the scene and the
 /// writes the new engine made.
 async fn restarted(scene: Scene, rules: &[Arc<Rule>], n: u64) -> (Scene, u64) {
     scene.engine().shutdown().await;
@@ -35,7 +35,7 @@ async fn restarted(scene: Scene, rules: &[Arc<Rule>], n: u64) -> (Scene, u64) {
         (counts::reconciles(scene.engine()) >= n).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::settled("the new engine's writes", || scene.writes()).await;
     let writes = scene.writes();
     (scene, writes)
 }

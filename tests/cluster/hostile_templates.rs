@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, KilnProcess, TestNamespace};
 
-const CONVERGE: Duration = Duration::from_secs(60);
+const CONVERGE: Duration = support::PATIENCE;
 
 /// A rule whose template nests a list about 140,000 levels deep, but only
 /// for a Widget that asks for it: `kiln validate` accepts it. Without its
@@ -116,7 +116,7 @@ async fn a_runaway_template_fails_for_its_object_and_kiln_keeps_running() {
     );
 
     kiln.terminate();
-    let status = kiln.exited(Duration::from_secs(20)).await;
+    let status = kiln.exited(support::PATIENCE).await;
     assert!(status.success(), "{status}");
     ns.delete().await;
 }

@@ -220,17 +220,13 @@ async fn delete_and_collect(scene: &Scene, name: &str) {
     support::delete(&scene.client, widget, Some(scene.ns()), name).await;
     // (The collector learns a new CRD's kind on its own schedule: up to a minute.)
     let owned = format!("{name}-owned");
-    eventually(
-        "the owned child collected",
-        Duration::from_secs(90),
-        || async {
-            scene
-                .get("v1", "ConfigMap", &owned)
-                .await
-                .is_none()
-                .then_some(())
-        },
-    )
+    eventually("the owned child collected", support::PATIENCE, || async {
+        scene
+            .get("v1", "ConfigMap", &owned)
+            .await
+            .is_none()
+            .then_some(())
+    })
     .await;
 }
 
@@ -307,7 +303,7 @@ async fn a_created_once_child_follows_a_changed_deletion_policy() {
         })
         .await;
     delete_and_collect(&scene, "v").await;
-    eventually("v-kept collected", Duration::from_secs(30), || async {
+    eventually("v-kept collected", support::PATIENCE, || async {
         scene
             .get("v1", "ConfigMap", "v-kept")
             .await
@@ -375,10 +371,15 @@ async fn kyverno_default_deny_is_generated_once_per_namespace_and_exclusions_hol
     let patch = json!({"spec": {"policyTypes": ["Egress"]}});
     let netpol = ("networking.k8s.io/v1", "NetworkPolicy");
     support::edit(&client, netpol, Some(&taken), "default-deny", patch).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::settled("kiln's writes", || writes.get()).await;
     let before = writes.get();
+    let reconciles = support::counts::reconciles(&engine);
     engine.resync("default-network-policy");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    eventually("the resync", support::PATIENCE, || async {
+        (support::counts::reconciles(&engine) > reconciles).then_some(())
+    })
+    .await;
+    support::settled("the resync's writes", || writes.get()).await;
     let kept = default_deny(&client, &taken).await.unwrap();
     assert_eq!(
         kept["spec"]["policyTypes"],

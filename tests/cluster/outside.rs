@@ -5,8 +5,6 @@
 //! and deletes them (waiting until they are gone) before it lets the
 //! primary go.
 
-use std::time::Duration;
-
 use serde_json::json;
 
 use crate::support::scene::{CONVERGE, Scene, widget_at};
@@ -52,7 +50,7 @@ async fn a_widget_gets_a_namespace_of_its_own_and_takes_it_along_when_deleted() 
         "w",
     )
     .await;
-    eventually("the Widget gone", Duration::from_secs(90), || async {
+    eventually("the Widget gone", support::PATIENCE, || async {
         scene
             .get("test.kiln.dev/v1", "Widget", "w")
             .await
@@ -96,7 +94,7 @@ async fn converged_space(prefix: &str) -> (Scene, String) {
 /// Waits (a few seconds, far below any resync) until the ConfigMap in the
 /// Widget's Namespace holds `team`.
 async fn settings_with(scene: &Scene, space: &str, team: &str) {
-    eventually("the ConfigMap in it", Duration::from_secs(10), || async {
+    eventually("the ConfigMap in it", support::PATIENCE, || async {
         support::get(&scene.client, "v1", "ConfigMap", space, "settings")
             .await
             .filter(|s| s["data"]["team"] == team)
@@ -197,7 +195,7 @@ async fn a_second_primary_of_an_outside_child_is_told_which_primary_holds_it() {
             name,
         )
         .await;
-        eventually("the Widget gone", Duration::from_secs(90), || async {
+        eventually("the Widget gone", support::PATIENCE, || async {
             support::get(&scene.client, "test.kiln.dev/v1", "Widget", namespace, name)
                 .await
                 .is_none()
@@ -228,12 +226,12 @@ async fn renaming_a_rules_kind_does_not_strand_finalizers() {
     assert_eq!(renamed.primary.gvk.kind, "ConfigMap");
     scene.engine().replace(renamed).await;
 
-    eventually("the finalizer let go", Duration::from_secs(120), || async {
+    eventually("the finalizer let go", support::PATIENCE, || async {
         let w = scene.get("test.kiln.dev/v1", "Widget", "w").await?;
         (w["metadata"]["finalizers"] != finalizer).then_some(())
     })
     .await;
-    scene.delete_widget("w", Duration::from_secs(120)).await;
+    scene.delete_widget("w", support::PATIENCE).await;
     assert!(
         support::get(&scene.client, "v1", "Namespace", "", &space)
             .await

@@ -125,12 +125,7 @@ async fn a_rule_reloaded_to_read_a_new_field_sees_it_without_rewriting_any_child
             )
             .await;
     }
-    eventually("the engine to settle", CONVERGE, || async {
-        let before = scene.writes();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        (scene.writes() == before).then_some(())
-    })
-    .await;
+    support::settled("the engine to settle", || scene.writes()).await;
     assert_eq!(
         counts::applies(scene.engine()),
         applies,

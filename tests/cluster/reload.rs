@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, TestNamespace, eventually};
 
-const CONVERGE: Duration = Duration::from_secs(30);
+const CONVERGE: Duration = support::PATIENCE;
 
 pub(crate) fn rule(name: &str, kind: &str, children: &str) -> String {
     format!(

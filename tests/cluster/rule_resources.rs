@@ -12,7 +12,7 @@ use kiln::controlplane::Binaries;
 
 use crate::support::{self, KilnProcess, TestNamespace, eventually};
 
-const CONVERGE: Duration = Duration::from_secs(30);
+const CONVERGE: Duration = support::PATIENCE;
 
 /// Every kiln that reads Rule resources reads all of them (and writes their
 /// status): the tests that run one take turns.
@@ -121,9 +121,16 @@ async fn a_rule_resource_runs_refuses_an_invalid_edit_and_stops_when_deleted() {
     let cm = wait_cm(&client, n, "b-one").await;
     assert_eq!(cm["data"]["key"], "first");
 
-    // Nothing changed: the status is not written again.
+    // Nothing changed: the status is not written again (once the writes of
+    // the refusal, however slow, are done: a loop never settles).
     let rv = |o: Option<Value>| o.unwrap()["metadata"]["resourceVersion"].clone();
-    let before = rv(support::get(&client, RULE.0, RULE.1, "", &name).await);
+    let before = eventually("the Rule to settle", CONVERGE, || async {
+        let before = rv(support::get(&client, RULE.0, RULE.1, "", &name).await);
+        tokio::time::sleep(support::QUIET).await;
+        let after = rv(support::get(&client, RULE.0, RULE.1, "", &name).await);
+        (before == after).then_some(after)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = rv(support::get(&client, RULE.0, RULE.1, "", &name).await);
     assert_eq!(before, after, "the Rule was written though nothing changed");

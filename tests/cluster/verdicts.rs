@@ -348,17 +348,13 @@ async fn explain_render_and_the_engine_give_the_same_verdict_per_child() {
         "outside",
     )
     .await;
-    eventually(
-        "the outside Widget gone",
-        Duration::from_secs(60),
-        || async {
-            scene
-                .get("test.kiln.dev/v1", "Widget", "outside")
-                .await
-                .is_none()
-                .then_some(())
-        },
-    )
+    eventually("the outside Widget gone", support::PATIENCE, || async {
+        scene
+            .get("test.kiln.dev/v1", "Widget", "outside")
+            .await
+            .is_none()
+            .then_some(())
+    })
     .await;
     engine.shutdown().await;
     support::delete(&scene.client, ("v1", "Namespace"), None, &elsewhere).await;

@@ -23,7 +23,7 @@ const NS: &str = "kiln-helm";
 const TEAM: &str = "kiln-helm-team";
 /// `helm install --wait`: the image is local, the machine busy.
 const INSTALL: &str = "300s";
-const CONVERGE: Duration = Duration::from_secs(60);
+const CONVERGE: Duration = crate::support::PATIENCE;
 /// The kubelet refreshes ConfigMap volumes every `syncFrequency` (10 s on the
 /// node), kiln re-reads its rules on file events or every 10 s.
 const VOLUME_UPDATE: Duration = Duration::from_secs(150);

@@ -40,7 +40,8 @@ const UNSETTLED: Duration = Duration::from_secs(1);
 
 /// Serves conversion on `settings.addr` while a rule needs it (each review
 /// counted in `metrics`) and keeps its certificates and the rules' CRDs in
-/// the background; returns the webhook, to drain on shutdown.
+/// the background until the webhook is drained; returns the webhook, to
+/// drain on shutdown.
 pub async fn start(
     client: Client,
     settings: Settings,
@@ -62,7 +63,15 @@ pub async fn start(
     )
     .await?;
     super::serves();
-    tokio::spawn(keep(client, settings, rules, cert));
+    // Kept while the listener serves: draining it stops the keeper too.
+    let mut draining = serving.draining();
+    tokio::spawn(async move {
+        tokio::select! {
+            biased;
+            _ = draining.wait_for(|d| *d) => {}
+            () = keep(client, settings, rules, cert) => {}
+        }
+    });
     Ok(serving)
 }
 

@@ -55,6 +55,18 @@ pub struct Webhook {
 }
 
 impl Webhook {
+    /// Turns true once [`Webhook::drain`] starts.
+    pub(crate) fn draining(&self) -> watch::Receiver<bool> {
+        let mut stop = self.stop.subscribe();
+        let (tx, rx) = watch::channel(stop.borrow().is_some());
+        tokio::spawn(async move {
+            if stop.wait_for(Option::is_some).await.is_ok() {
+                let _ = tx.send(true);
+            }
+        });
+        rx
+    }
+
     /// Stops listening and answers the reviews in flight, at most `grace`
     /// ([`Serving::drain`]); whether all finished in time.
     pub async fn drain(self, grace: Duration) -> bool {
@@ -125,7 +137,7 @@ pub async fn follow<T: Send + Sync + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::api::convert::Conversions;
 
@@ -136,7 +148,7 @@ mod tests {
         }
     }
 
-    fn rules(text: &str) -> RuleSet {
+    pub(in crate::api::webhook) fn rules(text: &str) -> RuleSet {
         crate::rules::load_sources(vec![crate::rules::load::Source {
             file: "rule.yaml".into(),
             text: text.into(),
@@ -158,7 +170,7 @@ spec:
         metadata: {name: "{{ self.metadata.name }}-copy"}
 "#;
 
-    const CONVERTING: &str = r#"
+    pub(in crate::api::webhook) const CONVERTING: &str = r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule
 metadata: {name: apps}

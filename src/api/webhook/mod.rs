@@ -194,6 +194,81 @@ impl review::Lookup for RulesLookup {
 mod tests {
     use super::*;
 
+    /// An API server that is gone: it closes every connection at once and
+    /// counts them.
+    async fn gone_api_server() -> (kube::Client, Arc<std::sync::atomic::AtomicU64>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let tried = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counting = tried.clone();
+        tokio::spawn(async move {
+            while let Ok((connection, _)) = listener.accept().await {
+                counting.fetch_add(1, Ordering::SeqCst);
+                drop(connection);
+            }
+        });
+        let url = format!("http://127.0.0.1:{port}").parse().expect("url");
+        let client = kube::Client::try_from(kube::Config::new(url)).expect("client");
+        (client, tried)
+    }
+
+    /// Waits (at most two minutes) until `count` stays the same for 1.5 s;
+    /// returns it.
+    async fn settled(count: &std::sync::atomic::AtomicU64) -> u64 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let before = count.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let after = count.load(Ordering::SeqCst);
+            if after == before {
+                return after;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still asking: {after}"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn draining_the_webhook_stops_its_keeper_asking_the_api_server() {
+        let (client, tried) = gone_api_server().await;
+        let settings = Settings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            endpoint: Endpoint::Url("https://127.0.0.1:9443".into()),
+            namespace: "kiln".into(),
+            secret: DEFAULT_SECRET.into(),
+            validity: Duration::from_secs(3600),
+            crd_manager: crate::api::install::FIELD_MANAGER.into(),
+        };
+        // A rule converts: the keeper keeps the Secret and the CRDs.
+        let rules =
+            crate::reload::CurrentRules::new(listen::tests::rules(listen::tests::CONVERTING));
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let serving = start(client, settings, rules, metrics)
+            .await
+            .expect("listening");
+        // The Secret cannot be read: the keeper asks again every second.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while tried.load(Ordering::SeqCst) < 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the keeper never asked"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        serving.drain(Duration::from_secs(1)).await;
+        let stopped = settled(&tried).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            tried.load(Ordering::SeqCst),
+            stopped,
+            "the keeper asked the API server after the webhook stopped"
+        );
+    }
+
     #[test]
     fn the_certificate_names_the_host_the_api_server_calls() {
         assert_eq!(

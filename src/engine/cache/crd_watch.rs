@@ -111,6 +111,21 @@ impl CrdWatches {
         Subscription::new(shared)
     }
 
+    /// Stops every watch now, lingering ones included: the engine stops,
+    /// and nothing it started may go on asking the API server (a rule
+    /// following a watch sees it end).
+    pub fn stop_all(&self) {
+        let watches = std::mem::take(
+            &mut *self
+                .watches
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for shared in watches.values().filter_map(Weak::upgrade) {
+            shared.task.abort();
+        }
+    }
+
     /// Watches running (for tests and metrics).
     pub fn running(&self) -> usize {
         self.watches
@@ -193,5 +208,16 @@ mod tests {
         drop(again);
         tokio::time::sleep(LINGER * 2).await;
         assert_eq!(watches.running(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_ends_every_watch_at_once_lingering_ones_too() {
+        let watches = CrdWatches::default();
+        let client = client();
+        let mut kept = watches.subscribe(&client, "apps.example.com");
+        drop(watches.subscribe(&client, "dbs.example.com"));
+        watches.stop_all();
+        assert_eq!(watches.running(), 0, "no linger after a stop");
+        assert_eq!(kept.next().await, None, "a follower sees its watch end");
     }
 }

@@ -225,16 +225,18 @@ impl Engine {
             }
             running.task.abort();
         }
+        self.shared.crds.stop_all();
     }
 
     /// Stops every rule, letting in-flight reconciles finish (bounded),
-    /// then every watch, lingering ones included.
+    /// then every watch (the CRD watches too), lingering ones included.
     pub async fn shutdown(&self) {
         let names: Vec<String> = self.lock().keys().cloned().collect();
         for name in names {
             self.stop(&name).await;
         }
         self.shared.informers.stop_all();
+        self.shared.crds.stop_all();
     }
 
     /// Queues every primary of a rule (a forced resync).

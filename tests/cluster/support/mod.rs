@@ -27,6 +27,15 @@ pub mod stall;
 /// The field manager tests write with.
 pub const MANAGER: &str = "kiln-test";
 
+/// How long a test waits for anything the system under test is expected to
+/// do (converge, notice, exit): long enough for a loaded 2-core machine, so
+/// a wait for an event or condition never decides pass or fail by how fast
+/// the machine is.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// How long a counter must stay still for [`settled`] to call it settled.
+pub const QUIET: Duration = Duration::from_millis(1500);
+
 /// Label put on every namespace a test creates, so leftovers can be found.
 pub const TEST_LABEL: &str = "kiln.dev/test";
 
@@ -164,7 +173,7 @@ pub async fn install_crds(client: &Client, dir: &str) -> Vec<ApiResource> {
     for crd in &crds {
         for version in crd.spec.versions.iter().filter(|v| v.served) {
             let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
-            resolved.push(wait_for_kind(client, &gvk, Duration::from_secs(30)).await);
+            resolved.push(wait_for_kind(client, &gvk, PATIENCE).await);
         }
     }
     resolved
@@ -247,6 +256,18 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits (up to [`PATIENCE`]) until `count` stays the same for [`QUIET`]:
+/// the system has settled, so a "nothing happens" check that follows
+/// measures only what it causes.
+pub async fn settled(what: &str, count: impl Fn() -> u64) {
+    eventually(what, PATIENCE, || async {
+        let before = count();
+        tokio::time::sleep(QUIET).await;
+        (count() == before).then_some(())
+    })
+    .await;
 }
 
 /// Counts the write requests (anything but GET) a client sends, so tests can
@@ -510,23 +531,12 @@ impl KilnProcess {
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        terminate(&self.child);
     }
 
     /// Waits for the process to exit.
     pub async fn exited(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kiln did not exit within {limit:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        exited(&mut self.child, limit).await
     }
 
     /// The value of a metric line starting with `prefix`, if exported.
@@ -561,6 +571,27 @@ impl Drop for KilnProcess {
         if let Some(dir) = std::env::var_os("KILN_TEST_LOGS") {
             keep_log(self.dir.path(), Path::new(&dir), self.child.id());
         }
+    }
+}
+
+/// Sends SIGTERM to `child`.
+pub fn terminate(child: &std::process::Child) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+/// Waits for `child` to exit, at most `limit`.
+pub async fn exited(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kiln did not exit within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

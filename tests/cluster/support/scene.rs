@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{TestNamespace, WriteCounter, eventually};
 
 /// How long a test waits for the cluster to converge.
-pub const CONVERGE: Duration = Duration::from_secs(30);
+pub const CONVERGE: Duration = super::PATIENCE;
 
 /// One test's namespace, client and (once started) engine.
 pub struct Scene {
@@ -173,12 +173,7 @@ impl Scene {
         // Settled first: a write still on its way from the convergence the
         // caller waited for (a status after a child's echo) is not the
         // resync's.
-        eventually("the engine to settle", CONVERGE, || async {
-            let before = self.writes();
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            (self.writes() == before).then_some(())
-        })
-        .await;
+        super::settled("the engine to settle", || self.writes()).await;
         let reconciles = super::counts::reconciles(self.engine());
         let before = self.writes();
         self.engine().resync(rule);

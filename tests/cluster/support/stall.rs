@@ -2,7 +2,8 @@
 //! open through it go silent at once, as a peer that vanished without a
 //! word does (a node gone, a NAT or load balancer that dropped the
 //! connection's state): the sockets stay open and carry nothing more,
-//! either way. Connections made afterwards work.
+//! either way. Connections made afterwards work. Dropped, it closes every
+//! connection and refuses new ones: an API server gone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,25 @@ impl StallingProxy {
     pub fn stall(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// The port of the test cluster's API server on 127.0.0.1.
+pub fn api_server_port() -> u16 {
+    super::kubeconfig_yaml()
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|port| port.parse().ok())
+        .expect("the test cluster's API server port")
+}
+
+/// The test cluster's admin kubeconfig, reaching the API server through
+/// `port` on 127.0.0.1 (a proxy's).
+pub fn kubeconfig_through(port: u16) -> String {
+    super::kubeconfig_yaml().replace(
+        &format!("https://127.0.0.1:{}", api_server_port()),
+        &format!("https://127.0.0.1:{port}"),
+    )
 }
 
 impl Drop for StallingProxy {
