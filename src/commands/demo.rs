@@ -55,6 +55,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
                 Some(_) => serve_conversion(&client, &set).await?,
                 None => None,
             };
+            let set = match webhook {
+                Some(_) => set,
+                None => without_conversion(set),
+            };
             install_examples(&client, &args.examples, on_node, &set).await?;
             let pods = if on_node {
                 Pods::LocalNode
@@ -68,7 +72,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
                 "kiln is running the rules in {} (Ctrl-C to stop). Look with:",
                 args.rules.display()
             );
-            print_hints(&kubectl, &kubeconfig, pods);
+            print_hints(&kubectl, &kubeconfig, pods, set.converts());
             stop.received().await;
             // Everything kiln started stops with the rules, before the local
             // control plane does: nothing is left asking a server that is gone.
@@ -177,12 +181,18 @@ async fn pods_run_on(client: &Client) -> Pods {
 
 /// The shell commands the demo suggests, each line runnable as printed
 /// (a test runs every one): two example APIs share the kind WebApp (and so
-/// the plural `webapps`), so each is named with its group.
-fn hints(kubectl: &str, kubeconfig: &str, pods: Pods) -> Vec<String> {
+/// the plural `webapps`), so each is named with its group; the one with
+/// several versions only when the demo runs it (`converting`).
+fn hints(kubectl: &str, kubeconfig: &str, pods: Pods, converting: bool) -> Vec<String> {
+    let versioned = if converting {
+        "webapps.apps.demo.kiln.dev,"
+    } else {
+        ""
+    };
     let mut lines = vec![
         format!("export KUBECONFIG={kubeconfig}"),
         format!(
-            "{kubectl} get webapps.demo.kiln.dev,webapps.apps.demo.kiln.dev,databases,applications,jobschedules -A"
+            "{kubectl} get webapps.demo.kiln.dev,{versioned}databases,applications,jobschedules -A"
         ),
         format!(
             "{kubectl} get deploy,svc,cm,statefulset,cronjob,resourcequota -A -l app.kubernetes.io/managed-by=kiln"
@@ -199,8 +209,8 @@ fn hints(kubectl: &str, kubeconfig: &str, pods: Pods) -> Vec<String> {
 }
 
 /// Prints [`hints`], indented, with what the last one is for.
-fn print_hints(kubectl: &str, kubeconfig: &str, pods: Pods) {
-    let mut lines = hints(kubectl, kubeconfig, pods);
+fn print_hints(kubectl: &str, kubeconfig: &str, pods: Pods, converting: bool) {
+    let mut lines = hints(kubectl, kubeconfig, pods, converting);
     let last = lines.pop().unwrap_or_default();
     for line in lines {
         println!("  {line}");
@@ -291,6 +301,34 @@ async fn install_examples(
     if on_node {
         objects.iter_mut().for_each(adapt_for_node);
     }
+    // The examples of an API with several versions whose rule the demo
+    // leaves out (no conversion webhook here).
+    let dropped: Vec<(String, String)> = objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .filter(|crd| {
+            crd["spec"]["versions"]
+                .as_array()
+                .is_some_and(|v| v.len() > 1)
+        })
+        .filter(|crd| {
+            !set.rules.iter().any(|r| {
+                r.api
+                    .as_ref()
+                    .is_some_and(|a| crd["metadata"]["name"] == a.name().as_str())
+            })
+        })
+        .map(|crd| {
+            let text = |p: &str| {
+                crd.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            (text("/spec/group"), text("/spec/names/kind"))
+        })
+        .collect();
+    objects.retain(|o| !left_out(o, &dropped));
     let (mut crds, rest): (Vec<Value>, Vec<Value>) = objects
         .into_iter()
         .partition(|o| o["kind"] == "CustomResourceDefinition");
@@ -329,6 +367,49 @@ const SERVED_WITHIN: Duration = Duration::from_secs(120);
 /// starts a local control plane instead (one that refuses connections
 /// answers at once).
 const ANSWER_WITHIN: Duration = Duration::from_secs(15);
+
+/// The rules the demo runs on a cluster it serves no conversion webhook
+/// for: an API with several versions would be served without conversion,
+/// and lose data, so its rules (and its examples) are left out, saying so.
+fn without_conversion(mut set: RuleSet) -> RuleSet {
+    let converting: Vec<(String, String)> = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .filter(|a| a.conversions.is_some())
+        .map(|a| (a.group.clone(), a.kind.clone()))
+        .collect();
+    set.rules.retain(|r| {
+        let gvk = &r.primary.gvk;
+        let left_out = converting.contains(&(gvk.group.clone(), gvk.kind.clone()));
+        if left_out {
+            println!(
+                "rule {} left out: {} has several versions, and the demo serves the conversion webhook only on a control plane of its own",
+                r.name, gvk
+            );
+        }
+        !left_out
+    });
+    set
+}
+
+/// Whether the demo leaves `object` out: a CRD no rule of `set` defines
+/// while a rule left out did, or an object of such a kind.
+fn left_out(object: &Value, dropped: &[(String, String)]) -> bool {
+    let (group, kind) = if object["kind"] == "CustomResourceDefinition" {
+        (
+            object["spec"]["group"].as_str().unwrap_or_default(),
+            object["spec"]["names"]["kind"].as_str().unwrap_or_default(),
+        )
+    } else {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        (group, object["kind"].as_str().unwrap_or_default())
+    };
+    dropped
+        .iter()
+        .any(|(g, k)| g.as_str() == group && k.as_str() == kind)
+}
 
 /// The image the WebApp `shop` runs on the local node: busybox's `httpd`
 /// (Debian busybox-static) serving one page on 8080, built by the node's
@@ -415,7 +496,7 @@ mod tests {
 
     #[test]
     fn the_hints_name_each_webapp_api_by_its_group_and_suit_where_pods_run() {
-        let hints = |pods| hints("kubectl", "/tmp/kc", pods);
+        let hints = |pods| hints("kubectl", "/tmp/kc", pods, true);
         let nowhere = hints(Pods::Nowhere);
         assert_eq!(nowhere[0], "export KUBECONFIG=/tmp/kc");
         assert!(nowhere.contains(&"kubectl describe webapps.demo.kiln.dev shop".to_string()));

@@ -80,9 +80,19 @@ fn source(yaml: &str) -> Source {
     }
 }
 
+/// A version of the rules source: `yaml`, beside the copy rule the
+/// loaders of these tests start with, so that an edit refused alone leaves
+/// the rest of the source as it was (rules are accepted one by one).
 fn version(yaml: &str) -> Version {
+    let mut sources = vec![source(yaml)];
+    if yaml != copy_rule() {
+        sources.push(Source {
+            file: "copies.yaml".into(),
+            text: copy_rule(),
+        });
+    }
     Version {
-        sources: vec![source(yaml)],
+        sources,
         read_errors: Vec::new(),
         generations: std::collections::BTreeMap::new(),
     }
