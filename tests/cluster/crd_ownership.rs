@@ -84,11 +84,11 @@ fn source(yaml: &str) -> Source {
 /// loaders of these tests start with, so that an edit refused alone leaves
 /// the rest of the source as it was (rules are accepted one by one).
 fn version(yaml: &str) -> Version {
-    let mut sources = vec![source(yaml)];
+    let mut sources = vec![source(&copy_rule())];
     if yaml != copy_rule() {
         sources.push(Source {
-            file: "copies.yaml".into(),
-            text: copy_rule(),
+            file: "edit.yaml".into(),
+            text: yaml.to_string(),
         });
     }
     Version {
