@@ -301,33 +301,7 @@ async fn install_examples(
     if on_node {
         objects.iter_mut().for_each(adapt_for_node);
     }
-    // The examples of an API with several versions whose rule the demo
-    // leaves out (no conversion webhook here).
-    let dropped: Vec<(String, String)> = objects
-        .iter()
-        .filter(|o| o["kind"] == "CustomResourceDefinition")
-        .filter(|crd| {
-            crd["spec"]["versions"]
-                .as_array()
-                .is_some_and(|v| v.len() > 1)
-        })
-        .filter(|crd| {
-            !set.rules.iter().any(|r| {
-                r.api
-                    .as_ref()
-                    .is_some_and(|a| crd["metadata"]["name"] == a.name().as_str())
-            })
-        })
-        .map(|crd| {
-            let text = |p: &str| {
-                crd.pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            (text("/spec/group"), text("/spec/names/kind"))
-        })
-        .collect();
+    let dropped = unrun_apis(&objects, set);
     objects.retain(|o| !left_out(o, &dropped));
     let (mut crds, rest): (Vec<Value>, Vec<Value>) = objects
         .into_iter()
@@ -391,6 +365,35 @@ fn without_conversion(mut set: RuleSet) -> RuleSet {
         !left_out
     });
     set
+}
+
+/// The (group, kind) of each CRD with several versions among `objects`
+/// that no rule of `set` defines: the demo leaves out its examples (its
+/// rule was left out for want of a conversion webhook).
+fn unrun_apis(objects: &[Value], set: &RuleSet) -> Vec<(String, String)> {
+    let defined = |crd: &Value| {
+        set.rules
+            .iter()
+            .filter_map(|r| r.api.as_ref())
+            .any(|a| crd["metadata"]["name"] == a.name().as_str())
+    };
+    objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .filter(|crd| {
+            crd["spec"]["versions"]
+                .as_array()
+                .is_some_and(|v| v.len() > 1)
+        })
+        .filter(|crd| !defined(crd))
+        .map(|crd| {
+            let text = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or_default();
+            (
+                text("/spec/group").to_string(),
+                text("/spec/names/kind").to_string(),
+            )
+        })
+        .collect()
 }
 
 /// Whether the demo leaves `object` out: a CRD no rule of `set` defines
