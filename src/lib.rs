@@ -12,6 +12,7 @@
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
+//! - [`hook`]: Metacontroller's hook request and answer JSON (pure).
 //! - [`lease`]: leader election on a Lease (client-go's algorithm).
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
@@ -28,6 +29,7 @@ pub mod api;
 pub mod controlplane;
 pub mod engine;
 pub mod gate;
+pub mod hook;
 pub mod lease;
 pub mod listener;
 pub mod metrics;

@@ -10,7 +10,7 @@ use crate::rules::{Child, Gvk, Rule};
 use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
-mod finish;
+pub(crate) mod finish;
 pub mod history;
 
 use finish::{Owner, finish_child};

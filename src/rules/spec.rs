@@ -86,6 +86,11 @@ pub struct RawSpec {
     /// What happens to the children when a primary is deleted.
     #[serde(default)]
     pub deletion: Option<RawDeletion>,
+    /// A sync and a finalize hook speaking Metacontroller's
+    /// CompositeController JSON: what the sync hook returns is applied as
+    /// the primary's children and status.
+    #[serde(default)]
+    pub hooks: Option<super::hook::RawHooks>,
 }
 
 /// A decorator: fields kiln sets on an object it does not own.

@@ -180,7 +180,7 @@ pub async fn snapshot<S: Source>(
         let Some(mut live) = by_id.remove(spec.id.as_str()) else {
             continue;
         };
-        let value = if spec.for_each.is_some() {
+        let value = if spec.for_each.is_some() || spec.from_hook {
             live.sort_by(|a, b| {
                 a["metadata"]["name"]
                     .as_str()

@@ -69,6 +69,9 @@ pub struct Observed {
     /// Where each watch looked (watch name, target): what the primary's
     /// reconcile depends on besides its children.
     pub targets: Vec<(String, super::related::Target)>,
+    /// What the rule's sync (or, while the primary goes, finalize) hook
+    /// answered (`None`: not called).
+    pub hook: Option<crate::hook::Called>,
 }
 
 impl Observed {
@@ -144,6 +147,11 @@ pub struct Plan {
     /// engine writes nothing for it, not even status; `status` is never
     /// written.
     pub suspended: bool,
+    /// The rule's hook failed or its answer is refused (why): nothing is
+    /// applied or pruned, and the engine retries with backoff.
+    pub hook_failed: Option<String>,
+    /// The finalize hook answered `finalized: true`.
+    pub finalized: bool,
 }
 
 /// What a plan does with one child.
@@ -204,6 +212,33 @@ impl Plan {
             next,
             children: Vec::new(),
             suspended: false,
+            hook_failed: None,
+            finalized: false,
+        }
+    }
+
+    /// The plan when the hook's answer cannot be applied: nothing written
+    /// but status.
+    fn hook_refused(refused: super::hooked::Refused, generation: Option<i64>) -> Self {
+        use super::hooked::Refused;
+        match refused {
+            Refused::Failed(message) => Self {
+                hook_failed: Some(message.clone()),
+                ..Self::only(
+                    unrendered(
+                        Outcome::Failed {
+                            reason: reasons::HOOK_FAILED,
+                            message,
+                        },
+                        generation,
+                    ),
+                    Next::Done,
+                )
+            },
+            Refused::NotCalled => {
+                let missing = vec!["the sync hook's answer (not called by this command)".into()];
+                Self::only(unrendered(Outcome::Waiting { missing }, generation), Next::Done)
+            }
         }
     }
 
@@ -299,10 +334,26 @@ pub fn draft(
         return Err(Box::new(plan));
     }
     match render::render_with(rule, this, &observed.inputs, scope_of) {
-        Ok(rendered) => Ok(Draft {
-            rendered,
-            generation,
-        }),
+        Ok(mut rendered) => {
+            let inputs = &observed.inputs;
+            let hooked = rule.hook.as_ref().is_some_and(|h| h.sync.is_some());
+            if (hooked || observed.hook.is_some())
+                && let Err(refused) = super::hooked::merge(
+                    rule,
+                    observed.hook.as_ref(),
+                    &inputs.primary,
+                    &inputs.observed,
+                    &mut rendered,
+                    scope_of,
+                )
+            {
+                return Err(Box::new(Plan::hook_refused(refused, generation)));
+            }
+            Ok(Draft {
+                rendered,
+                generation,
+            })
+        }
         Err(e) => {
             let reason = match e {
                 render::RenderFailure::Name { .. } => reasons::INVALID,
@@ -423,6 +474,8 @@ impl Draft {
             next,
             children,
             suspended: false,
+            hook_failed: None,
+            finalized: matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized),
         }
     }
 }
