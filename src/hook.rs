@@ -110,6 +110,13 @@ pub fn answer(body: &[u8], max: usize, children: usize) -> Result<Answer, Answer
     })
 }
 
+/// Whether a reconcile of `primary` asks `rule`'s finalize hook: the
+/// primary is being deleted and the rule has one.
+pub fn finalizing(rule: &Rule, primary: &Value) -> bool {
+    !primary["metadata"]["deletionTimestamp"].is_null()
+        && rule.hook.as_ref().is_some_and(|h| h.finalize.is_some())
+}
+
 /// Metacontroller's key of a kind: `Kind.apiVersion`.
 pub fn kind_key(gvk: &Gvk) -> String {
     format!("{}.{}", gvk.kind, gvk.api_version())

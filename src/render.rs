@@ -57,6 +57,8 @@ pub struct Inputs {
     /// The instant `now()` gives: set once per reconcile (or by
     /// `kiln render --now`); unset, each render reads the clock once.
     pub now: Option<jiff::Timestamp>,
+    /// A hook's answer recorded for `kiln test` (`None`: none given).
+    pub hook: Option<crate::hook::Called>,
 }
 
 /// Whether a kind is namespaced. The engine answers from discovery; without a

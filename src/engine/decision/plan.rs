@@ -460,13 +460,24 @@ impl Draft {
         children.extend(rest);
         let primary = &observed.inputs.primary;
         touch.extend(super::remember::update(rule, primary, &observed.children));
+        let finalized =
+            matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized);
+        let mut outcome = Outcome::Applied { not_ready, waiting };
+        let mut next = next;
+        // Finalizing: the primary waits for its hook, asked again at the
+        // rule's waiting interval (or its `resyncAfterSeconds`).
+        if crate::hook::finalizing(rule, primary) && !finalized {
+            let missing = vec!["the finalize hook to answer `finalized: true`".to_string()];
+            outcome = Outcome::Waiting { missing };
+            next = next.no_later_than(Some(rule.requeue.waiting));
+        }
         Plan {
             apply,
             reown,
             prune,
             touch,
             status: Part {
-                outcome: Outcome::Applied { not_ready, waiting },
+                outcome,
                 fields: Some(rendered.status),
                 conditions: rendered.conditions,
                 generation,
@@ -475,7 +486,7 @@ impl Draft {
             children,
             suspended: false,
             hook_failed: None,
-            finalized: matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized),
+            finalized,
         }
     }
 }

