@@ -242,7 +242,10 @@ spec:
         let body = br#"{"status": {"replicas": 1}, "children": [{"kind": "Pod"}],
             "resyncAfterSeconds": 2.5, "finalized": true, "extra": 1}"#;
         let got = answer(body, 1024, 10).unwrap();
-        assert_eq!(got.status, Some(Map::from_iter([("replicas".into(), json!(1))])));
+        assert_eq!(
+            got.status,
+            Some(Map::from_iter([("replicas".into(), json!(1))]))
+        );
         assert_eq!(got.children.len(), 1);
         assert_eq!(got.resync_after, Some(Duration::from_millis(2500)));
         assert!(got.finalized);

@@ -126,23 +126,9 @@ pub fn url_refusal(url: &str) -> Option<String> {
             "`{url}` is a template: a hook's URL is literal (the rule's author chooses where kiln sends requests, never a primary's author)"
         ));
     }
-    let uri: http::Uri = match url.parse() {
-        Ok(uri) => uri,
-        Err(e) => return Some(format!("`{url}` is not a URL: {e}")),
-    };
-    match uri.scheme_str() {
-        Some("http" | "https") => {}
-        _ => return Some(format!("`{url}` must start with `http://` or `https://`")),
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Some(format!("`{url}` names no host"));
-    }
-    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
-        return Some(format!(
-            "`{url}` carries credentials: they would be written in the rule and in logs"
-        ));
-    }
-    None
+    crate::egress::Destination::parse(url)
+        .err()
+        .map(|e| format!("`{url}`: {e}"))
 }
 
 /// A duration within `(0, max]`, or why not.
@@ -170,8 +156,9 @@ mod tests {
             ("http://{{ self.spec.host }}/sync", "is a template"),
             ("ftp://example.com/x", "must start with"),
             ("/sync", "must start with"),
-            ("http://user:pw@example.com/x", "carries credentials"),
-            ("http://exa mple.com", "is not a URL"),
+            ("http://user:pw@example.com/x", "must not hold a user"),
+            ("http://exa mple.com", "is not a host name"),
+            ("http://example.com/sync?x=1", "must not hold `?`"),
         ];
         for (url, why) in refused {
             let got = url_refusal(url).unwrap_or_default();

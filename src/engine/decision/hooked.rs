@@ -115,11 +115,7 @@ fn children(
             format!("the sync hook's child {i} has no apiVersion and kind it could be applied as")
         })?;
         let named = object["metadata"]["name"].as_str().unwrap_or_default();
-        let Some(spec) = rule
-            .children
-            .iter()
-            .find(|c| c.from_hook && c.gvk == gvk)
-        else {
+        let Some(spec) = rule.children.iter().find(|c| c.from_hook && c.gvk == gvk) else {
             return Err(format!(
                 "the sync hook returned {gvk} `{named}`, a kind spec.hooks.children does not list: kiln applies only the kinds the rule declares"
             ));

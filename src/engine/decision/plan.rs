@@ -237,7 +237,10 @@ impl Plan {
             },
             Refused::NotCalled => {
                 let missing = vec!["the sync hook's answer (not called by this command)".into()];
-                Self::only(unrendered(Outcome::Waiting { missing }, generation), Next::Done)
+                Self::only(
+                    unrendered(Outcome::Waiting { missing }, generation),
+                    Next::Done,
+                )
             }
         }
     }
@@ -462,15 +465,14 @@ impl Draft {
         touch.extend(super::remember::update(rule, primary, &observed.children));
         let finalized =
             matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized);
-        let mut outcome = Outcome::Applied { not_ready, waiting };
-        let mut next = next;
+        let (mut waiting, mut next) = (waiting, next);
         // Finalizing: the primary waits for its hook, asked again at the
         // rule's waiting interval (or its `resyncAfterSeconds`).
         if crate::hook::finalizing(rule, primary) && !finalized {
-            let missing = vec!["the finalize hook to answer `finalized: true`".to_string()];
-            outcome = Outcome::Waiting { missing };
+            waiting.push("the finalize hook to answer `finalized: true`".to_string());
             next = next.no_later_than(Some(rule.requeue.waiting));
         }
+        let outcome = Outcome::Applied { not_ready, waiting };
         Plan {
             apply,
             reown,

@@ -16,9 +16,10 @@ impl Checker<'_> {
         if raw.sync.is_none() && raw.finalize.is_none() {
             self.error(&at, "hooks names neither a `sync` nor a `finalize` hook");
         }
-        let sync = raw.sync.as_ref().and_then(|e| {
-            self.endpoint(&with("sync"), &e.url, e.timeout.as_ref())
-        });
+        let sync = raw
+            .sync
+            .as_ref()
+            .and_then(|e| self.endpoint(&with("sync"), &e.url, e.timeout.as_ref()));
         let finalize = raw.finalize.as_ref().and_then(|f| {
             let at = with("finalize");
             let endpoint = self.endpoint(&at, &f.url, f.timeout.as_ref())?;

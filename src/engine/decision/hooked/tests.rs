@@ -92,8 +92,14 @@ fn an_answer_with_one_child_kiln_may_not_place_applies_nothing() {
     let space = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "evil"}});
     let unnamed = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}});
     let cases = [
-        (vec![pod("ok", None), secret], "a kind spec.hooks.children does not list"),
-        (vec![pod("ok", None), pod("p", Some("kube-system"))], "its primary is in `team`"),
+        (
+            vec![pod("ok", None), secret],
+            "a kind spec.hooks.children does not list",
+        ),
+        (
+            vec![pod("ok", None), pod("p", Some("kube-system"))],
+            "its primary is in `team`",
+        ),
         (vec![space], "cluster-scoped"),
         (vec![pod("p", None), pod("p", None)], "twice"),
         (vec![unnamed], "metadata.name is missing"),

@@ -65,15 +65,30 @@ impl RuleController {
         }
     }
 
-    /// POSTs `request` to the hook: the answer's body (2xx only).
-    async fn post(&self, _endpoint: &Endpoint, _request: &Value) -> Result<Vec<u8>, String> {
-        Err("no egress client".to_string())
+    /// POSTs `request` to the hook through kiln's guarded egress client:
+    /// the answer's body (2xx only, within the limit and the timeout).
+    async fn post(&self, endpoint: &Endpoint, request: &Value) -> Result<Vec<u8>, String> {
+        use crate::egress::{Destination, Limits, Method, Request};
+        let destination = Destination::parse(&endpoint.url).map_err(|e| e.to_string())?;
+        let mut sent = Request::new(Method::Post, std::sync::Arc::new(destination));
+        sent.body = Some(request.clone());
+        sent.limits = Limits::bounded(endpoint.timeout, spec::MAX_BODY as u64);
+        let started = std::time::Instant::now();
+        let answer = self.shared.options.egress.send(&sent).await;
+        let result = answer.as_ref().map_or_else(|e| e.class(), |_| "ok");
+        let m = &self.shared.metrics;
+        m.hook_called(&self.rule.name, result, started.elapsed());
+        answer.map(|r| r.body.to_vec()).map_err(|e| e.to_string())
     }
 
     /// A primary holding the rule's finalizer is going: its finalize hook
     /// first (until it answers `finalized: true`, or the rule's
     /// `giveUpAfter` has passed since the deletion), then the teardown.
-    pub(super) async fn finalize(&self, key: &ObjKey, obj: &DynamicObject) -> Result<Next, Failure> {
+    pub(super) async fn finalize(
+        &self,
+        key: &ObjKey,
+        obj: &DynamicObject,
+    ) -> Result<Next, Failure> {
         let Some(finalize) = self.rule.hook.as_ref().and_then(|h| h.finalize.as_ref()) else {
             return self.tear_down(obj).await;
         };
@@ -85,7 +100,8 @@ impl RuleController {
                 "the finalize hook at {} did not answer `finalized: true` within {:?} of the deletion (spec.hooks.finalize.giveUpAfter): kiln lets the primary go without it",
                 finalize.endpoint.url, finalize.give_up_after
             );
-            self.report(obj, EventType::Warning, GAVE_UP, &message).await;
+            self.report(obj, EventType::Warning, GAVE_UP, &message)
+                .await;
         } else {
             let (next, finalized) = self.sync(key, obj).await?;
             if !finalized {

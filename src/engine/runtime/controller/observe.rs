@@ -87,10 +87,7 @@ impl Source for Caches<'_> {
         // Not asked before the read (what it saw then did not call for
         // it): the change that completed the snapshot queues the primary
         // again, and that reconcile asks.
-        Ok(self
-            .hook
-            .clone()
-            .unwrap_or(crate::hook::Called::NotCalled))
+        Ok(self.hook.clone().unwrap_or(crate::hook::Called::NotCalled))
     }
 }
 
@@ -252,9 +249,26 @@ pub(super) fn stranger(found: &DynamicObject, rule: &str, primary_uid: &str) -> 
 }
 
 /// The rule's status field names and condition types.
-pub(super) fn status_names(rule: &Rule) -> (Vec<&str>, Vec<&str>) {
+pub(super) fn status_names<'a>(
+    rule: &'a Rule,
+    owned: &'a [String],
+    others: &[&str],
+) -> (Vec<&'a str>, Vec<&'a str>) {
+    let mut fields: Vec<&str> = rule.status_fields.iter().map(|(n, _)| n.as_str()).collect();
+    // A sync hook's fields are what it answers: those kiln wrote before
+    // (and no other rule names) are its, so a hook that fails leaves them
+    // as they are instead of taking them away.
+    if rule.hook.as_ref().is_some_and(|h| h.sync.is_some()) {
+        let engine = ["observedGeneration", "conditions"];
+        fields.extend(
+            owned
+                .iter()
+                .map(String::as_str)
+                .filter(|k| !engine.contains(k) && !others.contains(k)),
+        );
+    }
     (
-        rule.status_fields.iter().map(|(n, _)| n.as_str()).collect(),
+        fields,
         rule.conditions.iter().map(|c| c.type_.as_str()).collect(),
     )
 }
