@@ -16,6 +16,9 @@ use serde_json::{Map, Value, json};
 
 use crate::rules::{Gvk, Rule};
 
+/// The soonest a hook's `resyncAfterSeconds` brings a primary back.
+const MIN_RESYNC: f64 = 1.0;
+
 /// What a hook answered, read.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Answer {
@@ -97,11 +100,12 @@ pub fn answer(body: &[u8], max: usize, children: usize) -> Result<Answer, Answer
         });
     }
     // Seconds as Metacontroller reads them: positive and finite, else none;
-    // more than a day is a day.
+    // at least one (a hook asking again at once would call itself in a
+    // loop) and at most a day.
     let resync_after = wire
         .resync_after_seconds
         .filter(|s| s.is_finite() && *s > 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
+        .map(|s| Duration::from_secs_f64(s.clamp(MIN_RESYNC, 86_400.0)));
     Ok(Answer {
         status: wire.status,
         children: returned,
@@ -249,6 +253,12 @@ spec:
         assert_eq!(got.children.len(), 1);
         assert_eq!(got.resync_after, Some(Duration::from_millis(2500)));
         assert!(got.finalized);
+        let soon = answer(br#"{"resyncAfterSeconds": 0.001}"#, 1024, 10).unwrap();
+        assert_eq!(
+            soon.resync_after,
+            Some(Duration::from_secs(1)),
+            "no hot loop"
+        );
         // Metacontroller's nulls and zero: nothing.
         let none = answer(br#"{"children": null, "resyncAfterSeconds": 0}"#, 1024, 10).unwrap();
         assert_eq!(none, Answer::default());

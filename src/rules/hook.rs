@@ -5,11 +5,6 @@
 
 use std::time::Duration;
 
-use schemars::JsonSchema;
-use serde::Deserialize;
-
-use super::spec::{DeletionPolicy, DurationText};
-
 /// Default time a hook has to answer (Metacontroller's).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest `timeout` a rule may set: a worker waits this long at most.
@@ -22,73 +17,6 @@ pub const MAX_GIVE_UP_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const MAX_BODY: usize = 900 * 1024;
 /// Most children one answer may hold.
 pub const MAX_CHILDREN: usize = crate::render::MAX_FOR_EACH;
-
-/// `spec.hooks` as written.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawHooks {
-    /// Called on every reconcile with Metacontroller's sync request
-    /// (`controller`, `parent`, `children`, `related`, `finalizing`); its
-    /// answer (`status`, `children`, `resyncAfterSeconds`) is what kiln
-    /// applies for the primary.
-    #[serde(default)]
-    pub sync: Option<RawEndpoint>,
-    /// Called while a primary is being deleted (`finalizing: true`), until it
-    /// answers `finalized: true`: kiln holds a finalizer on the primary
-    /// until then, or until `giveUpAfter`.
-    #[serde(default)]
-    pub finalize: Option<RawFinalize>,
-    /// The kinds the hook may return, each under an id of its own (the id
-    /// kiln marks those children with). An answer holding any other kind
-    /// is refused whole.
-    #[serde(default)]
-    pub children: Vec<RawHookChild>,
-}
-
-/// Where a hook is, as written.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawEndpoint {
-    /// The hook's URL, literal (`http://` or `https://`): kiln POSTs the
-    /// request there.
-    pub url: String,
-    /// How long kiln waits for the answer (default `10s`, at most `60s`).
-    #[serde(default)]
-    pub timeout: Option<DurationText>,
-}
-
-/// The finalize hook, as written.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawFinalize {
-    /// The hook's URL, literal (`http://` or `https://`).
-    pub url: String,
-    /// How long kiln waits for one answer (default `10s`, at most `60s`).
-    #[serde(default)]
-    pub timeout: Option<DurationText>,
-    /// How long after the primary's deletion kiln keeps calling (default
-    /// `1h`, at most `168h`); then it gives up, says so in a Warning Event,
-    /// and lets go of its finalizer.
-    #[serde(default)]
-    pub give_up_after: Option<DurationText>,
-}
-
-/// A kind the hook may return.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawHookChild {
-    /// The id kiln marks these children with; unique among the rule's
-    /// children.
-    pub id: String,
-    /// `group/version` of the kind.
-    pub api_version: String,
-    /// The kind.
-    pub kind: String,
-    /// `Delete` (default): owned by the primary, pruned when the hook stops
-    /// returning it. `Orphan`: left behind.
-    #[serde(default)]
-    pub deletion_policy: DeletionPolicy,
-}
 
 /// A hook's address and time limit, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +91,62 @@ mod tests {
         for (url, why) in refused {
             let got = url_refusal(url).unwrap_or_default();
             assert!(got.contains(why), "{url}: {got}");
+        }
+    }
+
+    /// The diagnostics of a rule with `hooks` (indented under `spec`).
+    fn refused(hooks: &str) -> String {
+        let text = format!(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: h}}\nspec:\n  for: {{apiVersion: example.com/v1, kind: HelloWorld}}\n  children:\n    - id: pods\n      template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: x}}}}\n{hooks}"
+        );
+        let source = crate::rules::load::Source {
+            file: "rule.yaml".into(),
+            text,
+        };
+        match crate::rules::load_sources(vec![source]) {
+            Ok(_) => String::new(),
+            Err(d) => d
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    #[test]
+    fn a_rule_s_hooks_are_checked_when_it_loads() {
+        let ok = "  hooks:\n    sync: {url: 'http://h.example/sync'}\n    children: [{id: made, apiVersion: v1, kind: Pod}]\n";
+        assert_eq!(refused(ok), "");
+        let cases = [
+            ("  hooks: {}\n", "neither a `sync` nor a `finalize`"),
+            (
+                "  hooks:\n    sync: {url: 'http://{{ self.spec.h }}/x'}\n    children: [{id: a, apiVersion: v1, kind: Pod}]\n",
+                "is a template",
+            ),
+            (
+                "  hooks:\n    sync: {url: 'http://h/x'}\n",
+                "needs the kinds it may return",
+            ),
+            (
+                "  hooks:\n    sync: {url: 'http://h/x', timeout: 5m}\n    children: [{id: a, apiVersion: v1, kind: Pod}]\n",
+                "at most 60s",
+            ),
+            (
+                "  hooks:\n    finalize: {url: 'http://h/x', giveUpAfter: 0s}\n",
+                "longer than 0",
+            ),
+            (
+                "  hooks:\n    sync: {url: 'http://h/x'}\n    children: [{id: pods, apiVersion: v1, kind: Pod}]\n",
+                "duplicate child id `pods`",
+            ),
+            (
+                "  hooks:\n    sync: {url: 'http://h/x'}\n    children: [{id: a, apiVersion: v1, kind: Pod}, {id: b, apiVersion: v1, kind: Pod}]\n",
+                "listed twice",
+            ),
+        ];
+        for (hooks, why) in cases {
+            let got = refused(hooks);
+            assert!(got.contains(why), "{hooks}: {got}");
         }
     }
 

@@ -463,15 +463,7 @@ impl Draft {
         children.extend(rest);
         let primary = &observed.inputs.primary;
         touch.extend(super::remember::update(rule, primary, &observed.children));
-        let finalized =
-            matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized);
-        let (mut waiting, mut next) = (waiting, next);
-        // Finalizing: the primary waits for its hook, asked again at the
-        // rule's waiting interval (or its `resyncAfterSeconds`).
-        if crate::hook::finalizing(rule, primary) && !finalized {
-            waiting.push("the finalize hook to answer `finalized: true`".to_string());
-            next = next.no_later_than(Some(rule.requeue.waiting));
-        }
+        let (finalized, waiting, next) = finalizing(rule, observed, waiting, next);
         let outcome = Outcome::Applied { not_ready, waiting };
         Plan {
             apply,
@@ -491,6 +483,27 @@ impl Draft {
             finalized,
         }
     }
+}
+
+/// Whether the finalize hook answered `finalized: true`; until it does,
+/// the primary waits for it (also in its status), asked again at the
+/// rule's waiting interval (or its `resyncAfterSeconds`).
+fn finalizing(
+    rule: &Rule,
+    observed: &Observed,
+    mut waiting: Vec<String>,
+    next: Next,
+) -> (bool, Vec<String>, Next) {
+    let finalized = matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized);
+    if !crate::hook::finalizing(rule, &observed.inputs.primary) || finalized {
+        return (finalized, waiting, next);
+    }
+    waiting.push("the finalize hook to answer `finalized: true`".to_string());
+    (
+        false,
+        waiting,
+        next.no_later_than(Some(rule.requeue.waiting)),
+    )
 }
 
 /// The live children to delete: no longer rendered, and neither orphaned,
