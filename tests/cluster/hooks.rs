@@ -338,3 +338,36 @@ async fn the_finalize_hook_runs_before_the_finalizer_is_released() {
     .await;
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_whose_every_answer_differs_is_asked_at_most_once_a_second() {
+    // Each answer stamps its own call number on the Pod: every apply's echo
+    // would ask again, at once, for ever.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let server = HookServer::start(move |_, request| {
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        let mut answer = hello_world(request);
+        answer["children"][0]["metadata"]["annotations"] = json!({"call": n.to_string()});
+        Reply::json(&answer)
+    })
+    .await;
+    let scene = Scene::new("hook-loop")
+        .await
+        .with_crds("examples/ported/hello-hook")
+        .await
+        .allowing_loopback()
+        .running(&[rule(&server)])
+        .await;
+    hello(&scene, "greeter").await;
+    scene
+        .until("the hook's Pod", ("v1", "Pod", "greeter"), |_| true)
+        .await;
+    let before = calls.load(Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let asked = calls.load(Ordering::SeqCst) - before;
+    let bound = started.elapsed().as_secs() as usize + 2;
+    assert!(asked <= bound, "{asked} calls in 6 s: at most one a second");
+    scene.end().await;
+}

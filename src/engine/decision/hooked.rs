@@ -130,6 +130,13 @@ fn children(
             for field in SERVER_METADATA {
                 meta.remove(*field);
             }
+            // kiln's marks are kiln's to write: a hook's copy (another
+            // primary's uid, another rule) is not kept.
+            for map in ["labels", "annotations"] {
+                if let Some(Value::Object(m)) = meta.get_mut(map) {
+                    m.retain(|k, _| !is_kilns(k));
+                }
+            }
         }
         if let Some(o) = object.as_object_mut() {
             o.remove("status");
@@ -148,6 +155,13 @@ fn children(
         out.push(child);
     }
     Ok(out)
+}
+
+/// Whether a label or annotation key is one of kiln's (`kiln.dev/...`,
+/// `<rule>.kiln.dev/...`).
+fn is_kilns(key: &str) -> bool {
+    key.split_once('/')
+        .is_some_and(|(prefix, _)| prefix == "kiln.dev" || prefix.ends_with(".kiln.dev"))
 }
 
 /// The kind an object names (`apiVersion`, `kind`).

@@ -92,6 +92,8 @@ pub struct RuleController {
     states: Mutex<HashMap<ObjKey, PrimaryState>>,
     /// Which primary decorates which related object.
     claims: Mutex<Claims>,
+    /// When each primary's hook was last asked (rules with hooks only).
+    asked: Mutex<HashMap<ObjKey, std::time::Instant>>,
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
 }
 
@@ -133,6 +135,7 @@ impl RuleController {
             states: Mutex::default(),
             claims: Mutex::default(),
             subscriptions: Mutex::default(),
+            asked: Mutex::default(),
         });
         let weak = Arc::downgrade(&this);
         let mut subs = Vec::new();
@@ -334,6 +337,9 @@ impl RuleController {
     /// Observes, asks the rule's hook, plans and carries the plan out;
     /// with whether the finalize hook answered `finalized: true`.
     async fn sync(&self, key: &ObjKey, obj: &DynamicObject) -> Result<(Next, bool), Failure> {
+        if let Some(wait) = self.too_soon(key) {
+            return Ok((Next::After(wait), false));
+        }
         let primary = serde_json::to_value(obj)
             .map_err(|e| Failure::new(Category::Transient, e.to_string()))?;
         // Converted for templates once, for the watch references and the render.

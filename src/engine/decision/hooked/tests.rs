@@ -29,7 +29,9 @@ fn primary() -> serde_json::Value {
 
 fn pod(name: &str, namespace: Option<&str>) -> serde_json::Value {
     let mut p = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "uid": "theirs", "resourceVersion": "9"},
+        "metadata": {"name": name, "uid": "theirs", "resourceVersion": "9",
+            "labels": {"app": "hello", "kiln.dev/owner-uid": "someone-else"},
+            "annotations": {"kiln.dev/primary-uid": "someone-else", "other.kiln.dev/x": "y"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
         "status": {"phase": "Running"}});
     if let Some(ns) = namespace {
@@ -75,6 +77,14 @@ fn a_hook_s_children_are_applied_as_the_rule_s_own_marked_and_placed() {
     assert_eq!(meta["ownerReferences"][0]["uid"], json!("u1"));
     assert_eq!(meta["labels"]["kiln.dev/child"], json!("pods"));
     assert!(meta.get("uid").is_none() && meta.get("resourceVersion").is_none());
+    // A hook's copy of kiln's marks is dropped; its own labels stay.
+    assert_eq!(meta["labels"]["app"], json!("hello"));
+    assert!(meta["labels"].get("kiln.dev/owner-uid").is_none());
+    let annotations = meta["annotations"].as_object().unwrap();
+    assert!(
+        annotations.keys().all(|k| k == "kiln.dev/applied"),
+        "{annotations:?}"
+    );
     assert!(child.object.get("status").is_none());
     assert_eq!(plan.children[0].verdict, Verdict::Create);
     // The hook's status joins the rule's fields; the rule's and the

@@ -14,7 +14,20 @@ use crate::rules::hook::{self as spec, Endpoint};
 /// The Event reason of a finalize hook kiln stopped calling.
 const GAVE_UP: &str = "FinalizeHookGaveUp";
 
+/// The least time between two calls of one primary's hook: a hook whose
+/// every answer differs (a timestamp in a child) makes each apply's echo
+/// ask it again; this bounds that loop to one call a second.
+const SPACING: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl RuleController {
+    /// How long until the primary's hook may be asked again, when it was
+    /// asked less than [`SPACING`] ago.
+    pub(super) fn too_soon(&self, key: &ObjKey) -> Option<std::time::Duration> {
+        self.rule.hook.as_ref()?;
+        let last = *lock(&self.asked).get(key)?;
+        SPACING.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+    }
+
     /// What the rule's hook answers for `obj`, when this reconcile asks it
     /// (the snapshot read from the caches is complete); `None` otherwise.
     pub(super) async fn call_hook(
@@ -26,6 +39,7 @@ impl RuleController {
         self.rule.hook.as_ref()?;
         let asked = crate::template::limits::render_stack(|| self.hook_request(obj, primary, this));
         let (endpoint, request) = asked?;
+        lock(&self.asked).insert(ObjKey::of(obj), std::time::Instant::now());
         Some(self.ask(&endpoint, &request).await)
     }
 
