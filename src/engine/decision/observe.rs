@@ -160,7 +160,7 @@ pub async fn read<S: Source>(
 /// The hook a reconcile calls and its request, once the snapshot is
 /// complete (no cache blind, no required object missing: a hook is never
 /// asked about what kiln cannot see): the finalize hook while the primary
-/// goes, else the sync hook.
+/// goes (none without one), else the sync hook.
 pub(crate) fn hook_request<'r>(
     rule: &'r Rule,
     observed: &Observed,
@@ -170,7 +170,7 @@ pub(crate) fn hook_request<'r>(
     }
     let hook = rule.hook.as_ref()?;
     let inputs = &observed.inputs;
-    let finalizing = crate::hook::finalizing(rule, &inputs.primary);
+    let finalizing = !inputs.primary["metadata"]["deletionTimestamp"].is_null();
     let endpoint = if finalizing {
         &hook.finalize.as_ref()?.endpoint
     } else {

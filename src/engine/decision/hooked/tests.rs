@@ -188,3 +188,37 @@ fn a_child_the_hook_stops_returning_is_pruned_and_resync_is_honoured() {
         plan::Next::After(std::time::Duration::from_secs(7))
     );
 }
+
+#[test]
+fn a_hook_is_not_asked_about_what_kiln_cannot_see() {
+    use super::super::observe::hook_request;
+    use super::super::plan::Blind;
+    let rule = one_rule(RULE);
+    let complete = Observed {
+        inputs: Inputs {
+            primary: primary(),
+            ..Inputs::default()
+        },
+        ..Observed::default()
+    };
+    let (endpoint, request) = hook_request(&rule, &complete).expect("asked");
+    assert_eq!(endpoint.url, "http://127.0.0.1:9/sync");
+    assert_eq!(request["finalizing"], json!(false));
+    let blind = Observed {
+        blind: vec![Blind::Unsynced("v1/Pod".into())],
+        ..complete.clone()
+    };
+    assert!(hook_request(&rule, &blind).is_none(), "a cache not synced");
+    let missing = Observed {
+        missing: vec!["related.settings".into()],
+        ..complete.clone()
+    };
+    assert!(
+        hook_request(&rule, &missing).is_none(),
+        "a required object missing"
+    );
+    // Going, without a finalize hook: nothing to ask.
+    let mut going = complete;
+    going.inputs.primary["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    assert!(hook_request(&rule, &going).is_none());
+}
