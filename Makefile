@@ -21,7 +21,7 @@ run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's 
 	$(TARGET_DIR)/debug/kiln demo
 
 test: lint docs chart controlplane node ## Lints, the book, the chart, unit tests and integration tests against a real local control plane (and, as root, its node)
-	$(CARGO) test --locked
+	$(CARGO) test --locked --no-fail-fast
 
 docs: ## The book (docs/) with mdBook, into docs/book/ (mdBook installed from crates.io, cached)
 	@mdbook="$$(bash tests/tools/mdbook.sh)" && "$$mdbook" build docs
