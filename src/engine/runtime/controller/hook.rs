@@ -61,7 +61,7 @@ impl RuleController {
             ..render::Inputs::default()
         };
         let read = observe::snapshot(&source, &self.rule, this, inputs);
-        let snapshot: Result<_, Infallible> = observe::at_once(read)?;
+        let snapshot: Result<_, Infallible> = futures::FutureExt::now_or_never(read)?;
         let observed = snapshot.ok()?.ok()?;
         let (endpoint, request) = observe::hook_request(&self.rule, &observed)?;
         Some((endpoint.clone(), request))
