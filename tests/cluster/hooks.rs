@@ -53,6 +53,18 @@ fn rule(server: &HookServer) -> Arc<kiln::rules::Rule> {
     rule_from_yaml(&text)
 }
 
+/// A namespace with the HelloWorld CRD and an engine running `rule`,
+/// allowed to reach the test's hook on loopback.
+async fn hook_scene(prefix: &str, rule: Arc<kiln::rules::Rule>) -> Scene {
+    Scene::new(prefix)
+        .await
+        .with_crds("examples/ported/hello-hook")
+        .await
+        .allowing_loopback()
+        .running(&[rule])
+        .await
+}
+
 async fn hello(scene: &Scene, name: &str) {
     scene
         .apply(
@@ -65,13 +77,7 @@ async fn hello(scene: &Scene, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_metacontroller_hello_world_hook_runs_unchanged() {
     let server = HookServer::start(|_, request| Reply::json(&hello_world(request))).await;
-    let scene = Scene::new("hook-hello")
-        .await
-        .with_crds("examples/ported/hello-hook")
-        .await
-        .allowing_loopback()
-        .running(&[rule(&server)])
-        .await;
+    let scene = hook_scene("hook-hello", rule(&server)).await;
     hello(&scene, "greeter").await;
 
     let pod = scene
@@ -176,13 +182,7 @@ async fn a_failed_hook_applies_nothing_and_says_why() {
     let text = rule_from_yaml(&format!(
         "{text}  requeue:\n    onError: {{initial: 1s, max: 2s}}\n"
     ));
-    let scene = Scene::new("hook-failed")
-        .await
-        .with_crds("examples/ported/hello-hook")
-        .await
-        .allowing_loopback()
-        .running(&[text])
-        .await;
+    let scene = hook_scene("hook-failed", text).await;
     hello(&scene, "greeter").await;
     let pod = scene
         .until("the hook's Pod", ("v1", "Pod", "greeter"), |_| true)
@@ -263,13 +263,7 @@ async fn the_finalize_hook_runs_before_the_finalizer_is_released() {
             "      timeout: 10s\n",
             &format!("      timeout: 10s\n{finalize}"),
         );
-    let scene = Scene::new("hook-finalize")
-        .await
-        .with_crds("examples/ported/hello-hook")
-        .await
-        .allowing_loopback()
-        .running(&[rule_from_yaml(&text)])
-        .await;
+    let scene = hook_scene("hook-finalize", rule_from_yaml(&text)).await;
     hello(&scene, "greeter").await;
     scene
         .until("the hook's Pod", ("v1", "Pod", "greeter"), |_| true)
@@ -352,13 +346,7 @@ async fn a_hook_whose_every_answer_differs_is_asked_at_most_once_a_second() {
         Reply::json(&answer)
     })
     .await;
-    let scene = Scene::new("hook-loop")
-        .await
-        .with_crds("examples/ported/hello-hook")
-        .await
-        .allowing_loopback()
-        .running(&[rule(&server)])
-        .await;
+    let scene = hook_scene("hook-loop", rule(&server)).await;
     hello(&scene, "greeter").await;
     scene
         .until("the hook's Pod", ("v1", "Pod", "greeter"), |_| true)
