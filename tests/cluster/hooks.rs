@@ -359,3 +359,31 @@ async fn a_hook_whose_every_answer_differs_is_asked_at_most_once_a_second() {
     assert!(asked <= bound, "{asked} calls in 6 s: at most one a second");
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_on_loopback_is_refused_without_the_test_only_setting() {
+    let server = HookServer::start(|_, request| Reply::json(&hello_world(request))).await;
+    // No `allowing_loopback`: the engine's egress client as `kiln run` has it.
+    let scene = Scene::new("hook-loopback")
+        .await
+        .with_crds("examples/ported/hello-hook")
+        .await
+        .running(&[rule(&server)])
+        .await;
+    hello(&scene, "greeter").await;
+    let refused = scene
+        .until("HookFailed: refused", (HELLO.0, HELLO.1, "greeter"), |h| {
+            condition(h, "Reconciled")["reason"] == "HookFailed"
+        })
+        .await;
+    let message = condition(&refused, "Reconciled")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("refused"), "{message}");
+    assert!(
+        server.requests("/sync").is_empty(),
+        "nothing reached the hook"
+    );
+    assert!(scene.get("v1", "Pod", "greeter").await.is_none());
+    scene.end().await;
+}
