@@ -387,3 +387,59 @@ async fn a_hook_on_loopback_is_refused_without_the_test_only_setting() {
     assert!(scene.get("v1", "Pod", "greeter").await.is_none());
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_does_not_answer_holds_only_its_own_rule() {
+    // `/slow` answers only once the test lets it: until then each call
+    // outlasts the rule's 20 s timeout, and is asked again after it.
+    let released = Arc::new(AtomicBool::new(false));
+    let r = released.clone();
+    let server = HookServer::start(move |path, request| {
+        let mut reply = Reply::json(&hello_world(request));
+        if path == "/slow" && !r.load(Ordering::SeqCst) {
+            reply.delay = Duration::from_secs(120);
+        }
+        reply
+    })
+    .await;
+    let text = |name: &str, path: &str, slow: bool| {
+        let path_of = support::repo_root().join("examples/ported/hello-hook/rule.yaml");
+        let text = std::fs::read_to_string(path_of)
+            .unwrap()
+            .replace("name: hello-world", &format!("name: {name}"))
+            .replace("http://hello-world.hooks.svc/sync", &server.url(path))
+            .replace("timeout: 10s", "timeout: 20s")
+            .replace(
+                "kind: HelloWorld}",
+                &format!("kind: HelloWorld, selector: {{matchLabels: {{slow: '{slow}'}}}}}}"),
+            );
+        rule_from_yaml(&text)
+    };
+    let scene = Scene::new("hook-starve")
+        .await
+        .with_crds("examples/ported/hello-hook")
+        .await
+        .allowing_loopback()
+        .running(&[text("stuck", "/slow", true), text("quick", "/sync", false)])
+        .await;
+    for (name, slow) in [("s1", true), ("s2", true), ("s3", true), ("f1", false)] {
+        scene
+            .apply(json!({"apiVersion": HELLO.0, "kind": HELLO.1,
+                "metadata": {"name": name, "labels": {"slow": slow.to_string()}},
+                "spec": {"who": name}}))
+            .await;
+    }
+    // The other rule's primary is served while every worker of the stuck
+    // rule waits on its hook.
+    scene.until("f1's Pod", ("v1", "Pod", "f1"), |_| true).await;
+    assert!(
+        !server.requests("/slow").is_empty(),
+        "the stuck hook was asked"
+    );
+    assert!(scene.get("v1", "Pod", "s1").await.is_none());
+    released.store(true, Ordering::SeqCst);
+    for name in ["s1", "s2", "s3"] {
+        scene.until(name, ("v1", "Pod", name), |_| true).await;
+    }
+    scene.end().await;
+}
