@@ -219,7 +219,7 @@ impl Plan {
 
     /// The plan when the hook's answer cannot be applied: nothing written
     /// but status.
-    fn hook_refused(refused: super::hooked::Refused, generation: Option<i64>) -> Self {
+    fn hook_refused(refused: super::hooked::Refused, rule: &Rule, generation: Option<i64>) -> Self {
         use super::hooked::Refused;
         match refused {
             Refused::Failed(message) => Self {
@@ -235,12 +235,12 @@ impl Plan {
                     Next::Done,
                 )
             },
+            // Not asked (a command that calls no hook; or the engine's
+            // snapshot was completed between its two reads): looked at
+            // again shortly.
             Refused::NotCalled => {
-                let missing = vec!["the sync hook's answer (not called by this command)".into()];
-                Self::only(
-                    unrendered(Outcome::Waiting { missing }, generation),
-                    Next::Done,
-                )
+                let missing = vec!["the sync hook's answer (not asked here)".into()];
+                Self::waits(rule, Outcome::Waiting { missing }, generation)
             }
         }
     }
@@ -350,7 +350,7 @@ pub fn draft(
                     scope_of,
                 )
             {
-                return Err(Box::new(Plan::hook_refused(refused, generation)));
+                return Err(Box::new(Plan::hook_refused(refused, rule, generation)));
             }
             Ok(Draft {
                 rendered,
