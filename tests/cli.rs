@@ -314,6 +314,45 @@ fn render_applies_the_defaults_of_a_rule_defined_api() {
 }
 
 #[test]
+fn render_reads_a_primary_given_at_another_version_through_the_rules_conversions() {
+    let out = kiln_in_repo(&[
+        "render",
+        "--rules",
+        "rules/webapp-api.yaml",
+        "--object",
+        "examples/webapp-api/webapp-v1alpha1.yaml",
+    ]);
+    assert!(
+        out.contains("reads examples/webapp-api/webapp-v1alpha1.yaml at apps.demo.kiln.dev/v1"),
+        "{out}"
+    );
+    // v1alpha1's `nginx:1.27`, split into v1's repository and tag and
+    // joined again by the rule's `vars.image`.
+    assert!(out.contains("image: nginx:1.27\n"), "{out}");
+    assert!(out.contains("containerPort: 80\n"), "{out}");
+    // A version the API does not have is named with those it has.
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = dir.path().join("v2.yaml");
+    std::fs::write(
+        &v2,
+        "apiVersion: apps.demo.kiln.dev/v2\nkind: WebApp\nmetadata: {name: x, namespace: default}\nspec: {}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = kiln(&[
+        "render",
+        "--rules",
+        "rules/webapp-api.yaml",
+        "--object",
+        v2.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("webapps.apps.demo.kiln.dev has no version `v2` (versions: v1alpha1, v1)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn render_applies_the_defaults_of_a_crd_given() {
     let args = [
         "render",

@@ -14,32 +14,49 @@ use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{Gvk, Rule, RuleSet, Watch};
 use serde_json::Value;
 
-/// The rules whose primary kind is the object's (only `only`, if given).
+/// The rules whose primary kind is the object's, at any version (only
+/// `only`, if given): each reads it at its own version ([`read_by`]).
 pub fn matching<'a>(set: &'a RuleSet, primary: &Value, only: Option<&str>) -> Vec<&'a Rule> {
     let api_version = primary["apiVersion"].as_str().unwrap_or_default();
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let kind = primary["kind"].as_str().unwrap_or_default();
     set.rules
         .iter()
         .map(AsRef::as_ref)
         .filter(|r| only.is_none_or(|n| r.name == n))
-        .filter(|r| r.primary.gvk.api_version() == api_version && r.primary.gvk.kind == kind)
+        .filter(|r| r.primary.gvk.group == group && r.primary.gvk.kind == kind)
         .collect()
 }
 
-/// Fills in the defaults of the primary's schema, as the API server does
-/// before anyone reads the object: a rule that defines its API uses its
-/// own, otherwise the CRDs given.
-pub fn apply_defaults(matching: &[&Rule], crds: &[Value], primary: &mut Value) {
-    let schema = matching.iter().find_map(|r| {
-        let gvk = &r.primary.gvk;
-        match &r.api {
-            Some(api) => api.schema(&gvk.version).cloned(),
-            None => kiln::api::rule::schema_among(crds, &gvk.group, &gvk.version, &gvk.kind)
-                .map(|(_, schema)| schema.clone()),
+/// The primary as `rule` reads it, as the API server serves it: at the
+/// rule's version (converted from the version it is given at through the
+/// API's own conversions, or a CRD's `strategy: None`), with the schema's
+/// defaults filled in, as the API server fills them before anyone reads
+/// the object. The schema is the API's of the rule that defines it,
+/// otherwise the CRDs given.
+pub fn read_by(set: &RuleSet, rule: &Rule, crds: &[Value], given: &Value) -> Result<Value, String> {
+    let gvk = &rule.primary.gvk;
+    let defined = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .find(|a| a.group == gvk.group && a.kind == gvk.kind);
+    let crd = match defined {
+        Some(api) => Some((&api.crd, api.conversions.as_deref())),
+        None => primary_crd_among(gvk, crds).map(|c| (c, None)),
+    };
+    match crd {
+        Some((crd, conversions)) => {
+            kiln::api::served_at::served_at(crd, conversions, given, &gvk.version)
+                .map_err(|e| e.to_string())
         }
-    });
-    if let Some(schema) = schema {
-        kiln::api::defaults::apply(&schema, primary);
+        None if given["apiVersion"] == gvk.api_version().as_str() => Ok(given.clone()),
+        None => Err(format!(
+            "rule `{}` reads {} at {}: give its CustomResourceDefinition (--crd FILE, or `crds:` in a test file) to convert it as the API server does",
+            rule.name,
+            given["apiVersion"].as_str().unwrap_or_default(),
+            gvk.api_version()
+        )),
     }
 }
 
@@ -262,7 +279,11 @@ fn primary_crd<'a>(rule: &'a Rule, crds: &'a [Value]) -> Option<&'a Value> {
     if let Some(api) = &rule.api {
         return Some(&api.crd);
     }
-    let gvk = &rule.primary.gvk;
+    primary_crd_among(&rule.primary.gvk, crds)
+}
+
+/// The CustomResourceDefinition of `gvk`'s kind among the CRDs given.
+fn primary_crd_among<'a>(gvk: &Gvk, crds: &'a [Value]) -> Option<&'a Value> {
     crds.iter()
         .filter(|c| c["kind"] == "CustomResourceDefinition")
         .find(|c| c["spec"]["group"] == gvk.group && c["spec"]["names"]["kind"] == gvk.kind)

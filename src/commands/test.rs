@@ -236,8 +236,8 @@ fn run_case(
     dir: &Path,
     case: &Case,
 ) -> anyhow::Result<Got> {
-    let mut primary = primary_of(case, dir)?;
-    let matching = offline::matching(set, &primary, case.rule.as_deref());
+    let given = primary_of(case, dir)?;
+    let matching = offline::matching(set, &given, case.rule.as_deref());
     if matching.is_empty() {
         bail!(
             "no rule{} takes {}/{}",
@@ -245,34 +245,43 @@ fn run_case(
                 .as_ref()
                 .map(|r| format!(" named `{r}`"))
                 .unwrap_or_default(),
-            primary["apiVersion"].as_str().unwrap_or_default(),
-            primary["kind"].as_str().unwrap_or_default()
+            given["apiVersion"].as_str().unwrap_or_default(),
+            given["kind"].as_str().unwrap_or_default()
         );
     }
-    offline::apply_defaults(&matching, crds, &mut primary);
     let now = match &case.now {
         Some(s) => kiln::template::time::parse(s).map_err(|e| anyhow::anyhow!("now: {e}"))?,
         None => kiln::template::time::current(),
     };
-    let inputs = Inputs {
-        primary,
-        related: case.related.clone(),
-        observed: case.observed.clone(),
-        draw: Draw::Placeholder,
-        now: Some(now),
-    };
-    let namespace = inputs.primary["metadata"]["namespace"].as_str();
+    let namespace = given["metadata"]["namespace"].as_str();
     let labels: std::collections::BTreeMap<String, String> =
-        serde_json::from_value(inputs.primary["metadata"]["labels"].clone()).unwrap_or_default();
+        serde_json::from_value(given["metadata"]["labels"].clone()).unwrap_or_default();
     let mut got = Got::default();
     for rule in matching {
-        match rule.primary.refusal(namespace, &labels) {
-            Some(why) => got.errors.push(format!(
+        if let Some(why) = rule.primary.refusal(namespace, &labels) {
+            got.errors.push(format!(
                 "rule `{}` does not select the primary: {why}",
                 rule.name
-            )),
-            None => got.add(rule, &inputs, crds),
+            ));
+            continue;
         }
+        // Each rule reads the primary at its own version, as the API
+        // server serves it.
+        let primary = match offline::read_by(set, rule, crds, &given) {
+            Ok(p) => p,
+            Err(e) => {
+                got.errors.push(format!("rule `{}`: {e}", rule.name));
+                continue;
+            }
+        };
+        let inputs = Inputs {
+            primary,
+            related: case.related.clone(),
+            observed: case.observed.clone(),
+            draw: Draw::Placeholder,
+            now: Some(now),
+        };
+        got.add(rule, &inputs, crds);
     }
     Ok(got)
 }
