@@ -6,6 +6,7 @@ pub mod controlplane;
 pub mod crd;
 pub mod demo;
 pub mod diff;
+pub mod diff_crd;
 pub mod explain;
 pub mod explain_rules;
 pub mod live_diff;
