@@ -19,6 +19,7 @@ pub mod run;
 pub mod schema;
 pub mod test;
 pub mod test_match;
+pub mod test_snapshot;
 pub mod validate;
 pub mod verdict;
 pub mod webhook;

@@ -108,7 +108,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     let mut bad = false;
     for file in test_files(&args.paths)? {
-        match run_file(&file) {
+        match run_file(&file, args.update) {
             Ok(mut r) => results.append(&mut r),
             Err(e) => {
                 eprintln!("ERROR {}: {e:#}", file.display());
@@ -191,7 +191,9 @@ fn test_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn run_file(file: &Path) -> anyhow::Result<Vec<Outcomes>> {
+/// Runs the cases of one test file; with `update`, writes their snapshots
+/// instead of comparing with them.
+fn run_file(file: &Path, update: bool) -> anyhow::Result<Vec<Outcomes>> {
     let mut docs = documents(file)?;
     if docs.len() != 1 {
         bail!("expected one YAML document, found {}", docs.len());
@@ -216,17 +218,35 @@ fn run_file(file: &Path) -> anyhow::Result<Vec<Outcomes>> {
     for crd in &spec.crds {
         crds.extend(documents(&dir.join(crd))?);
     }
-    Ok(spec
-        .cases
-        .iter()
-        .map(|case| Outcomes {
+    let snapshots = match update {
+        true => None,
+        false => super::test_snapshot::read(file)?,
+    };
+    let mut made = Vec::new();
+    let mut outcomes = Vec::new();
+    for case in &spec.cases {
+        let failures = run_case(&set, &crds, dir, case)
+            .map(|got| {
+                let snapshot = got.snapshot();
+                let mut failures = check(&case.expect, &got);
+                if let Some(s) = &snapshots {
+                    failures.extend(super::test_snapshot::compare(s.get(&case.name), &snapshot));
+                }
+                made.push((case.name.clone(), snapshot));
+                failures
+            })
+            .map_err(|e| format!("{e:#}"));
+        outcomes.push(Outcomes {
             file: file.to_path_buf(),
             name: case.name.clone(),
-            failures: run_case(&set, &crds, dir, case)
-                .map(|got| check(&case.expect, &got))
-                .map_err(|e| format!("{e:#}")),
-        })
-        .collect())
+            failures,
+        });
+    }
+    if update {
+        let written = super::test_snapshot::write(file, &made)?;
+        println!("UPDATED {} ({} cases)", written.display(), made.len());
+    }
+    Ok(outcomes)
 }
 
 /// Runs one case through the plan of every rule that takes its primary.
@@ -332,6 +352,29 @@ impl Got {
                 self.status.extend(status.clone());
             }
         }
+    }
+}
+
+impl Got {
+    /// What a snapshot holds of it: every child whole, the status, and the
+    /// pruned children and errors when there are any.
+    fn snapshot(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("children".into(), Value::Array(self.children.clone()));
+        if !self.status.is_empty() {
+            out.insert("status".into(), Value::Object(self.status.clone()));
+        }
+        if !self.pruned.is_empty() {
+            let pruned = self
+                .pruned
+                .iter()
+                .map(|(kind, name)| serde_json::json!({"kind": kind, "name": name}));
+            out.insert("pruned".into(), pruned.collect());
+        }
+        if !self.errors.is_empty() {
+            out.insert("errors".into(), self.errors.iter().cloned().collect());
+        }
+        Value::Object(out)
     }
 }
 
