@@ -556,3 +556,86 @@ async fn the_staticsite_example_is_defaulted_by_its_committed_crd_and_its_childr
     assert_eq!(rendered.children.len(), 3);
     ns.delete().await;
 }
+
+/// A CRD of `Gadget` in `group`, whose spec has `size` and, `with_color`,
+/// `color` defaulting to `blue`.
+fn gadget_crd(group: &str, with_color: bool) -> Value {
+    let mut spec = json!({"size": {"type": "integer"}});
+    if with_color {
+        spec["color"] = json!({"type": "string", "default": "blue"});
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": spec},
+                }}},
+            }],
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_gaining_a_defaulted_field_refreshes_what_kiln_holds_of_its_objects() {
+    use crate::support::scene::Scene;
+    let scene = Scene::new("crd-default").await.projecting();
+    let group = format!("refresh{}.api.kiln.dev", std::process::id());
+    support::apply(&scene.client, gadget_crd(&group, false), None).await;
+    let gvk = kube::api::GroupVersionKind::gvk(&group, "v1", "Gadget");
+    support::wait_for_kind(&scene.client, &gvk, CONVERGE).await;
+    let api_version = format!("{group}/v1");
+    for name in ["g", "h"] {
+        scene
+            .apply(json!({"apiVersion": api_version, "kind": "Gadget",
+                "metadata": {"name": name}, "spec": {"size": 1}}))
+            .await;
+    }
+    let rule = support::rule_from_yaml(&format!(
+        r#"apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: gadgets}}
+spec:
+  for: {{apiVersion: {api_version}, kind: Gadget}}
+  children:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: "{{{{ self.metadata.name }}}}-gadget"}}
+        data: {{color: "{{{{ self.spec.color | default('unset') }}}}"}}
+"#
+    ));
+    let scene = scene.running(&[rule]).await;
+    let cm = ("v1", "ConfigMap", "g-gadget");
+    scene
+        .until("the child of the first schema", cm, |c| {
+            c["data"]["color"] == "unset"
+        })
+        .await;
+    // The CRD gains a defaulted field: the API server now gives it on every
+    // read of `g`, which is not written again.
+    support::apply(&scene.client, gadget_crd(&group, true), None).await;
+    // Another object written meanwhile: kiln's watch moves past the
+    // schema change, so resuming it needs no list again.
+    for size in 2..6 {
+        support::edit(
+            &scene.client,
+            (&api_version, "Gadget"),
+            Some(scene.ns()),
+            "h",
+            json!({"spec": {"size": size}}),
+        )
+        .await;
+    }
+    scene
+        .until("the child sees the default the API server gives", cm, |c| {
+            c["data"]["color"] == "blue"
+        })
+        .await;
+    scene.end().await;
+}

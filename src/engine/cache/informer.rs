@@ -88,6 +88,9 @@ pub struct Informer {
     dropped: AtomicU64,
     /// The names of the objects the scope left out (and not deleted since).
     elsewhere: Mutex<Elsewhere>,
+    /// The CRD schema the objects were last listed again for
+    /// ([`refresh_for`](Informer::refresh_for)), as a fingerprint.
+    refreshed_for: Mutex<Option<u64>>,
 }
 
 /// The share of a kind to ask the API server for (its shard selector),
@@ -172,6 +175,7 @@ impl Informer {
             served: Arc::default(),
             dropped: AtomicU64::new(0),
             elsewhere,
+            refreshed_for: Mutex::default(),
         })
     }
 
@@ -273,6 +277,34 @@ impl Informer {
         self.epoch.store(epoch, Ordering::SeqCst);
         self.quiet_relist.store(true, Ordering::SeqCst);
         self.relist(false);
+    }
+
+    /// Lists and watches again from scratch because the kind's CRD now has
+    /// `schema`: the API server defaults and prunes objects by it when it
+    /// reads them, and the cache holds them as read before. Once per schema,
+    /// however many rules on the kind see it change; the cache reads as
+    /// unsynced until the list is in, and every object is handed on (a
+    /// default the API server adds leaves the resource version as it was).
+    pub fn refresh_for(self: &Arc<Self>, schema: &Option<serde_json::Value>) {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_string(schema)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        {
+            let mut last = self
+                .refreshed_for
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *last == Some(fingerprint) {
+                return;
+            }
+            *last = Some(fingerprint);
+        }
+        if !self.apis.is_empty() {
+            self.relist(true);
+        }
     }
 
     /// Stops the watch streams and starts them again, from a fresh list;
