@@ -1227,3 +1227,50 @@ fn test_update_writes_a_snapshot_and_a_case_then_fails_on_any_difference() {
         "{out}"
     );
 }
+
+#[test]
+fn a_sample_secret_given_with_string_data_is_read_as_stored_and_a_missing_operand_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: shop-credentials, namespace: default}}\n{body}"),
+        )
+        .unwrap();
+        path
+    };
+    let render = |secret: &std::path::Path| {
+        kiln(&[
+            "render",
+            "--rules",
+            "rules/webapp.yaml",
+            "--crd",
+            "examples/webapp/crd.yaml",
+            "--object",
+            "examples/webapp/webapp.yaml",
+            "--related",
+            &format!("credentials={}", secret.display()),
+        ])
+    };
+    let hash = |out: &str| {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("kiln.dev/credentials-hash: "))
+            .map(str::to_string)
+    };
+    let (ok, data, err) = render(&secret("data.yaml", "data: {password: aHVudGVyMg==}\n"));
+    assert!(ok, "{err}");
+    let (ok, string_data, err) =
+        render(&secret("string.yaml", "stringData: {password: hunter2}\n"));
+    assert!(ok, "stringData is stored as data:\n{err}");
+    assert!(hash(&data).is_some());
+    assert_eq!(hash(&data), hash(&string_data));
+    let (ok, _, err) = render(&secret("empty.yaml", ""));
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "undefined value: `related.credentials.data` is undefined (the input of `hmac_sha256`)"
+        ),
+        "{err}"
+    );
+}

@@ -142,7 +142,7 @@ versions:
   - name: v1alpha1
     schema:
       spec:
-        image: string
+        image: string | required=true
         replicas: integer | default=1
     conversion:
       toStorage:
@@ -157,7 +157,7 @@ versions:
     storage: true
     schema:
       spec:
-        image: {repository: string}
+        image: {repository: string | required=true}
         replicas: integer
         port: integer | default=8080
 "#;

@@ -60,10 +60,21 @@ pub fn read_by(set: &RuleSet, rule: &Rule, crds: &[Value], given: &Value) -> Res
     }
 }
 
-/// `inputs` with an empty list for each selector watch not given, as the
-/// engine gives one that selects nothing.
+/// `inputs` as the engine reads them: an empty list for each selector
+/// watch not given, as the engine gives one that selects nothing, and each
+/// Secret given with `stringData` as the API server stores it.
 pub fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
     let mut inputs = inputs.clone();
+    for given in inputs
+        .related
+        .values_mut()
+        .chain(inputs.observed.values_mut())
+    {
+        match given {
+            Value::Array(items) => items.iter_mut().for_each(stored_secret),
+            one => stored_secret(one),
+        }
+    }
     for watch in &rule.watches {
         if matches!(watch.target, kiln::rules::WatchTarget::Selector { .. }) {
             inputs
@@ -73,6 +84,30 @@ pub fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
         }
     }
     inputs
+}
+
+/// A Secret as the API server stores it: each `stringData` key moved to
+/// `data`, base64-encoded (over a `data` key of the same name), as a
+/// written sample Secret would be read back.
+fn stored_secret(object: &mut Value) {
+    use base64::Engine as _;
+    if object["kind"] != "Secret" || object["apiVersion"] != "v1" {
+        return;
+    }
+    let Some(Value::Object(strings)) = object.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !object["data"].is_object() {
+        object["data"] = Value::Object(serde_json::Map::new());
+    }
+    for (key, value) in strings {
+        let text = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+        object["data"][key] = Value::String(encoded);
+    }
 }
 
 /// The engine's plan for one rule over the objects given (`inputs` as
@@ -267,9 +302,18 @@ impl Source for Files<'_> {
         Ok(None)
     }
 
-    fn missing(&self, watch: &Watch, _described: String) -> String {
+    /// The engine's words for the object (kind, name or labels, and the
+    /// watch: what its condition says, and what a user searches for), and
+    /// how to give it offline.
+    fn missing(&self, watch: &Watch, described: String) -> String {
         let w = &watch.name;
-        format!("related.{w} (pass --related {w}=FILE)")
+        let how = format!(
+            "related.{w}: not given; pass --related {w}=FILE, or give it under `related:` in a test case"
+        );
+        match described.strip_suffix(&format!(" (related.{w})")) {
+            Some(object) => format!("{object} ({how})"),
+            None => format!("{described} ({how})"),
+        }
     }
 }
 

@@ -76,11 +76,7 @@ pub fn compare(at: &str, field: &str, want: &Value, got: &Value, out: &mut Vec<F
 /// every field either has and the other lacks, and every value that
 /// differs, is a failure; lists compare item by item.
 pub fn exact(at: &str, field: &str, want: &Value, got: &Value, out: &mut Vec<Failure>) {
-    let path = if field.is_empty() {
-        at.to_string()
-    } else {
-        format!("{at}.{field}")
-    };
+    let path = joined(at, field);
     let sub = |k: &str| {
         if field.is_empty() {
             k.to_string()
@@ -95,7 +91,7 @@ pub fn exact(at: &str, field: &str, want: &Value, got: &Value, out: &mut Vec<Fai
             }
             for (k, v) in g.iter().filter(|(k, _)| !w.contains_key(*k)) {
                 out.push(Failure::new(
-                    &format!("{at}.{}", sub(k)),
+                    &joined(at, &sub(k)),
                     format!("not in the snapshot, got {}", show(v)),
                 ));
             }
@@ -120,6 +116,15 @@ pub fn exact(at: &str, field: &str, want: &Value, got: &Value, out: &mut Vec<Fai
             &path,
             format!("expected {}, got {}", show(w), show(g)),
         )),
+    }
+}
+
+/// `at` and a field path under it (`a.b`, or `a[0]` for a list item).
+fn joined(at: &str, field: &str) -> String {
+    match field {
+        "" => at.to_string(),
+        f if f.starts_with('[') => format!("{at}{f}"),
+        f => format!("{at}.{f}"),
     }
 }
 

@@ -78,10 +78,24 @@ impl Observed {
     }
 
     /// The Secret values this reconcile can see (related objects and live
-    /// children of kind Secret), to keep out of every message.
+    /// children of kind Secret), to keep out of every message; but for
+    /// those equal to a string the reader of its messages sees anyway (the
+    /// primary's fields, the names of the objects it reads).
     pub fn secrets(&self, rule: &Rule) -> Vec<String> {
         let inputs = &self.inputs;
-        crate::redact::secret_values(
+        let mut public = crate::redact::strings(&inputs.primary);
+        for given in inputs.related.values().chain(inputs.observed.values()) {
+            let objects = match given {
+                serde_json::Value::Array(items) => items.iter().collect(),
+                one => vec![one],
+            };
+            for o in objects {
+                let meta = &o["metadata"];
+                public.extend(meta["name"].as_str());
+                public.extend(meta["namespace"].as_str());
+            }
+        }
+        let values = crate::redact::secret_values(
             rule.watches
                 .iter()
                 .filter(|w| is_secret(&w.gvk))
@@ -92,7 +106,8 @@ impl Observed {
                         .filter(|c| is_secret(&c.gvk))
                         .filter_map(|c| inputs.observed.get(&c.id)),
                 ),
-        )
+        );
+        crate::redact::except_public(values, public)
     }
 }
 
