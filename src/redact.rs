@@ -6,7 +6,8 @@
 //! redacted as it is, trimmed (a file's trailing newline), and in both of
 //! those escaped forms. A value that is also a string the message's reader
 //! sees anyway (the primary's name, namespace or a value of its spec, the
-//! name of an object the reconcile reads) is left alone: redacting it
+//! name of an object the reconcile reads in the primary's namespace) is
+//! left alone: redacting it
 //! protects nothing and hides which object a message is about
 //! ([`except_public`]).
 

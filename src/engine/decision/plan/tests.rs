@@ -967,9 +967,16 @@ fn a_secret_value_that_is_also_a_name_the_reader_sees_is_not_redacted() {
     w.observed.inputs.related.insert(
         "creds".into(),
         json!({"metadata": {"name": "creds"},
-            "data": {"user": b64("shop"), "ns": b64("team"), "password": b64("hunter2-pass")}}),
+            "data": {"user": b64("shop"), "ns": b64("team"), "password": b64("hunter2-pass"),
+                "host": b64("vault-db")}}),
+    );
+    // An object elsewhere named like a value: its name is not public.
+    w.observed.inputs.related.insert(
+        "other".into(),
+        json!({"metadata": {"name": "vault-db", "namespace": "infra"}}),
     );
     let secrets = w.observed.secrets(&w.rule);
+    assert!(secrets.contains(&"vault-db".to_string()), "{secrets:?}");
     assert!(secrets.contains(&"hunter2-pass".to_string()), "{secrets:?}");
     assert!(!secrets.contains(&"shop".to_string()), "{secrets:?}");
     assert!(!secrets.contains(&"team".to_string()), "{secrets:?}");
