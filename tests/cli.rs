@@ -1061,13 +1061,19 @@ fn the_conversion_webhook_needs_to_know_where_the_api_server_reaches_it() {
     assert!(err.contains("expected NAMESPACE/NAME"), "{err}");
 }
 
-/// The shipped test files with snapshots, each with its rule file.
+/// Every shipped test file (under `rules/` and `examples/`), each with
+/// its rule file; each must have its snapshot.
 fn snapshotted_tests() -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = Vec::new();
-    for dir in ["rules", "examples/ported/chaospod"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+    let mut dirs = vec![root.join("rules"), root.join("examples")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
             let name = path.file_name().unwrap().to_str().unwrap().to_string();
             let Some(stem) = name.strip_suffix(".test.yaml") else {
                 continue;
