@@ -222,6 +222,13 @@ fn run_file(file: &Path, update: bool) -> anyhow::Result<Vec<Outcomes>> {
         true => None,
         false => super::test_snapshot::read(file)?,
     };
+    if update || snapshots.is_some() {
+        let mut names: Vec<&str> = spec.cases.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            bail!("two cases are named `{}`: snapshots are kept by case name", w[0]);
+        }
+    }
     let mut made = Vec::new();
     let mut outcomes = Vec::new();
     for case in &spec.cases {
