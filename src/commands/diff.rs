@@ -113,8 +113,31 @@ async fn diff_rule(
         out.push_str(&format!("# {gvk} (rule {}): {why}\n", rule.name));
         return Ok(!crd.is_empty());
     };
+    let waiting = unserved(client, rule).await?;
+    if !waiting.is_empty() {
+        out.push_str(&format!(
+            "# {gvk} (rule {}): kind not served: {}: the rule will wait\n",
+            rule.name,
+            waiting.join(", ")
+        ));
+        return Ok(!crd.is_empty());
+    }
     let changed = diff_primaries(client, rule, at, (ar, caps), out).await?;
     Ok(changed || !crd.is_empty())
+}
+
+/// The kinds of the rule's children and watches the cluster does not
+/// serve (the engine starts a rule once all its kinds are served).
+async fn unserved(client: &Client, rule: &Rule) -> anyhow::Result<Vec<String>> {
+    let kinds = rule.children.iter().map(|c| &c.gvk);
+    let mut out: Vec<String> = Vec::new();
+    for gvk in kinds.chain(rule.watches.iter().map(|w| &w.gvk)) {
+        let name = gvk.to_string();
+        if !out.contains(&name) && observe::served(client, gvk).await?.is_none() {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 /// Appends what `rule` would change for each primary it selects; true

@@ -226,7 +226,10 @@ fn run_file(file: &Path, update: bool) -> anyhow::Result<Vec<Outcomes>> {
         let mut names: Vec<&str> = spec.cases.iter().map(|c| c.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            bail!("two cases are named `{}`: snapshots are kept by case name", w[0]);
+            bail!(
+                "two cases are named `{}`: snapshots are kept by case name",
+                w[0]
+            );
         }
     }
     let mut made = Vec::new();

@@ -281,6 +281,10 @@ async fn kiln_diff_diffs_every_rule_it_can_and_shows_the_crds_it_would_create_or
         .await
         .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
     let narrowed = gear_api("narrowed", &narrowed_group, "            size: integer\n");
+    // A rule on a served kind whose child kind is not served yet: it waits.
+    let parts = format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: parts}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}\n  children:\n    - id: part\n      template: {{apiVersion: later{pid}.diff.kiln.dev/v1, kind: Part, metadata: {{name: p}}}}\n"
+    );
 
     let (code, out) = kiln_diff_files(
         &[
@@ -288,6 +292,7 @@ async fn kiln_diff_diffs_every_rule_it_can_and_shows_the_crds_it_would_create_or
             ("b-fresh.yaml", &fresh),
             ("c-narrowed.yaml", &narrowed),
             ("d-widgets.yaml", BEFORE),
+            ("e-parts.yaml", &parts),
         ],
         scene.ns(),
         &[],
@@ -309,6 +314,9 @@ async fn kiln_diff_diffs_every_rule_it_can_and_shows_the_crds_it_would_create_or
         "!   breaking: v1 `spec.color`: ".to_string(),
         format!("# Widget {}/w (rule diffed)", scene.ns()),
         "+ ConfigMap w-main (main): created".to_string(),
+        format!(
+            "# test.kiln.dev/v1/Widget (rule parts): kind not served: later{pid}.diff.kiln.dev/v1/Part: the rule will wait"
+        ),
     ] {
         assert!(out.contains(&line), "no `{line}` in:\n{out}");
     }
