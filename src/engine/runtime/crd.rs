@@ -141,32 +141,23 @@ pub(crate) struct Defined {
     served: Option<Value>,
 }
 
-/// How long after a CRD's schema changes its objects are listed again: the
-/// API server serves the new schema once its own watch of the CRD has the
-/// change, which may come just after kiln's.
-const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Watches the primary kind's CRD (never returns without one). When the
-/// schema of the rule's version changes (a field, a default), the API
-/// server defaults and prunes the kind's objects by the new one when it
-/// reads them, while `primary` holds them as read before: it is listed
-/// again ([`Informer::refresh_for`], once per schema for every rule on
-/// the kind), so templates see what the API server now gives. Returns
-/// when the status schema differs from `status` (`compare_status`): the
-/// rule then starts over.
+/// Watches the primary kind's CRD (never returns without one), telling
+/// `primary` the schema of the rule's version as the rule starts and as it
+/// changes (a field, a default): the API server defaults and prunes the
+/// kind's objects by it when it reads them, and the cache lists them again
+/// when it is not the one they were listed under ([`Informer::schema_is`]),
+/// so templates see what the API server now gives, also when the CRD
+/// changed while no rule ran on it (a rule-defined API's CRD is applied
+/// before the rule's new version starts). Returns when the status schema
+/// differs from `status` (`compare_status`): the rule then starts over.
 pub(crate) async fn schema_change(shared: &Shared, schema: &Schema, primary: Arc<Informer>) {
     let Some(defined) = &schema.defined else {
         return std::future::pending().await;
     };
+    primary.schema_is(&defined.served);
     let mut crd = shared.crds.subscribe(&shared.client, &defined.name);
-    let mut served = defined.served.clone();
     while let Some(json) = crd.next().await {
-        let now = crate::api::version_schema(&json, &defined.version).cloned();
-        if now != served {
-            tokio::time::sleep(SETTLE).await;
-            primary.refresh_for(&now);
-            served = now;
-        }
+        primary.schema_is(&crate::api::version_schema(&json, &defined.version).cloned());
         let status = StatusSchema::from_crd(&json, &defined.version).ok();
         if schema.compare_status && status.as_ref() != Some(&schema.status) {
             return;
