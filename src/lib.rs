@@ -13,6 +13,7 @@
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
 //! - [`egress`]: requests to systems outside the cluster, guarded (SSRF, size, time).
+//! - [`external`]: `spec.external`, data a rule reads from outside the cluster.
 //! - [`lease`]: leader election on a Lease (client-go's algorithm).
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
@@ -29,6 +30,7 @@ pub mod api;
 pub mod controlplane;
 pub mod egress;
 pub mod engine;
+pub mod external;
 pub mod gate;
 pub mod lease;
 pub mod listener;

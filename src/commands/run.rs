@@ -58,9 +58,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             probe.speaks(),
             last.ok().flatten(),
         );
+        let mut options = engine_options(args);
+        options.egress =
+            kiln::egress::AddressPolicy::new(kiln::external::api_server::addresses().await);
         let active = Active {
             client: client.clone(),
-            options: engine_options(args),
+            options,
             scope: None,
             rules: loader.rules(),
             metrics,

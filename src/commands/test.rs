@@ -55,6 +55,10 @@ struct Case {
     related: Map<String, Value>,
     #[serde(default)]
     observed: Map<String, Value>,
+    /// Recorded answers of the rule's external sources, by name (no
+    /// network: a source with none recorded fails, as an unreachable one).
+    #[serde(default)]
+    external: Map<String, Value>,
     #[serde(default)]
     expect: Expect,
 }
@@ -258,6 +262,7 @@ fn run_case(
         primary,
         related: case.related.clone(),
         observed: case.observed.clone(),
+        external: case.external.clone(),
         draw: Draw::Placeholder,
         now: Some(now),
     };

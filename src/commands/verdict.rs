@@ -32,6 +32,11 @@ pub fn lines_with(
                 missing.join(", ")
             ));
         }
+        Outcome::Awaiting { reason, message } => {
+            out.push_str(&format!(
+                "{indent}waiting ({reason}): nothing is applied or pruned: {message}\n"
+            ));
+        }
         Outcome::Failed { reason, message } => {
             out.push_str(&format!("{indent}failed ({reason}): {message}\n"));
         }

@@ -22,6 +22,9 @@ pub struct Options {
     /// kiln's own namespace, where it keeps what tenants may not write
     /// (the first load of a rule with `takeExisting: false`: `since.rs`).
     pub state_namespace: String,
+    /// Where external sources may connect (`crate::egress::address`): the
+    /// API server's addresses refused, and (tests only) loopback opened.
+    pub egress: crate::egress::AddressPolicy,
 }
 
 impl Default for Options {
@@ -34,6 +37,7 @@ impl Default for Options {
             shutdown_grace: Duration::from_secs(30),
             project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
             state_namespace: own_namespace(),
+            egress: crate::egress::AddressPolicy::default(),
         }
     }
 }

@@ -69,6 +69,8 @@ pub struct Observed {
     /// Where each watch looked (watch name, target): what the primary's
     /// reconcile depends on besides its children.
     pub targets: Vec<(String, super::related::Target)>,
+    /// Each external source's answer, in the rule's order.
+    pub external: Vec<crate::external::Answer>,
 }
 
 impl Observed {
@@ -298,6 +300,10 @@ pub fn draft(
     if let Some(plan) = unready(rule, observed, generation) {
         return Err(Box::new(plan));
     }
+    // Never act on a failed fetch, nor while the outside is not ready.
+    if let Some((outcome, next)) = super::external::gate(rule, this, observed) {
+        return Err(Box::new(Plan::only(unrendered(outcome, generation), next)));
+    }
     match render::render_with(rule, this, &observed.inputs, scope_of) {
         Ok(rendered) => Ok(Draft {
             rendered,
@@ -362,6 +368,7 @@ impl Draft {
         let kept = super::history::kept(&rendered.history, &observed.children);
         let prune = prunes(rule, observed, &rendered, &kept);
         let (not_ready, waiting, next) = progress(rule, &rendered);
+        let next = next.no_later_than(super::external::due(observed));
         let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
@@ -661,6 +668,11 @@ impl Plan {
                 warning: false,
                 reason: reasons::DEPENDENCY_MISSING,
                 message: format!("waiting for {}", missing.join(", ")),
+            }),
+            Outcome::Awaiting { reason, message } => Some(Raise {
+                warning: *reason == reasons::EXTERNAL_UNAVAILABLE,
+                reason,
+                message: message.clone(),
             }),
             Outcome::Failed { reason, message } => Some(Raise {
                 warning: true,

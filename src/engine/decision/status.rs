@@ -54,6 +54,12 @@ pub mod reasons {
     pub const DENIED: &str = "Denied";
     /// A rule has not reconciled the object since kiln started.
     pub const NOT_RECONCILED_YET: &str = "NotReconciledYet";
+    /// An external source gave no answer to use (an error, a timeout, an
+    /// oversize or undecodable answer): nothing that reads it changes.
+    pub const EXTERNAL_UNAVAILABLE: &str = "ExternalUnavailable";
+    /// An external source's `readyWhen` does not hold yet: the primary
+    /// waits and asks again every interval.
+    pub const EXTERNAL_NOT_READY: &str = "ExternalNotReady";
 }
 
 /// How a reconcile went, as far as status is concerned.
@@ -71,6 +77,14 @@ pub enum Outcome {
     Waiting {
         /// e.g. `Secret default/shop-credentials (related.credentials)`.
         missing: Vec<String>,
+    },
+    /// Waiting on the outside world (an external source that failed, or
+    /// whose `readyWhen` does not hold): nothing applied or pruned.
+    Awaiting {
+        /// [`reasons::EXTERNAL_UNAVAILABLE`] or [`reasons::EXTERNAL_NOT_READY`].
+        reason: &'static str,
+        /// What is awaited, for humans.
+        message: String,
     },
     /// The reconcile failed.
     Failed {
@@ -205,6 +219,11 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
                 Cond::new(true, reasons::DEPENDENCY_MISSING, message),
             ]
         }
+        Outcome::Awaiting { reason, message } => [
+            Cond::new(false, reason, message.clone()),
+            Cond::new(true, reason, "nothing applied while waiting".into()),
+            Cond::new(true, reason, message.clone()),
+        ],
         Outcome::Failed { reason, message } => [
             Cond::new(false, reason, message.clone()),
             Cond::new(false, reason, message.clone()),

@@ -14,6 +14,8 @@ use crate::rules::Watch;
 struct Caches<'a> {
     controller: &'a RuleController,
     primary: &'a DynamicObject,
+    /// The external sources' answers, asked before the reconcile.
+    answers: Vec<crate::external::Answer>,
 }
 
 impl Source for Caches<'_> {
@@ -70,6 +72,10 @@ impl Source for Caches<'_> {
         Ok(found.and_then(|f| stranger(&f, &rule.name, uid)))
     }
 
+    fn answers(&self, _rule: &Rule, _primary: &JinjaValue) -> Vec<crate::external::Answer> {
+        self.answers.clone()
+    }
+
     fn unseen(&self, rule: &Rule, rendered: &Rendered) -> Option<String> {
         unwatched::unseen(rule, rendered, &self.controller.shared.options.namespaces)
     }
@@ -93,6 +99,7 @@ impl RuleController {
         obj: &DynamicObject,
         primary: Value,
         this: &JinjaValue,
+        answers: Vec<crate::external::Answer>,
     ) -> Result<Decided, Failure> {
         let known = lock(&self.states)
             .get(key)
@@ -107,6 +114,7 @@ impl RuleController {
         let source = Caches {
             controller: self,
             primary: obj,
+            answers,
         };
         let read = observe::read(&source, &self.rule, this, inputs, &known, false);
         let Some(Ok(reading)) = observe::at_once(read) else {
