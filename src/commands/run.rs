@@ -58,12 +58,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             probe.speaks(),
             last.ok().flatten(),
         );
-        let mut options = engine_options(args);
-        options.egress =
-            kiln::egress::AddressPolicy::new(kiln::external::api_server::addresses().await);
         let active = Active {
             client: client.clone(),
-            options,
+            options: with_egress(engine_options(args)).await,
             scope: None,
             rules: loader.rules(),
             metrics,
@@ -236,6 +233,15 @@ fn engine_options(args: &RunArgs) -> Options {
         shutdown_grace: args.engine.shutdown_timeout,
         state_namespace: lease_place(&args.election).0,
         ..Options::default()
+    }
+}
+
+/// `options` with external sources refused the cluster's API server.
+async fn with_egress(options: Options) -> Options {
+    let api_server = kiln::external::api_server::addresses().await;
+    Options {
+        egress: kiln::egress::AddressPolicy::new(api_server),
+        ..options
     }
 }
 

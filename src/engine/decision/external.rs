@@ -7,19 +7,24 @@ use std::time::Duration;
 
 use minijinja::Value as JinjaValue;
 
-use super::plan::{Next, Observed};
 use super::status::{Outcome, reasons};
 use crate::external::{Answer, State};
+use crate::render::Inputs;
 use crate::rules::Rule;
 
 /// How much of an answer a waiting status quotes.
 const QUOTED: usize = 200;
 
-/// The outcome and the next look of a reconcile its sources hold back, if
-/// they do: a request that cannot be rendered (a template error), a
-/// source without an answer to use, or a `readyWhen` that does not hold.
-pub(super) fn gate(rule: &Rule, this: &JinjaValue, observed: &Observed) -> Option<(Outcome, Next)> {
-    let answers = &observed.external;
+/// The outcome of a reconcile its sources hold back, if they do, and when
+/// to look again (`None`: when something changes): a request that cannot
+/// be rendered (a template error), a source without an answer to use, or
+/// a `readyWhen` that does not hold. `inputs` hold the answers' values.
+pub(super) fn gate(
+    rule: &Rule,
+    this: &JinjaValue,
+    answers: &[Answer],
+    inputs: &Inputs,
+) -> Option<(Outcome, Option<Duration>)> {
     if let Some(why) = answers.iter().find_map(|a| match &a.state {
         State::Unrenderable(why) => Some(why.clone()),
         _ => None,
@@ -28,7 +33,7 @@ pub(super) fn gate(rule: &Rule, this: &JinjaValue, observed: &Observed) -> Optio
             reason: reasons::TEMPLATE_ERROR,
             message: why,
         };
-        return Some((outcome, Next::Done));
+        return Some((outcome, None));
     }
     let failed: Vec<(String, Duration)> = answers
         .iter()
@@ -52,22 +57,27 @@ pub(super) fn gate(rule: &Rule, this: &JinjaValue, observed: &Observed) -> Optio
             reason: reasons::EXTERNAL_UNAVAILABLE,
             message,
         };
-        return Some((outcome, Next::After(retry.max(Duration::from_secs(1)))));
+        return Some((outcome, Some(retry.max(Duration::from_secs(1)))));
     }
-    not_ready(rule, this, observed)
+    not_ready(rule, this, answers, inputs)
 }
 
 /// The first source whose `readyWhen` does not hold, as a wait.
-fn not_ready(rule: &Rule, this: &JinjaValue, observed: &Observed) -> Option<(Outcome, Next)> {
+fn not_ready(
+    rule: &Rule,
+    this: &JinjaValue,
+    answers: &[Answer],
+    inputs: &Inputs,
+) -> Option<(Outcome, Option<Duration>)> {
     let mut ctx = None;
     for source in &rule.external {
         let Some(id) = &source.ready_when else {
             continue;
         };
-        let Some(answer) = observed.external.iter().find(|a| a.name == source.name) else {
+        let Some(answer) = answers.iter().find(|a| a.name == source.name) else {
             continue;
         };
-        let ctx = ctx.get_or_insert_with(|| crate::render::context(rule, this, &observed.inputs));
+        let ctx = ctx.get_or_insert_with(|| crate::render::context(rule, this, inputs));
         match rule.templates.eval_bool(id, ctx) {
             Ok(true) => continue,
             Ok(false) => {
@@ -83,14 +93,14 @@ fn not_ready(rule: &Rule, this: &JinjaValue, observed: &Observed) -> Option<(Out
                     message,
                 };
                 let again = answer.again_in().unwrap_or(source.interval);
-                return Some((outcome, Next::After(again.max(Duration::from_secs(1)))));
+                return Some((outcome, Some(again.max(Duration::from_secs(1)))));
             }
             Err(e) => {
                 let outcome = Outcome::Failed {
                     reason: reasons::TEMPLATE_ERROR,
                     message: e.to_string(),
                 };
-                return Some((outcome, Next::Done));
+                return Some((outcome, None));
             }
         }
     }
@@ -117,9 +127,8 @@ fn last_answer(answer: &Answer) -> String {
 
 /// When the soonest answer is due again (the primary is looked at then,
 /// so a change outside is seen within a source's interval).
-pub(super) fn due(observed: &Observed) -> Option<Duration> {
-    observed
-        .external
+pub(super) fn due(answers: &[Answer]) -> Option<Duration> {
+    answers
         .iter()
         .filter_map(Answer::again_in)
         .min()

@@ -301,7 +301,9 @@ pub fn draft(
         return Err(Box::new(plan));
     }
     // Never act on a failed fetch, nor while the outside is not ready.
-    if let Some((outcome, next)) = super::external::gate(rule, this, observed) {
+    let (answers, inputs) = (&observed.external, &observed.inputs);
+    if let Some((outcome, after)) = super::external::gate(rule, this, answers, inputs) {
+        let next = after.map_or(Next::Done, Next::After);
         return Err(Box::new(Plan::only(unrendered(outcome, generation), next)));
     }
     match render::render_with(rule, this, &observed.inputs, scope_of) {
@@ -368,7 +370,7 @@ impl Draft {
         let kept = super::history::kept(&rendered.history, &observed.children);
         let prune = prunes(rule, observed, &rendered, &kept);
         let (not_ready, waiting, next) = progress(rule, &rendered);
-        let next = next.no_later_than(super::external::due(observed));
+        let next = next.no_later_than(super::external::due(&observed.external));
         let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
