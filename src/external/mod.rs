@@ -26,3 +26,6 @@ pub mod metrics;
 
 pub use answer::{Answer, State};
 pub use fetcher::Fetcher;
+
+#[cfg(test)]
+mod tests;

@@ -305,9 +305,18 @@ mod tests {
                 "    - {name: vpc, url: \"https://api.example.com/{{ self.spec.p }}\"}\n",
                 "the url is literal",
             ),
-            ("    - {name: vpc, url: \"https://a@evil.example\"}\n", "user or password"),
-            ("    - {name: vpc, url: \"https://2130706433/\"}\n", "not a host name"),
-            ("    - {name: vpc, url: \"file:///etc/passwd\"}\n", "https:// or http://"),
+            (
+                "    - {name: vpc, url: \"https://a@evil.example\"}\n",
+                "user or password",
+            ),
+            (
+                "    - {name: vpc, url: \"https://2130706433/\"}\n",
+                "not a host name",
+            ),
+            (
+                "    - {name: vpc, url: \"file:///etc/passwd\"}\n",
+                "https:// or http://",
+            ),
             (
                 "    - {name: vpc, url: \"https://a.example\", headers: {Authorization: x}}\n",
                 "is kiln's to set",
