@@ -32,9 +32,13 @@ pub fn lines_with(
                 missing.join(", ")
             ));
         }
-        Outcome::Awaiting { reason, message } => {
+        Outcome::Awaiting {
+            reason,
+            message,
+            detail,
+        } => {
             out.push_str(&format!(
-                "{indent}waiting ({reason}): nothing is applied or pruned: {message}\n"
+                "{indent}waiting ({reason}): nothing is applied or pruned: {message}; {detail}\n"
             ));
         }
         Outcome::Failed { reason, message } => {

@@ -37,10 +37,19 @@ pub fn render(rule: &Rule, source: &External, ctx: &JinjaValue) -> Result<Asked,
         );
     }
     let mut query = Vec::with_capacity(source.query.len());
+    // What status shows: a value the rule author wrote (an API key, say)
+    // is left out; a value rendered from the primary is the primary's.
+    let mut shown_query = Vec::with_capacity(source.query.len());
     for (name, piece) in &source.query {
         let value = piece
             .render_string(&rule.templates, ctx, &mut budget)
             .map_err(|e| e.to_string())?;
+        let shown = if piece.template().is_some() {
+            value.clone()
+        } else {
+            "_".to_string()
+        };
+        shown_query.push((name.clone(), shown));
         query.push((name.clone(), value));
     }
     let body = match &source.body {
@@ -53,6 +62,10 @@ pub fn render(rule: &Rule, source: &External, ctx: &JinjaValue) -> Result<Asked,
     let url = source
         .destination
         .url(&path, &query)
+        .map_err(|e| format!("external.{}: {e}", source.name))?;
+    let shown_url = source
+        .destination
+        .url(&path, &shown_query)
         .map_err(|e| format!("external.{}: {e}", source.name))?;
     let method = source.method.as_str();
     let body_text = body.as_ref().map(|b| b.to_string()).unwrap_or_default();
@@ -70,7 +83,7 @@ pub fn render(rule: &Rule, source: &External, ctx: &JinjaValue) -> Result<Asked,
     };
     Ok(Asked {
         key: format!("{method} {url} {body_text}"),
-        shown: format!("{method} {url}"),
+        shown: format!("{method} {shown_url}"),
         request,
     })
 }
@@ -89,4 +102,42 @@ pub fn all(rule: &Rule, this: &JinjaValue) -> Vec<(usize, Result<Asked, String>)
         .enumerate()
         .map(|(i, s)| (i, render(rule, s, &ctx)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn status_shows_the_primary_s_values_but_not_the_rule_author_s() {
+        let rule = crate::rules::one_rule(
+            r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  for: {apiVersion: v1, kind: ConfigMap}
+  external:
+    - name: vpc
+      url: https://api.example.com/v1
+      path: ["{{ self.data.vpc }}"]
+      query: {key: s3cr3t-api-key, region: "{{ self.data.region }}"}
+"#,
+        );
+        let this = crate::template::to_jinja(&json!({"data": {"vpc": "a/b", "region": "eu"}}));
+        let (_, asked) = super::all(&rule, &this).remove(0);
+        let asked = asked.unwrap();
+        assert_eq!(
+            asked.shown,
+            "GET https://api.example.com/v1/a%2Fb?key=_&region=eu"
+        );
+        assert!(
+            asked.key.contains("s3cr3t-api-key"),
+            "the request itself keeps it"
+        );
+        assert_eq!(
+            asked.request.query[0],
+            ("key".into(), "s3cr3t-api-key".into())
+        );
+    }
 }

@@ -13,8 +13,13 @@ use serde_json::Value;
 
 /// The longest a failed request is held before it is tried again.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// Requests remembered per source; the oldest go first beyond it.
+/// Requests remembered per source; the least recently used go first
+/// beyond it.
 pub const MAX_ENTRIES: usize = 10_000;
+/// Bytes of good answers remembered per source (as they came, JSON), the
+/// least recently used going first beyond it: primaries asking many
+/// different large answers cost their source's cache, never the process.
+pub const MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// A request's failure as remembered: never data.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +35,8 @@ pub struct Failed {
 #[derive(Debug, Clone, Default)]
 struct Entry {
     good: Option<(Value, Instant)>,
+    /// The good answer's size as it came.
+    bytes: usize,
     failure: Option<Failed>,
     failures: u32,
     used: Option<Instant>,
@@ -39,6 +46,8 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct SourceCache {
     entries: HashMap<String, Entry>,
+    /// The sum of the entries' `bytes`.
+    bytes: usize,
     next_allowed: Option<Instant>,
 }
 
@@ -102,10 +111,12 @@ impl SourceCache {
         self.next_allowed = Some(self.next_allowed.map_or(next, |n| n.max(next)));
     }
 
-    /// Records a good answer to `key`.
-    pub fn succeeded(&mut self, key: &str, value: Value, now: Instant) {
-        self.make_room(key);
+    /// Records a good answer to `key`, `bytes` long as it came.
+    pub fn succeeded(&mut self, key: &str, value: Value, bytes: usize, now: Instant) {
+        self.make_room(key, bytes);
         let entry = self.entries.entry(key.to_string()).or_default();
+        self.bytes = self.bytes - entry.bytes + bytes;
+        entry.bytes = bytes;
         entry.good = Some((value, now));
         entry.failure = None;
         entry.failures = 0;
@@ -123,7 +134,7 @@ impl SourceCache {
         retry_after: Option<Duration>,
         now: Instant,
     ) -> Failed {
-        self.make_room(key);
+        self.make_room(key, 0);
         let entry = self.entries.entry(key.to_string()).or_default();
         entry.failures = entry.failures.saturating_add(1);
         entry.used = Some(now);
@@ -149,6 +160,7 @@ impl SourceCache {
             e.used
                 .is_some_and(|u| now.saturating_duration_since(u) <= keep)
         });
+        self.bytes = self.entries.values().map(|e| e.bytes).sum();
     }
 
     /// How many requests are remembered.
@@ -161,19 +173,25 @@ impl SourceCache {
         self.entries.is_empty()
     }
 
-    /// Drops the least recently used request when a new one would pass
-    /// [`MAX_ENTRIES`].
-    fn make_room(&mut self, key: &str) {
-        if self.entries.len() < MAX_ENTRIES || self.entries.contains_key(key) {
-            return;
-        }
-        let oldest = self
-            .entries
-            .iter()
-            .min_by_key(|(_, e)| e.used)
-            .map(|(k, _)| k.clone());
-        if let Some(k) = oldest {
-            self.entries.remove(&k);
+    /// Drops the least recently used requests (not `key`) while a new
+    /// answer of `bytes` would pass [`MAX_ENTRIES`] or [`MAX_BYTES`].
+    fn make_room(&mut self, key: &str, bytes: usize) {
+        let held = self.entries.get(key).map_or(0, |e| e.bytes);
+        loop {
+            let count = self.entries.len() + usize::from(!self.entries.contains_key(key));
+            if count <= MAX_ENTRIES && self.bytes - held + bytes <= MAX_BYTES {
+                return;
+            }
+            let oldest = self
+                .entries
+                .iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone());
+            let Some(k) = oldest else { return };
+            if let Some(e) = self.entries.remove(&k) {
+                self.bytes -= e.bytes;
+            }
         }
     }
 }
@@ -192,7 +210,7 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(c.lookup("k", t0, MINUTE), Lookup::Ask);
         c.asking(t0, Duration::from_secs(1));
-        c.succeeded("k", json!({"state": "pending"}), t0);
+        c.succeeded("k", json!({"state": "pending"}), 20, t0);
         let later = t0 + Duration::from_secs(10);
         assert_eq!(
             c.lookup("k", later, MINUTE),
@@ -208,7 +226,7 @@ mod tests {
     fn a_failure_never_replaces_the_good_answer_and_is_held_with_backoff() {
         let mut c = SourceCache::default();
         let t0 = Instant::now();
-        c.succeeded("k", json!("good"), t0);
+        c.succeeded("k", json!("good"), 6, t0);
         let t1 = t0 + MINUTE;
         let f = c.failed("k", "answered 500".into(), "status_5xx", None, t1);
         assert_eq!(f.retry_at, t1 + Duration::from_secs(1));
@@ -261,8 +279,26 @@ mod tests {
             c.lookup("b", t0 + Duration::from_secs(1), MINUTE),
             Lookup::Wait { .. }
         ));
-        c.succeeded("a", json!(1), t0);
+        c.succeeded("a", json!(1), 1, t0);
         c.sweep(t0 + Duration::from_secs(3600), MINUTE);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn many_large_answers_cost_the_source_s_cache_only() {
+        let mut c = SourceCache::default();
+        let t0 = Instant::now();
+        let big = MAX_BYTES / 4 + 1;
+        for i in 0..10 {
+            c.succeeded(&format!("k{i}"), json!(i), big, t0 + Duration::from_secs(i));
+        }
+        assert_eq!(c.len(), 3, "the newest that fit");
+        assert!(c.bytes <= MAX_BYTES);
+        let later = t0 + Duration::from_secs(10);
+        assert!(matches!(
+            c.lookup("k9", later, MINUTE),
+            Lookup::Fresh { .. }
+        ));
+        assert_eq!(c.lookup("k0", later, MINUTE), Lookup::Ask);
     }
 }

@@ -129,7 +129,7 @@ impl Fetcher {
                 let retry_in = until.saturating_duration_since(now);
                 (retry_in > WAIT_INLINE).then(|| {
                     let why = format!(
-                        "the server asked for no request before {}s from now",
+                        "the source's next request may go in {}s (its rate limit, or the server's Retry-After)",
                         retry_in.as_secs()
                     );
                     held(source, why, retry_in, good)
@@ -170,8 +170,8 @@ impl Fetcher {
         let mut caches = lock(&self.caches);
         let cache = caches.entry(id.clone()).or_default();
         match result {
-            Ok(value) => {
-                cache.succeeded(&asked.key, value.clone(), now);
+            Ok((value, bytes)) => {
+                cache.succeeded(&asked.key, value.clone(), bytes, now);
                 State::Fresh {
                     value,
                     age: Duration::ZERO,
@@ -200,7 +200,7 @@ impl Fetcher {
         rule: &str,
         source: &External,
         mut request: Request,
-    ) -> Result<Value, Failure> {
+    ) -> Result<(Value, usize), Failure> {
         if let Some(at) = &source.secret {
             let Some(kube) = &self.kube else {
                 return Err(Failure {
@@ -239,7 +239,7 @@ impl Fetcher {
                     .bytes
                     .get_or_create(&labels)
                     .inc_by(bytes as u64);
-                Ok(value)
+                Ok((value, bytes))
             }
             Err(e) => Err(Failure {
                 message: chain(&e),

@@ -48,14 +48,10 @@ pub(super) fn gate(
     if !failed.is_empty() {
         let retry = failed.iter().map(|(_, r)| *r).min().unwrap_or_default();
         let lines: Vec<String> = failed.into_iter().map(|(m, _)| m).collect();
-        let message = format!(
-            "{}; asked again in {}s",
-            lines.join("; "),
-            retry.as_secs().max(1)
-        );
         let outcome = Outcome::Awaiting {
             reason: reasons::EXTERNAL_UNAVAILABLE,
-            message,
+            message: lines.join("; "),
+            detail: format!("asked again in {}s", retry.as_secs().max(1)),
         };
         return Some((outcome, Some(retry.max(Duration::from_secs(1)))));
     }
@@ -82,15 +78,15 @@ fn not_ready(
             Ok(true) => continue,
             Ok(false) => {
                 let message = format!(
-                    "external.{} ({}): waiting until `{}`; {}",
+                    "external.{} ({}): waiting until `{}`",
                     answer.name,
                     answer.request,
                     rule.templates.source_of(id).unwrap_or_default(),
-                    last_answer(answer)
                 );
                 let outcome = Outcome::Awaiting {
                     reason: reasons::EXTERNAL_NOT_READY,
                     message,
+                    detail: last_answer(answer),
                 };
                 let again = answer.again_in().unwrap_or(source.interval);
                 return Some((outcome, Some(again.max(Duration::from_secs(1)))));

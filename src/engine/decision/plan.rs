@@ -671,7 +671,9 @@ impl Plan {
                 reason: reasons::DEPENDENCY_MISSING,
                 message: format!("waiting for {}", missing.join(", ")),
             }),
-            Outcome::Awaiting { reason, message } => Some(Raise {
+            Outcome::Awaiting {
+                reason, message, ..
+            } => Some(Raise {
                 warning: *reason == reasons::EXTERNAL_UNAVAILABLE,
                 reason,
                 message: message.clone(),

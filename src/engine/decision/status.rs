@@ -83,8 +83,11 @@ pub enum Outcome {
     Awaiting {
         /// [`reasons::EXTERNAL_UNAVAILABLE`] or [`reasons::EXTERNAL_NOT_READY`].
         reason: &'static str,
-        /// What is awaited, for humans.
+        /// What is awaited, for humans (the Event's note).
         message: String,
+        /// What changes from one look to the next (the last answer and its
+        /// age, when it is asked again): in the conditions, not the Event.
+        detail: String,
     },
     /// The reconcile failed.
     Failed {
@@ -219,11 +222,18 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
                 Cond::new(true, reasons::DEPENDENCY_MISSING, message),
             ]
         }
-        Outcome::Awaiting { reason, message } => [
-            Cond::new(false, reason, message.clone()),
-            Cond::new(true, reason, "nothing applied while waiting".into()),
-            Cond::new(true, reason, message.clone()),
-        ],
+        Outcome::Awaiting {
+            reason,
+            message,
+            detail,
+        } => {
+            let message = format!("{message}; {detail}");
+            [
+                Cond::new(false, reason, message.clone()),
+                Cond::new(true, reason, "nothing applied while waiting".into()),
+                Cond::new(true, reason, message),
+            ]
+        }
         Outcome::Failed { reason, message } => [
             Cond::new(false, reason, message.clone()),
             Cond::new(false, reason, message.clone()),
