@@ -277,3 +277,37 @@ async fn a_500_a_timeout_an_oversize_answer_and_a_redirect_leave_the_children_un
     }
     scene.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_test_setting_loopback_is_refused_and_nothing_is_made() {
+    let api = CloudApi::start(Mode::Available).await;
+    // The default policy: loopback refused (as are link-local, metadata and
+    // the API server); the rule's own `allow` does not name it.
+    let scene = Scene::new("ext-refused")
+        .await
+        .with_crds("examples/ported/ec2-instance")
+        .await;
+    scene
+        .apply(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "web-password"}, "stringData": {"password": "p"}}))
+        .await;
+    scene.apply(instance("t3.micro")).await;
+    let scene = scene.running(&[example_rule(&api)]).await;
+    let refused = scene
+        .until(
+            "the Instance to say the address is refused",
+            instance_at(),
+            |o| {
+                let ready = condition(o, "Ready");
+                ready["reason"] == "ExternalUnavailable"
+                    && ready["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("address 127.0.0.2 is refused: loopback"))
+            },
+        )
+        .await;
+    assert_eq!(condition(&refused, "Waiting")["status"], "True");
+    assert_eq!(api.requests(), 0, "no connection was made");
+    assert!(scene.get("v1", "ConfigMap", "web-launch").await.is_none());
+    scene.end().await;
+}
