@@ -14,6 +14,7 @@
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
 //! - [`egress`]: requests to systems outside the cluster, guarded (SSRF, size, time).
 //! - [`hook`]: Metacontroller's hook request and answer JSON (pure).
+//! - [`external`]: `spec.external`, data a rule reads from outside the cluster.
 //! - [`lease`]: leader election on a Lease (client-go's algorithm).
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
@@ -33,6 +34,7 @@ pub mod api;
 pub mod controlplane;
 pub mod egress;
 pub mod engine;
+pub mod external;
 pub mod gate;
 pub mod hook;
 pub mod lease;

@@ -146,6 +146,8 @@ pub struct Metrics {
     /// `kiln_conversion_duration_seconds{crd}`: from a review's request
     /// headers to its answer ready to send.
     pub conversion_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    /// The external sources' (`kiln_external_*`).
+    pub external: crate::external::metrics::ExternalMetrics,
 }
 
 impl Default for Metrics {
@@ -205,6 +207,7 @@ impl Metrics {
             conversion_reviews: Family::default(),
             conversion_objects: Family::default(),
             conversion_duration: Family::new_with_constructor(conversion_histogram),
+            external: Default::default(),
             registry: Registry::default(),
         };
         m.register_controller_runtime(&mut registry);
@@ -214,6 +217,7 @@ impl Metrics {
         m.register_rules(&mut registry);
         m.register_election(&mut registry);
         m.register_conversion(&mut registry);
+        m.external.register(&mut registry);
         Self { registry, ..m }
     }
 

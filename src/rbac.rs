@@ -136,6 +136,10 @@ impl Grants {
             let ns = crate::rules::namespace_gvk();
             self.grant(&ns, plural(&ns), READ);
         }
+        // The credentials of external sources: each Secret by its name.
+        for at in rule.external.iter().filter_map(|e| e.secret.as_ref()) {
+            self.grant_named(("", "secrets"), at.name.clone(), &["get"]);
+        }
     }
 
     /// What `rule` needs on its children's kinds, and to bind the roles its

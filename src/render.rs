@@ -52,6 +52,8 @@ pub struct Inputs {
     pub related: Map<String, Value>,
     /// Child id → the live child (or list of live children, for `forEach`). Absent when not found.
     pub observed: Map<String, Value>,
+    /// External source name → its answer (`spec.external`). Absent when not read.
+    pub external: Map<String, Value>,
     /// What `random_secret(n)` gives for a child that does not exist yet.
     pub draw: Draw,
     /// The instant `now()` gives: set once per reconcile (or by
@@ -222,6 +224,7 @@ fn context_with(
     minijinja::context! {
         self => this.clone(),
         related => JinjaValue::from(minijinja::value::Serde(&inputs.related)),
+        external => JinjaValue::from(minijinja::value::Serde(&inputs.external)),
         children => children,
         observed => observed,
         rule => minijinja::context! { name => rule.name.clone() },

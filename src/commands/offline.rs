@@ -255,6 +255,30 @@ impl Source for Files<'_> {
         }))
     }
 
+    /// The answers recorded for the case (`external`); a source with none
+    /// recorded behaves as one whose request failed.
+    fn answers(&self, rule: &Rule, primary: &minijinja::Value) -> Vec<kiln::external::Answer> {
+        use kiln::external::State;
+        let mut answers = kiln::external::answer::not_asked(rule, primary);
+        for answer in &mut answers {
+            if matches!(answer.state, State::Unrenderable(_)) {
+                continue;
+            }
+            answer.state = match self.inputs.external.get(&answer.name) {
+                Some(value) => State::Fresh {
+                    value: value.clone(),
+                    age: std::time::Duration::ZERO,
+                    refresh_in: std::time::Duration::ZERO,
+                },
+                None => State::Failed {
+                    error: "no answer recorded for this case".into(),
+                    retry_in: std::time::Duration::ZERO,
+                },
+            };
+        }
+        answers
+    }
+
     async fn children(&self, rule: &Rule, primary: &Value) -> Result<Vec<Live>, Infallible> {
         let namespace = primary["metadata"]["namespace"].as_str();
         let mut live = Vec::new();

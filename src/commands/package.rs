@@ -21,7 +21,9 @@ pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
         sources.join(" --rules ")
     );
     print!("{}", kiln::yaml_out::to_string(&role)?);
-    let own = rbac::own_role(&valid(&args.rules)?, &args.name, &args.namespace);
+    let set = valid(&args.rules)?;
+    print!("{}", egress_comment(&set));
+    let own = rbac::own_role(&set, &args.name, &args.namespace);
     println!("---");
     println!("# What kiln keeps of its own (Leases, ConfigMaps, Secrets): in its namespace only.");
     print!("{}", kiln::yaml_out::to_string(&own)?);
@@ -29,6 +31,31 @@ pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
     let binding = rbac::own_role_binding(&args.name, &args.namespace, &args.service_account);
     print!("{}", kiln::yaml_out::to_string(&binding)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The egress the rules' external sources need, as YAML comments (hosts
+/// and ports for a NetworkPolicy or an egress proxy).
+fn egress_comment(set: &rules::RuleSet) -> String {
+    let egress = kiln::external::egress::of(set);
+    if egress.is_empty() {
+        return String::new();
+    }
+    let mut out =
+        String::from("# Egress of external sources (spec.external): host:port, by rule/source.\n");
+    for e in egress {
+        let allow = if e.allow.is_empty() {
+            String::new()
+        } else {
+            format!(", also allowed: {}", e.allow.join(", "))
+        };
+        out.push_str(&format!(
+            "#   {}:{} ({}{allow})\n",
+            e.host,
+            e.port,
+            e.sources.join(", ")
+        ));
+    }
+    out
 }
 
 /// The ClusterRole the rules at `paths` need; resource names from the

@@ -60,7 +60,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         );
         let active = Active {
             client: client.clone(),
-            options: engine_options(args),
+            options: with_egress(engine_options(args)).await,
             scope: None,
             rules: loader.rules(),
             metrics,
@@ -232,19 +232,18 @@ fn engine_options(args: &RunArgs) -> Options {
         concurrency: args.engine.concurrency,
         shutdown_grace: args.engine.shutdown_timeout,
         state_namespace: lease_place(&args.election).0,
-        egress: kiln::egress::Client::new(kiln::egress::AddressPolicy::new(api_server())),
         ..Options::default()
     }
 }
 
-/// The API server's address as a pod sees it (the `kubernetes` Service),
-/// refused to every hook; outside a cluster the API server kiln talks to
-/// is on loopback or a host a rule names, and loopback is refused anyway.
-fn api_server() -> Vec<std::net::IpAddr> {
-    ["KUBERNETES_SERVICE_HOST", "KUBERNETES_PORT_443_TCP_ADDR"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok()?.parse().ok())
-        .collect()
+/// `options` with external sources and hooks refused the cluster's API
+/// server.
+async fn with_egress(options: Options) -> Options {
+    let api_server = kiln::external::api_server::addresses().await;
+    Options {
+        egress: kiln::egress::Client::new(kiln::egress::AddressPolicy::new(api_server)),
+        ..options
+    }
 }
 
 /// What a `kiln run` process serves besides the engine, each when asked for.

@@ -58,6 +58,10 @@ struct Case {
     /// What the rule's hook answers (no network): `response`, the JSON it
     /// returns, or `error`, why the call fails.
     hook: Option<Recorded>,
+    /// Recorded answers of the rule's external sources, by name (no
+    /// network: a source with none recorded fails, as an unreachable one).
+    #[serde(default)]
+    external: Map<String, Value>,
     #[serde(default)]
     expect: Expect,
 }
@@ -342,6 +346,7 @@ fn run_case(
             primary,
             related: case.related.clone(),
             observed: case.observed.clone(),
+            external: case.external.clone(),
             draw: Draw::Placeholder,
             now: Some(now),
             hook: hook.clone(),

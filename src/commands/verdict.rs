@@ -32,6 +32,15 @@ pub fn lines_with(
                 missing.join(", ")
             ));
         }
+        Outcome::Awaiting {
+            reason,
+            message,
+            detail,
+        } => {
+            out.push_str(&format!(
+                "{indent}waiting ({reason}): nothing is applied or pruned: {message}; {detail}\n"
+            ));
+        }
         Outcome::Failed { reason, message } => {
             out.push_str(&format!("{indent}failed ({reason}): {message}\n"));
         }

@@ -309,3 +309,62 @@ async fn credentials_go_in_the_header_only_and_a_tenant_value_stays_one_segment(
     r.headers = vec![("X-Trace".into(), "a\r\nHost: evil".into())];
     assert!(matches!(client.send(&r).await, Err(Error::Header(_))));
 }
+
+/// A TLS server on 127.0.0.1 whose certificate a new CA signed; the CA.
+async fn tls_server() -> (SocketAddr, String) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let m = crate::api::webhook::certs::issue(
+        &["127.0.0.1".to_string()],
+        Duration::from_secs(600),
+        std::time::SystemTime::now(),
+        None,
+    )
+    .unwrap();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(m.cert.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(m.key.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service_fn(handle))
+                    .await;
+            });
+        }
+    });
+    (addr, m.ca)
+}
+
+#[tokio::test]
+async fn https_trusts_the_ca_bundle_given_and_nothing_else() {
+    let (addr, ca) = tls_server().await;
+    let client = Client::new(AddressPolicy::new([]));
+    let mut r = request(&format!("https://127.0.0.1:{}", addr.port()), &["ok"]);
+    let untrusted = client.send(&r).await.unwrap_err();
+    assert!(matches!(untrusted, Error::Tls { .. }), "{untrusted:?}");
+    r.tls.ca_bundle = Some(Arc::new(ca.into_bytes()));
+    let got = client.send(&r).await.unwrap();
+    assert_eq!(got.json().unwrap(), json!({"state": "available"}));
+    r.tls.ca_bundle = Some(Arc::new(b"not a certificate".to_vec()));
+    assert!(matches!(client.send(&r).await, Err(Error::TlsSettings(_))));
+}

@@ -10,6 +10,7 @@
 mod child_options;
 pub mod diagnostic;
 pub mod duration;
+pub mod external;
 pub mod history;
 pub mod hook;
 pub mod load;
@@ -462,6 +463,8 @@ pub struct Rule {
     pub primary: Primary,
     /// Dependencies.
     pub watches: Vec<Watch>,
+    /// Sources outside the cluster (`spec.external`).
+    pub external: Vec<external::External>,
     /// Children.
     pub children: Vec<Child>,
     /// Indexes into `children` in the order they are rendered and applied:

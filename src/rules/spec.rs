@@ -59,6 +59,11 @@ pub struct RawSpec {
     /// Objects a primary depends on (controller-runtime's `Watches`); templates see them as `related.<name>`.
     #[serde(default)]
     pub watches: Vec<RawWatch>,
+    /// Data read from systems outside the cluster over HTTP(S), per primary;
+    /// templates see each answer as `external.<name>`. A failed read
+    /// changes no child.
+    #[serde(default)]
+    pub external: Vec<RawExternal>,
     /// Named values, evaluated once per reconcile in the order written;
     /// every template sees them as `vars.<name>`. Each is a template (a
     /// string that is one `{{ expr }}` keeps its type) that may read `self`,
@@ -158,6 +163,90 @@ pub struct RawHookChild {
     /// returning it. `Orphan`: left behind.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+}
+
+/// An HTTP(S) source read for each primary (`spec.external`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawExternal {
+    /// The name templates use: `external.<name>`. Letters, digits and `_`.
+    pub name: String,
+    /// Where the request goes: `https://host[:port][/path/prefix]`, literal
+    /// (no template): a primary's values may fill `path` and `query` below
+    /// it, never the destination.
+    pub url: String,
+    /// `GET` (default) or `POST` (a query API; `body` is sent as JSON).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Path segments below the URL, each a template rendered per primary
+    /// and encoded as one segment (a `/` in a value stays in its segment).
+    #[serde(default)]
+    pub path: Vec<String>,
+    /// Query parameters: name → template.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Headers, literal (credentials come from `secretRef`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body of a `POST`: a YAML tree of templates.
+    #[serde(default)]
+    #[schemars(with = "Option<BTreeMap<String, Value>>")]
+    pub body: Option<Value>,
+    /// A Secret (literal namespace and name) with the credentials: `token`
+    /// (sent as a bearer token) or `username` and `password` (basic), and
+    /// `ca.crt` (CAs to trust instead of the system's), `tls.crt` and
+    /// `tls.key` (a client certificate).
+    #[serde(default)]
+    pub secret_ref: Option<RawSecretRef>,
+    /// Addresses the source may reach that kiln refuses by default
+    /// (loopback, link-local, the API server, cloud metadata): CIDRs
+    /// (`10.0.0.5/32`) or host names. An entry opens only addresses inside
+    /// it that lie in a refused range it fits in: `0.0.0.0/0` opens nothing.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// The longest wait for a whole answer (default `10s`, at most `60s`).
+    #[serde(default)]
+    pub timeout: Option<DurationText>,
+    /// The largest body read, in bytes (default 921600, 900 KiB; at most 8 MiB).
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// How long an answer is used (and, with `readyWhen`, how often a
+    /// waiting primary asks again); every primary making the same request
+    /// shares it. Default `30s`.
+    #[serde(default)]
+    pub interval: Option<DurationText>,
+    /// The fewest time between two requests of this source (default `1s`):
+    /// its rate limit. A `429` or `503` answer's `Retry-After` holds it
+    /// longer.
+    #[serde(default)]
+    pub min_interval: Option<DurationText>,
+    /// An expression on the answer (`external.<name>`, `self`): while it
+    /// is false the primary waits (nothing applied or pruned) and asks
+    /// again every `interval`.
+    #[serde(default)]
+    pub ready_when: Option<String>,
+    /// Use the last good answer, no older than `maxAge`, when a read fails
+    /// (default: a failed read makes the primary wait).
+    #[serde(default)]
+    pub last_good: Option<RawLastGood>,
+}
+
+/// A Secret named literally.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecretRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// How old a last good answer may be and still be used.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawLastGood {
+    /// E.g. `10m`.
+    pub max_age: DurationText,
 }
 
 /// A decorator: fields kiln sets on an object it does not own.

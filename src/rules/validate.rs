@@ -26,6 +26,7 @@ use crate::yaml::{Pos, Step, path_string};
 mod adoption;
 mod children;
 mod decorators;
+mod external;
 mod history;
 mod hooks;
 mod kinds;
@@ -149,6 +150,8 @@ struct Checker<'a> {
     errors: Vec<Diagnostic>,
     /// The names of `spec.vars`, in order.
     var_names: Vec<String>,
+    /// The names of `spec.external`.
+    external_names: Vec<String>,
     /// While checking var `i`: only the vars before it may be used.
     var_limit: Option<usize>,
     /// While checking a child: the `children.<id>` and `ready.<id>` it
@@ -189,6 +192,7 @@ impl<'a> Checker<'a> {
             set: TemplateSet::new(),
             errors: Vec::new(),
             var_names: raw.spec.vars.keys().cloned().collect(),
+            external_names: raw.spec.external.iter().map(|e| e.name.clone()).collect(),
             var_limit: None,
             child_refs: None,
             var_children: HashMap::new(),
@@ -216,6 +220,7 @@ impl<'a> Checker<'a> {
         let watch_names: Vec<String> = raw.spec.watches.iter().map(|w| w.name.clone()).collect();
         let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
         let watches = self.watches();
+        let external = self.externals();
         let vars = self.vars(&watch_names, &child_ids);
         let mut children = self.children(&watch_names, &child_ids);
         let order = self.order(&children);
@@ -249,6 +254,7 @@ impl<'a> Checker<'a> {
             fingerprint,
             primary,
             watches,
+            external,
             children,
             order,
             vars,

@@ -344,6 +344,13 @@ impl TemplateSet {
         limits::on_render_stack(|| Ok(self.eval_native(id, ctx)?.is_true()))
     }
 
+    /// The expression `id` was compiled from, as written (for messages).
+    pub fn source_of(&self, id: &TemplateId) -> Option<String> {
+        let tmpl = self.env.get_template(&id.name).ok()?;
+        let expr = tmpl.source().split_once(" = (")?.1;
+        Some(expr.trim_end_matches("\n) %}").trim().to_string())
+    }
+
     fn eval_native(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<JinjaValue, RenderError> {
         let tmpl = self
             .env

@@ -60,7 +60,8 @@ async fn hook_scene(prefix: &str, rule: Arc<kiln::rules::Rule>) -> Scene {
         .await
         .with_crds("examples/ported/hello-hook")
         .await
-        .allowing_loopback()
+        .with_loopback_egress()
+        .await
         .running(&[rule])
         .await
 }
@@ -419,7 +420,8 @@ async fn a_hook_that_does_not_answer_holds_only_its_own_rule() {
         .await
         .with_crds("examples/ported/hello-hook")
         .await
-        .allowing_loopback()
+        .with_loopback_egress()
+        .await
         .running(&[text("stuck", "/slow", true), text("quick", "/sync", false)])
         .await;
     for (name, slow) in [("s1", true), ("s2", true), ("s3", true), ("f1", false)] {

@@ -31,6 +31,7 @@ mod deploy;
 mod engine;
 mod examples;
 mod explain;
+mod external;
 mod faults;
 mod first_steps;
 mod forged_children;

@@ -16,6 +16,7 @@ pub(crate) mod decorate;
 pub(crate) mod deletion;
 pub(crate) mod diff;
 pub(crate) mod existing;
+mod external;
 pub(crate) mod failure;
 mod history;
 pub(crate) mod hooked;

@@ -90,6 +90,13 @@ pub trait Source {
         None
     }
 
+    /// Each external source's answer for this primary (the engine asks
+    /// before the reconcile; files give recorded answers; the default: the
+    /// rule's sources are not asked here).
+    fn answers(&self, rule: &Rule, primary: &JinjaValue) -> Vec<crate::external::Answer> {
+        crate::external::answer::not_asked(rule, primary)
+    }
+
     /// How a missing required object is described to the user.
     fn missing(&self, _watch: &Watch, described: String) -> String {
         described
@@ -200,6 +207,13 @@ pub async fn snapshot<S: Source>(
     };
     if !observed.blind.is_empty() {
         return Ok(Ok(observed));
+    }
+    observed.external = source.answers(rule, this);
+    for answer in &observed.external {
+        if let Some(value) = answer.value() {
+            let name = answer.name.clone();
+            observed.inputs.external.insert(name, value.clone());
+        }
     }
     if let Err(refusal) = gather_related(source, rule, this, &mut observed).await? {
         return Ok(Err((observed, refusal)));

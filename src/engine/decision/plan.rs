@@ -72,6 +72,8 @@ pub struct Observed {
     /// What the rule's sync (or, while the primary goes, finalize) hook
     /// answered (`None`: not called).
     pub hook: Option<crate::hook::Called>,
+    /// Each external source's answer, in the rule's order.
+    pub external: Vec<crate::external::Answer>,
 }
 
 impl Observed {
@@ -361,6 +363,12 @@ pub fn draft(
     if let Some(plan) = unready(rule, observed, generation) {
         return Err(Box::new(plan));
     }
+    // Never act on a failed fetch, nor while the outside is not ready.
+    let (answers, inputs) = (&observed.external, &observed.inputs);
+    if let Some((outcome, after)) = super::external::gate(rule, this, answers, inputs) {
+        let next = after.map_or(Next::Done, Next::After);
+        return Err(Box::new(Plan::only(unrendered(outcome, generation), next)));
+    }
     match render::render_with(rule, this, &observed.inputs, scope_of) {
         Ok(mut rendered) => {
             let inputs = &observed.inputs;
@@ -441,6 +449,7 @@ impl Draft {
         let kept = super::history::kept(&rendered.history, &observed.children);
         let prune = prunes(rule, observed, &rendered, &kept);
         let (not_ready, waiting, next) = progress(rule, &rendered);
+        let next = next.no_later_than(super::external::due(&observed.external));
         let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
@@ -765,6 +774,13 @@ impl Plan {
                 warning: false,
                 reason: reasons::DEPENDENCY_MISSING,
                 message: format!("waiting for {}", missing.join(", ")),
+            }),
+            Outcome::Awaiting {
+                reason, message, ..
+            } => Some(Raise {
+                warning: *reason == reasons::EXTERNAL_UNAVAILABLE,
+                reason,
+                message: message.clone(),
             }),
             Outcome::Failed { reason, message } => Some(Raise {
                 warning: true,

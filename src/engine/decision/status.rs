@@ -57,6 +57,12 @@ pub mod reasons {
     /// The rule's hook failed (an error, a timeout, a status not 2xx, a
     /// body too large or not its JSON), or its answer was refused.
     pub const HOOK_FAILED: &str = "HookFailed";
+    /// An external source gave no answer to use (an error, a timeout, an
+    /// oversize or undecodable answer): nothing that reads it changes.
+    pub const EXTERNAL_UNAVAILABLE: &str = "ExternalUnavailable";
+    /// An external source's `readyWhen` does not hold yet: the primary
+    /// waits and asks again every interval.
+    pub const EXTERNAL_NOT_READY: &str = "ExternalNotReady";
 }
 
 /// How a reconcile went, as far as status is concerned.
@@ -74,6 +80,17 @@ pub enum Outcome {
     Waiting {
         /// e.g. `Secret default/shop-credentials (related.credentials)`.
         missing: Vec<String>,
+    },
+    /// Waiting on the outside world (an external source that failed, or
+    /// whose `readyWhen` does not hold): nothing applied or pruned.
+    Awaiting {
+        /// [`reasons::EXTERNAL_UNAVAILABLE`] or [`reasons::EXTERNAL_NOT_READY`].
+        reason: &'static str,
+        /// What is awaited, for humans (the Event's note).
+        message: String,
+        /// What changes from one look to the next (the last answer and its
+        /// age, when it is asked again): in the conditions, not the Event.
+        detail: String,
     },
     /// The reconcile failed.
     Failed {
@@ -206,6 +223,18 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
                     "nothing applied while waiting".into(),
                 ),
                 Cond::new(true, reasons::DEPENDENCY_MISSING, message),
+            ]
+        }
+        Outcome::Awaiting {
+            reason,
+            message,
+            detail,
+        } => {
+            let message = format!("{message}; {detail}");
+            [
+                Cond::new(false, reason, message.clone()),
+                Cond::new(true, reason, "nothing applied while waiting".into()),
+                Cond::new(true, reason, message),
             ]
         }
         Outcome::Failed { reason, message } => [

@@ -344,10 +344,16 @@ impl RuleController {
             .map_err(|e| Failure::new(Category::Transient, e.to_string()))?;
         // Converted for templates once, for the watch references and the render.
         let this = to_jinja(&primary);
+        // The external sources first: their requests render from the
+        // primary alone, and their answers are shared (a cache per source).
+        let asked = crate::template::limits::render_stack(|| {
+            crate::external::asked::all(&self.rule, &this)
+        });
+        let answers = self.shared.external.answers(&self.rule, asked).await;
         let called = self.call_hook(obj, &primary, &this).await;
         // Reading the watches and rendering run on one big stack (template limits).
         let decided = crate::template::limits::render_stack(|| {
-            self.decide(key, obj, primary, &this, called)
+            self.decide(key, obj, primary, &this, called, answers)
         })?;
         let observe::Decided {
             plan,

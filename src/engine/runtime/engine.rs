@@ -63,7 +63,11 @@ impl Engine {
                 Arc::new(move |gvk| select.server_share(gvk)),
             );
         }
+        let egress = options.egress.clone();
+        let external =
+            crate::external::Fetcher::new(egress, Some(client.clone()), metrics.external.clone());
         let shared = Arc::new(Shared {
+            external,
             kinds: Kinds::new(client.clone()),
             informers,
             recorder,

@@ -46,6 +46,8 @@ pub struct Shared {
     /// hundred rules starting together opened about two hundred, some
     /// 40 KiB each with their TLS and buffers.
     pub starting: tokio::sync::Semaphore,
+    /// The external sources' answers, shared by every rule and primary.
+    pub external: crate::external::Fetcher,
 }
 
 /// How many rules send their start-up requests at once.

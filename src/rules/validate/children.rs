@@ -41,9 +41,11 @@ impl<'a> Checker<'a> {
             let with = |k: &str| [at.as_slice(), &[key(k)]].concat();
             self.unique_identifier(&with("id"), &mut seen, "child id", &c.id, "children.<id>");
             self.child_refs = Some(Vec::new());
-            let base: &[&str] = &["self", "related", "children", "rule", "vars", "ready"];
+            let base: &[&str] = &[
+                "self", "related", "external", "children", "rule", "vars", "ready",
+            ];
             let item: &[&str] = &[
-                "self", "related", "children", "rule", "vars", "ready", "item", "index",
+                "self", "related", "external", "children", "rule", "vars", "ready", "item", "index",
             ];
             let roots = if c.for_each.is_some() { item } else { base };
             // Only a child's template may draw a value (kept in the child).

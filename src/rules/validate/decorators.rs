@@ -38,7 +38,9 @@ impl<'a> Checker<'a> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
         let scope = Scope {
-            roots: &["self", "related", "children", "rule", "vars", "target"],
+            roots: &[
+                "self", "related", "external", "children", "rule", "vars", "target",
+            ],
         };
         for (i, d) in self.raw.spec.decorate.iter().enumerate() {
             let at = vec![key("spec"), key("decorate"), Step::Index(i)];

@@ -9,7 +9,7 @@ use crate::yaml::Step;
 
 /// What `when` and `keep` may read: the primary's world, and `child`.
 const ROOTS: &[&str] = &[
-    "self", "related", "children", "rule", "vars", "ready", "child",
+    "self", "related", "external", "children", "rule", "vars", "ready", "child",
 ];
 
 impl Checker<'_> {

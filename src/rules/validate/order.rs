@@ -7,7 +7,7 @@ impl<'a> Checker<'a> {
     /// `spec.vars`: each a template that may use the vars before it.
     pub(super) fn vars(&mut self, watches: &[String], ids: &[String]) -> Vec<(String, Tree)> {
         let scope = Scope {
-            roots: &["self", "related", "children", "rule", "vars"],
+            roots: &["self", "related", "external", "children", "rule", "vars"],
         };
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();

@@ -62,7 +62,9 @@ impl<'a> Checker<'a> {
             return None;
         }
         let scope = Scope {
-            roots: &["self", "related", "children", "rule", "vars", "ready"],
+            roots: &[
+                "self", "related", "external", "children", "rule", "vars", "ready",
+            ],
         };
         let tree = self.tree(&at, value, &scope, watches, ids)?;
         // Without templates it is known now: a time, or refused.

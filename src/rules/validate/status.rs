@@ -12,7 +12,9 @@ impl<'a> Checker<'a> {
             return Vec::new();
         };
         let scope = Scope {
-            roots: &["self", "related", "children", "rule", "vars", "ready"],
+            roots: &[
+                "self", "related", "external", "children", "rule", "vars", "ready",
+            ],
         };
         let mut out = Vec::new();
         for (name, value) in &status.fields {
@@ -36,7 +38,9 @@ impl<'a> Checker<'a> {
             return Vec::new();
         };
         let scope = Scope {
-            roots: &["self", "related", "children", "rule", "vars", "ready"],
+            roots: &[
+                "self", "related", "external", "children", "rule", "vars", "ready",
+            ],
         };
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();

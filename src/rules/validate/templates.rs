@@ -177,8 +177,9 @@ impl<'a> Checker<'a> {
                 self.error(at, message);
                 continue;
             }
-            let var_names = self.var_names.clone();
+            let (var_names, external) = (self.var_names.clone(), self.external_names.clone());
             let declared = match root {
+                "external" => Some(("spec.external", external.as_slice())),
                 "related" => Some(("spec.watches", watches)),
                 "children" | "ready" => Some(("spec.children", ids)),
                 "vars" => Some(("spec.vars", var_names.as_slice())),

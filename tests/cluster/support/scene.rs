@@ -27,8 +27,8 @@ pub struct Scene {
     also: Vec<String>,
     /// Whether the engine caches only what rules set and read.
     project: bool,
-    /// Whether hooks may be served on loopback (the test-only setting).
-    loopback: bool,
+    /// Where external sources may connect.
+    egress: kiln::egress::AddressPolicy,
 }
 
 impl Scene {
@@ -43,7 +43,7 @@ impl Scene {
             writes: WriteCounter::default(),
             also: Vec::new(),
             project: false,
-            loopback: false,
+            egress: kiln::egress::AddressPolicy::default(),
         }
     }
 
@@ -65,17 +65,17 @@ impl Scene {
         self
     }
 
-    /// The engine will cache only what rules set and read.
-    pub fn projecting(mut self) -> Self {
-        self.project = true;
+    /// External sources and hooks may reach a stand-in server of the
+    /// test's on loopback (never the API server): the test-only setting.
+    pub async fn with_loopback_egress(mut self) -> Self {
+        let api = kiln::external::api_server::addresses().await;
+        self.egress = kiln::egress::AddressPolicy::new(api).allowing_loopback_for_tests();
         self
     }
 
-    /// The engine's egress client will connect to a server on loopback
-    /// (a hook the test serves): the explicit test-only setting, never a
-    /// default.
-    pub fn allowing_loopback(mut self) -> Self {
-        self.loopback = true;
+    /// The engine will cache only what rules set and read.
+    pub fn projecting(mut self) -> Self {
+        self.project = true;
         self
     }
 
@@ -83,8 +83,8 @@ impl Scene {
     pub async fn running(mut self, rules: &[Arc<Rule>]) -> Self {
         let mut namespaces = vec![self.ns().to_string()];
         namespaces.extend(self.also.iter().cloned());
-        let (engine, writes) =
-            start_engine_with(&namespaces, rules, self.project, self.loopback).await;
+        let egress = self.egress.clone();
+        let (engine, writes) = start_engine_with(&namespaces, rules, self.project, egress).await;
         self.engine = Some(engine);
         self.writes = writes;
         self
@@ -212,7 +212,8 @@ pub async fn start_engine(
     namespaces: &[String],
     rules: &[Arc<Rule>],
 ) -> (Arc<Engine>, WriteCounter) {
-    start_engine_with(namespaces, rules, Options::default().project_cache, false).await
+    let egress = kiln::egress::AddressPolicy::default();
+    start_engine_with(namespaces, rules, Options::default().project_cache, egress).await
 }
 
 /// [`start_engine`], caching only what rules set and read when `project`.
@@ -220,13 +221,9 @@ async fn start_engine_with(
     namespaces: &[String],
     rules: &[Arc<Rule>],
     project: bool,
-    loopback: bool,
+    egress: kiln::egress::AddressPolicy,
 ) -> (Arc<Engine>, WriteCounter) {
     let (client, writes) = super::counting_client().await;
-    let mut policy = kiln::egress::AddressPolicy::default();
-    if loopback {
-        policy = policy.allowing_loopback_for_tests();
-    }
     let options = Options {
         namespaces: namespaces.to_vec(),
         concurrency: 2,
@@ -234,7 +231,7 @@ async fn start_engine_with(
         project_cache: project,
         // What kiln keeps of its own stays in the test's namespace.
         state_namespace: namespaces[0].clone(),
-        egress: kiln::egress::Client::new(policy),
+        egress: kiln::egress::Client::new(egress),
         ..Options::default()
     };
     let engine = Arc::new(Engine::new(client, options));

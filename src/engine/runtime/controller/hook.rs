@@ -54,6 +54,7 @@ impl RuleController {
             controller: self,
             primary: obj,
             hook: None,
+            answers: Vec::new(),
         };
         let inputs = render::Inputs {
             primary: primary.clone(),

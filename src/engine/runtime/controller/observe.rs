@@ -19,6 +19,8 @@ pub(super) struct Caches<'a> {
     /// (`RuleController::call_hook`): the caches answer at once, a hook
     /// does not.
     pub(super) hook: Option<crate::hook::Called>,
+    /// The external sources' answers, asked before the reconcile.
+    pub(super) answers: Vec<crate::external::Answer>,
 }
 
 impl Source for Caches<'_> {
@@ -75,6 +77,10 @@ impl Source for Caches<'_> {
         Ok(found.and_then(|f| stranger(&f, &rule.name, uid)))
     }
 
+    fn answers(&self, _rule: &Rule, _primary: &JinjaValue) -> Vec<crate::external::Answer> {
+        self.answers.clone()
+    }
+
     fn unseen(&self, rule: &Rule, rendered: &Rendered) -> Option<String> {
         unwatched::unseen(rule, rendered, &self.controller.shared.options.namespaces)
     }
@@ -111,6 +117,7 @@ impl RuleController {
         primary: Value,
         this: &JinjaValue,
         hook: Option<crate::hook::Called>,
+        answers: Vec<crate::external::Answer>,
     ) -> Result<Decided, Failure> {
         let known = lock(&self.states)
             .get(key)
@@ -126,6 +133,7 @@ impl RuleController {
             controller: self,
             primary: obj,
             hook,
+            answers,
         };
         let read = observe::read(&source, &self.rule, this, inputs, &known, false);
         let Some(Ok(reading)) = read.now_or_never() else {
