@@ -52,12 +52,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Ok(started) => started,
             Err(refusal) => return Ok(first_load_refused(&refusal, &last)),
         };
-        loader = with_status(loader, &client, &probe, status).saving(
-            saved,
-            source_name(args),
-            probe.speaks(),
-            last.ok().flatten(),
-        );
+        let releaser =
+            reload::release::Releaser::new(client.clone(), args.engine.namespaces.clone());
+        loader = with_status(loader, &client, &probe, status)
+            .saving(
+                saved,
+                source_name(args),
+                probe.speaks(),
+                last.ok().flatten(),
+            )
+            .releasing(releaser);
         let active = Active {
             client: client.clone(),
             options: engine_options(args),

@@ -8,6 +8,7 @@
 //! again, rule by rule ([`round`]).
 
 mod round;
+mod saving;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,10 +21,9 @@ use tokio::sync::watch;
 use super::accepted::{self, Accepted};
 use super::current::CurrentRules;
 use super::precheck::{Checker, Finding};
-use super::saved::Saved;
 use super::source::{RuleSource, Version};
 use super::status::{Outcome, StatusWriter};
-use super::tell::{Speaks, Teller};
+use super::tell::Teller;
 use super::{ReloadOptions, empty_set};
 use crate::metrics::Metrics;
 use crate::rules::{self, Diagnostic, RuleSet};
@@ -75,7 +75,7 @@ pub struct Loader {
     /// What the first load refused, told once the loader runs (`None`: told).
     first_refused: Option<Vec<Diagnostic>>,
     /// Where the accepted set is saved, and what is saved there.
-    saving: Option<Saving>,
+    saving: Option<saving::Saving>,
     /// What was refused while this replica did not speak (a standby, or
     /// the first load before the engine runs): told once it does.
     untold: Vec<Diagnostic>,
@@ -94,22 +94,6 @@ struct Pending {
     refused: Vec<Diagnostic>,
     findings: Vec<Finding>,
 }
-
-/// The accepted set saved in the cluster by the replica that runs the engine.
-struct Saving {
-    saved: Saved,
-    /// The rule source, as saved with the set.
-    source: String,
-    speaks: Speaks,
-    /// The set last saved (or read back at start).
-    last: Option<Accepted>,
-    /// The last error told, so that it is told once.
-    told: Option<String>,
-}
-
-/// How often the accepted set is saved when it changed (the replica that
-/// accepted it may not have led then).
-const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Loader {
     /// The first load, with no accepted set before it: each valid rule
@@ -211,26 +195,6 @@ impl Loader {
         self
     }
 
-    /// Saves each accepted set in `saved` (rules read from `source`),
-    /// while `speaks`; `last` is what it holds now.
-    #[must_use]
-    pub fn saving(
-        mut self,
-        saved: Saved,
-        source: String,
-        speaks: Speaks,
-        last: Option<Accepted>,
-    ) -> Self {
-        self.saving = Some(Saving {
-            saved,
-            source,
-            speaks,
-            last,
-            told: None,
-        });
-        self
-    }
-
     async fn report(&mut self, outcome: Outcome<'_>) {
         if let Some(status) = &mut self.status {
             status.running(self.accepted.generations());
@@ -257,7 +221,7 @@ impl Loader {
         futures::pin_mut!(shutdown);
         self.tell_first().await;
         let mut census = tokio::time::interval(super::status::REFRESH);
-        let mut saves = tokio::time::interval(SAVE_EVERY);
+        let mut saves = tokio::time::interval(saving::EVERY);
         let mut rounds = self.rounds.take();
         loop {
             let waiting = self.pending.is_some();
@@ -297,32 +261,6 @@ impl Loader {
                 self.refuse(&refused).await;
                 self.mark_refused(by_rule(&refused).into_keys().collect());
                 self.report(Outcome::Refused(&refused)).await;
-            }
-        }
-    }
-
-    /// Saves the accepted set when it changed since last saved, if this
-    /// replica runs the engine; an error is told once and tried again.
-    pub async fn save(&mut self) {
-        let Some(saving) = &mut self.saving else {
-            return;
-        };
-        if !(saving.speaks)() || saving.last.as_ref() == Some(&self.accepted) {
-            return;
-        }
-        match saving.saved.write(&saving.source, &self.accepted).await {
-            Ok(()) => {
-                tracing::info!(saved = %saving.saved.place(), rules = self.accepted.rules.len(), "saved the accepted rules");
-                saving.last = Some(self.accepted.clone());
-                saving.told = None;
-            }
-            Err(error) => {
-                let why = error.to_string();
-                if saving.told.as_ref() != Some(&why) {
-                    tracing::error!(%error, "could not save the accepted rules; a restart with invalid rules would not find them");
-                    self.teller.warn("AcceptedRulesNotSaved", &why).await;
-                    saving.told = Some(why);
-                }
             }
         }
     }
