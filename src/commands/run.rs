@@ -61,7 +61,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 probe.speaks(),
                 last.ok().flatten(),
             )
-            .releasing(releaser);
+            .releasing(releaser)
+            .leading(probe.leads());
         let active = Active {
             client: client.clone(),
             options: engine_options(args),
@@ -588,6 +589,13 @@ impl RunProbe {
                 .and_then(|p| p.engine())
                 .is_some_and(|e| e.runs_singletons())
         })
+    }
+
+    /// Whether this replica runs an engine (leads, or is a shard member):
+    /// it writes the CRDs a reload needs; a standby writes none.
+    fn leads(self: &Arc<Self>) -> reload::tell::Speaks {
+        let probe = Arc::downgrade(self);
+        Arc::new(move || probe.upgrade().and_then(|p| p.engine()).is_some())
     }
 
     /// Each running rule's primaries and children, while this replica runs

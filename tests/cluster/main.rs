@@ -57,6 +57,7 @@ mod read_only;
 mod readiness;
 mod reload;
 mod reload_check;
+mod reload_crds;
 mod rule_resources;
 mod rule_set;
 mod selecting;
