@@ -202,18 +202,19 @@ struct Own {
     resource: &'static str,
     /// The objects' names, when the verbs can be limited to them (`create`
     /// and `list` cannot).
-    names: &'static [&'static str],
+    names: Vec<String>,
     /// The verbs.
     verbs: &'static [&'static str],
 }
 
 /// What kiln needs in its own namespace for `set`, one [`Own`] per need:
-/// a new thing kiln keeps there is one more row.
-fn own_needs(set: &RuleSet) -> Vec<Own> {
-    let own = |group, resource, names, verbs| Own {
+/// a new thing kiln keeps there is one more row. `secret`: the conversion
+/// webhook's Secret (`kiln run --conversion-secret`).
+fn own_needs(set: &RuleSet, secret: &str) -> Vec<Own> {
+    let own = |group, resource, names: &[&str], verbs| Own {
         group,
         resource,
-        names,
+        names: names.iter().map(ToString::to_string).collect(),
         verbs,
     };
     // Leader election and shard membership: each replica's Lease, read,
@@ -244,19 +245,15 @@ fn own_needs(set: &RuleSet) -> Vec<Own> {
     // (`create` cannot be limited to a name), then read and renewed by name.
     if set.converts() {
         needs.push(own("", "secrets", &[], &["create"]));
-        needs.push(own(
-            "",
-            "secrets",
-            &[crate::api::webhook::DEFAULT_SECRET],
-            &["get", "patch"],
-        ));
+        needs.push(own("", "secrets", &[secret], &["get", "patch"]));
     }
     needs
 }
 
-/// The rules of the Role kiln needs in its own namespace for `set`.
-pub fn own_rules(set: &RuleSet) -> Vec<Value> {
-    own_needs(set)
+/// The rules of the Role kiln needs in its own namespace for `set`, its
+/// conversion webhook's certificates kept in the Secret `secret`.
+pub fn own_rules(set: &RuleSet, secret: &str) -> Vec<Value> {
+    own_needs(set, secret)
         .into_iter()
         .map(|o| {
             let mut rule =
@@ -270,13 +267,14 @@ pub fn own_rules(set: &RuleSet) -> Vec<Value> {
 }
 
 /// The Role `name` in kiln's namespace `namespace`: what kiln keeps of its
-/// own there ([`own_rules`]), and nowhere else.
-pub fn own_role(set: &RuleSet, name: &str, namespace: &str) -> Value {
+/// own there ([`own_rules`], the webhook's Secret named `secret`), and
+/// nowhere else.
+pub fn own_role(set: &RuleSet, name: &str, namespace: &str, secret: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
-        "rules": own_rules(set),
+        "rules": own_rules(set, secret),
     })
 }
 
@@ -463,7 +461,12 @@ mod tests {
             verbs("coordination.k8s.io", "leases").is_empty(),
             "Leases in kiln's namespace only"
         );
-        let own = own_role(&set, "kiln", "kiln-system");
+        let own = own_role(
+            &set,
+            "kiln",
+            "kiln-system",
+            crate::api::webhook::DEFAULT_SECRET,
+        );
         assert_eq!(own["kind"], "Role");
         assert_eq!(own["metadata"]["namespace"], "kiln-system");
         assert_eq!(
@@ -503,7 +506,12 @@ mod tests {
                 "{own} granted cluster-wide: {resources:?}"
             );
         }
-        let own = own_role(&set, "kiln", "kiln-system");
+        let own = own_role(
+            &set,
+            "kiln",
+            "kiln-system",
+            crate::api::webhook::DEFAULT_SECRET,
+        );
         assert_eq!(
             own["rules"],
             json!([

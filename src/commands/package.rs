@@ -21,7 +21,8 @@ pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
         sources.join(" --rules ")
     );
     print!("{}", kiln::yaml_out::to_string(&role)?);
-    let own = rbac::own_role(&valid(&args.rules)?, &args.name, &args.namespace);
+    let set = valid(&args.rules)?;
+    let own = rbac::own_role(&set, &args.name, &args.namespace, &args.conversion_secret);
     println!("---");
     println!("# What kiln keeps of its own (Leases, ConfigMaps, Secrets): in its namespace only.");
     print!("{}", kiln::yaml_out::to_string(&own)?);
