@@ -84,11 +84,11 @@ impl Grants {
         let p = &rule.primary.gvk;
         self.grant(p, plural(p), READ);
         // kiln writes status only to custom resources, and reads (and
-        // watches) the CRD of a kind that may have one, for whether it is
-        // custom and for its status schema.
-        if p.may_be_crd() {
+        // watches) the CRD of a custom kind for its status schema (a
+        // built-in group's kinds have none).
+        if p.is_custom() {
             // (A read-only rule writes nothing on its primary.)
-            if !rule.read_only && p.is_custom() {
+            if !rule.read_only {
                 self.grant(p, format!("{}/status", plural(p)), &["patch"]);
             }
             self.grant_named(CRDS, format!("{}.{}", plural(p), p.group), READ);
@@ -364,6 +364,42 @@ mod tests {
         ] {
             assert_eq!(guess_plural(&gvk("x", kind)), plural);
         }
+    }
+
+    #[test]
+    fn only_a_custom_primarys_crd_is_granted() {
+        let rule = |api_version: &str, kind: &str| {
+            format!(
+                "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: {api_version}, kind: {kind}}}\n  children:\n    - id: c\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {{name: \"{{{{ self.metadata.name }}}}\"}}\n"
+            )
+        };
+        let crd_grants = |api_version: &str, kind: &str| -> Vec<Value> {
+            let source = crate::rules::load::Source {
+                file: "r.yaml".into(),
+                text: rule(api_version, kind),
+            };
+            let set = crate::rules::load_sources(vec![source]).unwrap();
+            let role = cluster_role(&set, "kiln", &guess_plural);
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["resources"][0] == "customresourcedefinitions")
+                .cloned()
+                .collect()
+        };
+        // A built-in group with a dot has no CRD to read.
+        assert_eq!(
+            crd_grants("networking.k8s.io/v1", "Ingress"),
+            Vec::<Value>::new()
+        );
+        assert_eq!(crd_grants("apps/v1", "Deployment"), Vec::<Value>::new());
+        let custom = crd_grants("gateway.networking.k8s.io/v1", "Gateway");
+        assert_eq!(custom.len(), 1);
+        assert_eq!(
+            custom[0]["resourceNames"],
+            json!(["gateways.gateway.networking.k8s.io"])
+        );
     }
 
     #[test]

@@ -71,7 +71,7 @@ async fn explain(
         .filter(|r| r.primary.gvk == found.gvk)
         .collect();
     out.push_str(&rules_section(client, &found, &taking, &args.field_manager).await?);
-    let no_status = found.gvk.may_be_crd() && !found.status_subresource && !taking.is_empty();
+    let no_status = found.gvk.is_custom() && !found.status_subresource && !taking.is_empty();
     out.push_str(&conditions_section(&found, no_status));
     let events = events(client, found.key.namespace.as_deref(), uid).await?;
     out.push_str(&events_section(&events));

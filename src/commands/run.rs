@@ -52,17 +52,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Ok(started) => started,
             Err(refusal) => return Ok(first_load_refused(&refusal, &last)),
         };
-        let releaser =
-            reload::release::Releaser::new(client.clone(), args.engine.namespaces.clone());
-        loader = with_status(loader, &client, &probe, status)
-            .saving(
-                saved,
-                source_name(args),
-                probe.speaks(),
-                last.ok().flatten(),
-            )
-            .releasing(releaser)
-            .leading(probe.leads());
+        loader = with_status(loader, &client, &probe, status);
+        loader = keeping(loader, args, &client, &probe, (saved, last.ok().flatten()));
         let active = Active {
             client: client.clone(),
             options: engine_options(args),
@@ -204,6 +195,23 @@ fn with_status(
         }
         None => loader,
     }
+}
+
+/// The loader, saving each accepted set in `saved` (holding `last` now)
+/// and letting go of the finalizers it owes while this replica runs the
+/// engine, and installing the CRDs a reload needs only then.
+fn keeping(
+    loader: Loader,
+    args: &RunArgs,
+    client: &Client,
+    probe: &Arc<RunProbe>,
+    (saved, last): (Saved, Option<reload::Accepted>),
+) -> Loader {
+    let releaser = reload::release::Releaser::new(client.clone(), args.engine.namespaces.clone());
+    loader
+        .saving(saved, source_name(args), probe.speaks(), last)
+        .releasing(releaser)
+        .leading(probe.leads())
 }
 
 /// Where the accepted rules are saved: beside the Lease, named after it.
