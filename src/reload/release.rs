@@ -47,11 +47,18 @@ impl Release {
         }
     }
 
-    /// Whether a rule of `running` holds this finalizer on this kind itself.
-    fn covered(&self, running: &RuleSet) -> bool {
-        running
-            .get(&self.rule)
-            .is_some_and(|r| r.primary.gvk.group == self.group && r.primary.gvk.kind == self.kind)
+    /// Whether the rule of this name is on this kind: running, or accepted
+    /// but not running now (refused at this engine's start, say), which
+    /// removes its finalizer itself once it runs.
+    fn covered(&self, accepted: &Accepted, running: &RuleSet) -> bool {
+        let on = |gvk: &Gvk| gvk.group == self.group && gvk.kind == self.kind;
+        match running.get(&self.rule) {
+            Some(rule) => on(&rule.primary.gvk),
+            None => accepted
+                .get(&self.rule)
+                .and_then(compiled)
+                .is_some_and(|rule| on(&rule.primary.gvk)),
+        }
     }
 }
 
@@ -63,7 +70,7 @@ impl std::fmt::Display for Release {
 
 /// What is owed once `saved` (the accepted set saved in the cluster, with
 /// `pending`, the releases it still owes) gives way to `accepted`, which
-/// runs as `running`: every release pending or newly owed that no running
+/// runs as `running`: every release pending or newly owed that no accepted
 /// rule covers (the same rule on the same kind removes its finalizer
 /// itself), without those in `done`.
 ///
@@ -88,25 +95,29 @@ pub fn owed(
         out.extend(held(entry));
     }
     out.into_iter()
-        .filter(|r| !r.covered(running) && !done.contains(r))
+        .filter(|r| !done.contains(r) && !r.covered(accepted, running))
         .collect()
 }
 
-/// The finalizer a saved rule held, if it held one.
-fn held(entry: &Entry) -> Option<Release> {
+/// An accepted rule compiled alone (`None`, said, when it no longer compiles).
+fn compiled(entry: &Entry) -> Option<std::sync::Arc<crate::rules::Rule>> {
     let source = crate::rules::load::Source {
         file: entry.file.clone(),
         text: entry.text.clone(),
     };
-    let set = match crate::rules::load_sources(vec![source]) {
-        Ok(set) => set,
+    match crate::rules::load_sources(vec![source]) {
+        Ok(set) => set.rules.into_iter().next(),
         Err(diagnostics) => {
             let why = diagnostics.first().map(|d| d.message.clone());
-            tracing::warn!(rule = %entry.name, why = ?why, "a saved rule no longer compiles: kiln cannot tell whether it held a finalizer to let go of");
-            return None;
+            tracing::warn!(rule = %entry.name, why = ?why, "an accepted rule no longer compiles: kiln cannot tell which kind it held a finalizer on");
+            None
         }
-    };
-    let rule = set.rules.into_iter().next()?;
+    }
+}
+
+/// The finalizer a saved rule held, if it held one.
+fn held(entry: &Entry) -> Option<Release> {
+    let rule = compiled(entry)?;
     deletion::needed(&rule).then(|| Release {
         rule: rule.name.clone(),
         group: rule.primary.gvk.group.clone(),
@@ -353,5 +364,20 @@ mod tests {
         );
         let done = [release("b", "Widget")];
         assert_eq!(owed(&now, &pending, &now, &running, &done), []);
+    }
+
+    #[test]
+    fn an_accepted_rule_on_the_same_kind_that_does_not_run_now_owes_nothing() {
+        // `a` changed on Widget and was refused at this engine's start: it
+        // does not run, but it is still the accepted rule on Widget.
+        let saved = accepted(&[rule("a", "Widget", true)]);
+        let now = accepted(&[rule("a", "Widget", false)]);
+        assert_eq!(owed(&saved, &[], &now, &RuleSet::default(), &[]), []);
+        // Moved to Gadget and not running: the Widgets are owed a release.
+        let moved = accepted(&[rule("a", "Gadget", true)]);
+        assert_eq!(
+            owed(&saved, &[], &moved, &RuleSet::default(), &[]),
+            [release("a", "Widget")]
+        );
     }
 }

@@ -44,9 +44,16 @@ pub(super) struct Saving {
     releaser: Option<Releaser>,
     /// The last release failure told, so that it is told once.
     release_told: Option<String>,
+    /// The releases under way, beside the loader (a kind with many objects
+    /// holds no reload back): what was done, and why the rest was not.
+    task: Option<tokio::task::JoinHandle<Released>>,
     save_retry: Retry,
     release_retry: Retry,
 }
+
+/// What a round of releases did: the releases done, and why the others
+/// were not.
+type Released = (Vec<Release>, Vec<String>);
 
 /// When a task that failed is tried again.
 #[derive(Debug, Default)]
@@ -92,6 +99,7 @@ impl Loader {
             released: Vec::new(),
             releaser: None,
             release_told: None,
+            task: None,
             save_retry: Retry::default(),
             release_retry: Retry::default(),
         });
@@ -117,8 +125,12 @@ impl Loader {
             return;
         };
         if !(saving.speaks)() {
-            // Another replica may save meanwhile: read again when leading.
+            // Another replica may save (and release) meanwhile: read again
+            // when leading, and release nothing more now.
             saving.releasing = None;
+            if let Some(task) = saving.task.take() {
+                task.abort();
+            }
             return;
         }
         let changed = saving.last.as_ref() != Some(&self.accepted)
@@ -156,13 +168,36 @@ impl Loader {
         self.release().await;
     }
 
-    /// Carries out the releases the saved set owes (those done are taken
-    /// out of it at the next save); a failure is told once per distinct
-    /// error, and the release stays owed.
+    /// Carries out the releases the saved set owes, beside the loader
+    /// (those done are taken out of it at the next save); a failure is told
+    /// once per distinct error, and the release stays owed.
     async fn release(&mut self) {
         let Some(saving) = &mut self.saving else {
             return;
         };
+        let now = Instant::now();
+        if let Some(task) = saving.task.take_if(|t| t.is_finished()) {
+            let (done, failures) = task.await.unwrap_or_default();
+            saving.released.extend(done);
+            if failures.is_empty() {
+                saving.release_retry.succeeded();
+                saving.release_told = None;
+            } else {
+                saving
+                    .release_retry
+                    .failed(now, crate::engine::backoff::jitter());
+                let why = failures.join("; ");
+                if saving.release_told.as_ref() != Some(&why) {
+                    tracing::error!(%why, "could not let go of the finalizers of rules that no longer run on a kind: deleting those objects hangs until kiln may list and patch them; tried again");
+                    let note = format!(
+                        "{} finalizer release(s) owed, tried again: {why}. Grant kiln list and patch on the old kind until they are done.",
+                        failures.len()
+                    );
+                    self.teller.warn("FinalizersNotReleased", &note).await;
+                    saving.release_told = Some(why);
+                }
+            }
+        }
         let owed: Vec<Release> = saving
             .releasing
             .iter()
@@ -170,45 +205,27 @@ impl Loader {
             .filter(|r| !saving.released.contains(r))
             .cloned()
             .collect();
-        let pending = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        self.metrics.releases_pending.set(pending(owed.len()));
-        let now = Instant::now();
-        let Some(releaser) = &saving.releaser else {
+        let pending = i64::try_from(owed.len()).unwrap_or(i64::MAX);
+        self.metrics.releases_pending.set(pending);
+        let Some(releaser) = saving.releaser.clone() else {
             return;
         };
-        if owed.is_empty() || !saving.release_retry.due(now) {
+        if saving.task.is_some() || owed.is_empty() || !saving.release_retry.due(now) {
             return;
         }
-        let mut failures = Vec::new();
-        for r in owed {
-            match releaser.release(&r).await {
-                Ok(objects) => {
-                    tracing::info!(release = %r, objects, "let go of the finalizer of a rule that no longer runs on that kind");
-                    saving.released.push(r);
+        saving.task = Some(tokio::spawn(async move {
+            let mut released: Released = Default::default();
+            for r in owed {
+                match releaser.release(&r).await {
+                    Ok(objects) => {
+                        tracing::info!(release = %r, objects, "let go of the finalizer of a rule that no longer runs on that kind");
+                        released.0.push(r);
+                    }
+                    Err(error) => released.1.push(error.to_string()),
                 }
-                Err(error) => failures.push(error.to_string()),
             }
-        }
-        let left = saving.releasing.iter().flatten();
-        let left = left.filter(|r| !saving.released.contains(r)).count();
-        self.metrics.releases_pending.set(pending(left));
-        if failures.is_empty() {
-            saving.release_retry.succeeded();
-            saving.release_told = None;
-            return;
-        }
-        saving
-            .release_retry
-            .failed(now, crate::engine::backoff::jitter());
-        let why = failures.join("; ");
-        if saving.release_told.as_ref() != Some(&why) {
-            tracing::error!(%why, "could not let go of the finalizers of rules that no longer run on a kind: deleting those objects hangs until kiln may list and patch them; tried again");
-            let note = format!(
-                "{left} finalizer release(s) owed, tried again: {why}. Grant kiln list and patch on the old kind until they are done."
-            );
-            self.teller.warn("FinalizersNotReleased", &note).await;
-            saving.release_told = Some(why);
-        }
+            released
+        }));
     }
 }
 
