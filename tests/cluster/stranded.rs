@@ -78,6 +78,18 @@ async fn a_rule_moved_to_another_kind_while_kiln_was_down_lets_go_of_the_old_kin
     support::install_crds(&client, "tests/fixtures/crds").await;
     let kiln = KilnProcess::start(&on_widgets("restarted"), &in_ns(n));
     held(&client, n, "restarted").await;
+    // A tenant's Widget, held by kiln's finalizer, and the tenant's copy
+    // of that finalizer beside kiln's entry.
+    support::apply(&client, widget("t"), Some(n)).await;
+    let finalizer = json!(["restarted.kiln.dev/ordered-deletion"]);
+    eventually("kiln's entry on it", CONVERGE, || async {
+        let t = support::get(&client, "test.kiln.dev/v1", "Widget", n, "t").await?;
+        (t["metadata"]["finalizers"] == finalizer).then_some(())
+    })
+    .await;
+    let mut theirs = widget("t");
+    theirs["metadata"]["finalizers"] = finalizer.clone();
+    support::apply(&client, theirs, Some(n)).await;
     stop(kiln).await;
 
     let kiln = KilnProcess::start(&on_configmaps("restarted"), &in_ns(n));
@@ -87,6 +99,15 @@ async fn a_rule_moved_to_another_kind_while_kiln_was_down_lets_go_of_the_old_kin
         (pending == 0.0).then_some(())
     })
     .await;
+    // Only kiln's own entry went: the tenant's copy stays, theirs to remove.
+    let t = support::get(&client, "test.kiln.dev/v1", "Widget", n, "t")
+        .await
+        .unwrap();
+    assert_eq!(
+        t["metadata"]["finalizers"], finalizer,
+        "a tenant's finalizer was removed"
+    );
+    support::apply(&client, widget("t"), Some(n)).await;
     // Done, so no longer owed in the saved set.
     eventually("the release out of the saved rules", CONVERGE, || async {
         let cm = support::get(&client, "v1", "ConfigMap", n, "kiln-accepted-rules").await?;
