@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 pub mod counts;
 pub mod failing;
+pub mod hook_server;
 pub mod scene;
 pub mod stall;
 
