@@ -318,6 +318,10 @@ pub struct RbacArgs {
     /// kiln's ServiceAccount (in `--namespace`), bound to that Role.
     #[arg(long, default_value = "kiln")]
     pub service_account: String,
+    /// The conversion webhook's Secret, as `kiln run --conversion-secret`
+    /// names it (granted only when a rule converts).
+    #[arg(long, default_value = kiln::api::webhook::DEFAULT_SECRET)]
+    pub conversion_secret: String,
 }
 
 /// `kiln configmap`
@@ -357,6 +361,11 @@ pub struct PackageArgs {
     /// kustomize: name of the rules ConfigMap in the base.
     #[arg(long, default_value = "kiln-rules")]
     pub configmap_name: String,
+    /// The conversion webhook's Secret, as `kiln run --conversion-secret`
+    /// names it: granted by that name, and (helm-values) set as the
+    /// chart's `webhook.secretName`.
+    #[arg(long, default_value = kiln::api::webhook::DEFAULT_SECRET)]
+    pub conversion_secret: String,
     /// Ask this cluster's discovery for resource names instead of deriving
     /// them from kinds (for CRDs with irregular plurals).
     #[arg(long)]

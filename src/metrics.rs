@@ -107,6 +107,9 @@ pub struct Metrics {
     /// `kiln_rules_pending`: 1 while a valid rule set waits for the cluster
     /// to let it run (the last good set keeps running meanwhile).
     pub rules_pending: Gauge,
+    /// `kiln_finalizer_releases_pending`: finalizers of rules that no longer
+    /// run on a kind, still to be let go of on that kind's objects.
+    pub releases_pending: Gauge,
     /// `kiln_rules_last_good_load_timestamp_seconds`
     pub last_good_load: Gauge<f64, AtomicU64>,
     /// `kiln_leader` (1 while this replica leads or runs without election).
@@ -193,6 +196,7 @@ impl Metrics {
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
             rules_pending: Gauge::default(),
+            releases_pending: Gauge::default(),
             last_good_load: Gauge::default(),
             leader: Gauge::default(),
             shard_members: Gauge::default(),
@@ -364,6 +368,11 @@ impl Metrics {
             "kiln_rules_pending",
             "1 while a valid rule set waits for the cluster to let it run (kinds, status schema, permissions)",
             self.rules_pending.clone(),
+        );
+        registry.register(
+            "kiln_finalizer_releases_pending",
+            "Finalizers of rules that no longer run on a kind, not yet let go of on that kind's objects",
+            self.releases_pending.clone(),
         );
         registry.register(
             "kiln_rules_last_good_load_timestamp_seconds",

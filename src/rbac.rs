@@ -84,11 +84,11 @@ impl Grants {
         let p = &rule.primary.gvk;
         self.grant(p, plural(p), READ);
         // kiln writes status only to custom resources, and reads (and
-        // watches) the CRD of a kind that may have one, for whether it is
-        // custom and for its status schema.
-        if p.may_be_crd() {
+        // watches) the CRD of a custom kind for its status schema (a
+        // built-in group's kinds have none).
+        if p.is_custom() {
             // (A read-only rule writes nothing on its primary.)
-            if !rule.read_only && p.is_custom() {
+            if !rule.read_only {
                 self.grant(p, format!("{}/status", plural(p)), &["patch"]);
             }
             self.grant_named(CRDS, format!("{}.{}", plural(p), p.group), READ);
@@ -207,18 +207,19 @@ struct Own {
     resource: &'static str,
     /// The objects' names, when the verbs can be limited to them (`create`
     /// and `list` cannot).
-    names: &'static [&'static str],
+    names: Vec<String>,
     /// The verbs.
     verbs: &'static [&'static str],
 }
 
 /// What kiln needs in its own namespace for `set`, one [`Own`] per need:
-/// a new thing kiln keeps there is one more row.
-fn own_needs(set: &RuleSet) -> Vec<Own> {
-    let own = |group, resource, names, verbs| Own {
+/// a new thing kiln keeps there is one more row. `secret`: the conversion
+/// webhook's Secret (`kiln run --conversion-secret`).
+fn own_needs(set: &RuleSet, secret: &str) -> Vec<Own> {
+    let own = |group, resource, names: &[&str], verbs| Own {
         group,
         resource,
-        names,
+        names: names.iter().map(ToString::to_string).collect(),
         verbs,
     };
     // Leader election and shard membership: each replica's Lease, read,
@@ -249,19 +250,15 @@ fn own_needs(set: &RuleSet) -> Vec<Own> {
     // (`create` cannot be limited to a name), then read and renewed by name.
     if set.converts() {
         needs.push(own("", "secrets", &[], &["create"]));
-        needs.push(own(
-            "",
-            "secrets",
-            &[crate::api::webhook::DEFAULT_SECRET],
-            &["get", "patch"],
-        ));
+        needs.push(own("", "secrets", &[secret], &["get", "patch"]));
     }
     needs
 }
 
-/// The rules of the Role kiln needs in its own namespace for `set`.
-pub fn own_rules(set: &RuleSet) -> Vec<Value> {
-    own_needs(set)
+/// The rules of the Role kiln needs in its own namespace for `set`, its
+/// conversion webhook's certificates kept in the Secret `secret`.
+pub fn own_rules(set: &RuleSet, secret: &str) -> Vec<Value> {
+    own_needs(set, secret)
         .into_iter()
         .map(|o| {
             let mut rule =
@@ -275,13 +272,14 @@ pub fn own_rules(set: &RuleSet) -> Vec<Value> {
 }
 
 /// The Role `name` in kiln's namespace `namespace`: what kiln keeps of its
-/// own there ([`own_rules`]), and nowhere else.
-pub fn own_role(set: &RuleSet, name: &str, namespace: &str) -> Value {
+/// own there ([`own_rules`], the webhook's Secret named `secret`), and
+/// nowhere else.
+pub fn own_role(set: &RuleSet, name: &str, namespace: &str, secret: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "kiln"}},
-        "rules": own_rules(set),
+        "rules": own_rules(set, secret),
     })
 }
 
@@ -371,6 +369,42 @@ mod tests {
         ] {
             assert_eq!(guess_plural(&gvk("x", kind)), plural);
         }
+    }
+
+    #[test]
+    fn only_a_custom_primarys_crd_is_granted() {
+        let rule = |api_version: &str, kind: &str| {
+            format!(
+                "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  for: {{apiVersion: {api_version}, kind: {kind}}}\n  children:\n    - id: c\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {{name: \"{{{{ self.metadata.name }}}}\"}}\n"
+            )
+        };
+        let crd_grants = |api_version: &str, kind: &str| -> Vec<Value> {
+            let source = crate::rules::load::Source {
+                file: "r.yaml".into(),
+                text: rule(api_version, kind),
+            };
+            let set = crate::rules::load_sources(vec![source]).unwrap();
+            let role = cluster_role(&set, "kiln", &guess_plural);
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["resources"][0] == "customresourcedefinitions")
+                .cloned()
+                .collect()
+        };
+        // A built-in group with a dot has no CRD to read.
+        assert_eq!(
+            crd_grants("networking.k8s.io/v1", "Ingress"),
+            Vec::<Value>::new()
+        );
+        assert_eq!(crd_grants("apps/v1", "Deployment"), Vec::<Value>::new());
+        let custom = crd_grants("gateway.networking.k8s.io/v1", "Gateway");
+        assert_eq!(custom.len(), 1);
+        assert_eq!(
+            custom[0]["resourceNames"],
+            json!(["gateways.gateway.networking.k8s.io"])
+        );
     }
 
     #[test]
@@ -468,7 +502,12 @@ mod tests {
             verbs("coordination.k8s.io", "leases").is_empty(),
             "Leases in kiln's namespace only"
         );
-        let own = own_role(&set, "kiln", "kiln-system");
+        let own = own_role(
+            &set,
+            "kiln",
+            "kiln-system",
+            crate::api::webhook::DEFAULT_SECRET,
+        );
         assert_eq!(own["kind"], "Role");
         assert_eq!(own["metadata"]["namespace"], "kiln-system");
         assert_eq!(
@@ -508,7 +547,12 @@ mod tests {
                 "{own} granted cluster-wide: {resources:?}"
             );
         }
-        let own = own_role(&set, "kiln", "kiln-system");
+        let own = own_role(
+            &set,
+            "kiln",
+            "kiln-system",
+            crate::api::webhook::DEFAULT_SECRET,
+        );
         assert_eq!(
             own["rules"],
             json!([

@@ -20,9 +20,8 @@ pub fn package(args: &PackageArgs) -> anyhow::Result<ExitCode> {
         &args.name,
         args.kubeconfig.as_deref(),
     )?;
-    let own = Value::Array(kiln::rbac::own_rules(&valid(std::slice::from_ref(
-        &args.rules,
-    ))?));
+    let set = valid(std::slice::from_ref(&args.rules))?;
+    let own = Value::Array(kiln::rbac::own_rules(&set, &args.conversion_secret));
     let source = args.rules.display();
     match args.format {
         PackageFormat::HelmValues => {
@@ -32,7 +31,11 @@ pub fn package(args: &PackageArgs) -> anyhow::Result<ExitCode> {
                  # `rbac.namespacedRules`: the Role's in kiln's namespace), for the kiln chart:\n\
                  #   helm upgrade --install kiln charts/kiln -n kiln-system --create-namespace -f <this file>\n"
             );
-            let text = format!("{header}{}", to_yaml(&helm_values(&files, &role, &own))?);
+            let mut values = helm_values(&files, &role, &own);
+            if args.conversion_secret != kiln::api::webhook::DEFAULT_SECRET {
+                values["webhook"] = json!({"secretName": args.conversion_secret});
+            }
+            let text = format!("{header}{}", to_yaml(&values)?);
             match &args.out {
                 Some(path) => std::fs::write(path, text)
                     .with_context(|| format!("writing {}", path.display()))?,

@@ -242,12 +242,12 @@ async fn live_status(
     let subresource = caps.subresources.iter().any(|(s, _)| s.plural == "status");
     let name = format!("{plural}.{}", gvk.group);
     let crds = kube::Api::<CustomResourceDefinition>::all(client.clone());
-    let crd = match gvk.may_be_crd() {
+    let crd = match gvk.is_custom() {
         false => None,
         true => match crds.get_opt(&name).await {
             Ok(crd) => crd.map(serde_json::to_value).transpose()?,
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                return Ok((gvk.is_custom() && subresource).then(StatusSchema::open));
+                return Ok(subresource.then(StatusSchema::open));
             }
             Err(e) => return Err(e.into()),
         },

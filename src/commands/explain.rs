@@ -73,8 +73,9 @@ async fn explain(
         .filter(|r| r.primary.gvk.group == found.gvk.group && r.primary.gvk.kind == found.gvk.kind)
         .collect();
     out.push_str(&rules_section(client, &found, &taking, &args.field_manager).await?);
-    let no_status = found.gvk.may_be_crd() && !found.status_subresource && !taking.is_empty();
+    let no_status = found.gvk.is_custom() && !found.status_subresource && !taking.is_empty();
     out.push_str(&conditions_section(&found, no_status));
+    out.push_str(&stray_finalizers(&found.primary, &found.gvk, rules));
     let events = events(client, found.key.namespace.as_deref(), uid).await?;
     out.push_str(&events_section(&events));
     Ok(out)
@@ -298,4 +299,65 @@ fn parse_gvk(api_version: &str, kind: &str) -> anyhow::Result<Gvk> {
         version: version.to_string(),
         kind: kind.to_string(),
     })
+}
+
+/// What `explain` says of each kiln finalizer on `primary` whose rule does
+/// not take the object's kind among `rules` (moved to another kind, or
+/// removed): the kiln that runs the rules lets go of it; nothing else
+/// removes it.
+fn stray_finalizers(
+    primary: &serde_json::Value,
+    gvk: &Gvk,
+    rules: &[std::sync::Arc<Rule>],
+) -> String {
+    let finalizers = primary["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut out = String::new();
+    for finalizer in finalizers.iter().filter_map(serde_json::Value::as_str) {
+        let Some(rule) = finalizer.strip_suffix(".kiln.dev/ordered-deletion") else {
+            continue;
+        };
+        let takes = |r: &std::sync::Arc<Rule>| {
+            r.name == rule && r.primary.gvk.group == gvk.group && r.primary.gvk.kind == gvk.kind
+        };
+        if rules.iter().any(takes) {
+            continue;
+        }
+        out.push_str(&format!(
+            "finalizer {finalizer}: no rule {rule} takes {} here (moved to another kind, or removed): the kiln that runs lets go of it (kiln_finalizer_releases_pending; a FinalizersNotReleased Event says why it cannot); if none runs, remove it by hand\n",
+            gvk.kind
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalizer_of_a_rule_that_no_longer_takes_the_kind_is_explained() {
+        let text = "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: live}\nspec:\n  for: {apiVersion: test.kiln.dev/v1, kind: Widget}\n  deletion: {ordered: true}\n  children:\n    - id: c\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}\"}\n";
+        let source = kiln::rules::load::Source {
+            file: "live.yaml".into(),
+            text: text.into(),
+        };
+        let rules = kiln::rules::load_sources(vec![source]).unwrap().rules;
+        let widget = Gvk {
+            group: "test.kiln.dev".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+        };
+        let primary = serde_json::json!({"metadata": {"finalizers": [
+            "old.kiln.dev/ordered-deletion", "live.kiln.dev/ordered-deletion", "example.com/theirs"
+        ]}});
+        let said = stray_finalizers(&primary, &widget, &rules);
+        assert!(
+            said.starts_with("finalizer old.kiln.dev/ordered-deletion: no rule old takes Widget"),
+            "{said}"
+        );
+        assert_eq!(said.lines().count(), 1, "{said}");
+    }
 }

@@ -381,8 +381,8 @@ pub fn status_schema(rule: &Rule, crds: &[Value]) -> StatusView {
     let gvk = &rule.primary.gvk;
     let Some(crd) = primary_crd(rule, crds) else {
         return StatusView {
-            schema: gvk.may_be_crd().then(StatusSchema::open),
-            known: !gvk.may_be_crd(),
+            schema: gvk.is_custom().then(StatusSchema::open),
+            known: !gvk.is_custom(),
         };
     };
     let subresource = crd["spec"]["versions"]

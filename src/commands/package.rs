@@ -23,7 +23,7 @@ pub fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
     print!("{}", kiln::yaml_out::to_string(&role)?);
     let set = valid(&args.rules)?;
     print!("{}", egress_comment(&set));
-    let own = rbac::own_role(&set, &args.name, &args.namespace);
+    let own = rbac::own_role(&set, &args.name, &args.namespace, &args.conversion_secret);
     println!("---");
     println!("# What kiln keeps of its own (Leases, ConfigMaps, Secrets): in its namespace only.");
     print!("{}", kiln::yaml_out::to_string(&own)?);

@@ -52,12 +52,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Ok(started) => started,
             Err(refusal) => return Ok(first_load_refused(&refusal, &last)),
         };
-        loader = with_status(loader, &client, &probe, status).saving(
-            saved,
-            source_name(args),
-            probe.speaks(),
-            last.ok().flatten(),
-        );
+        loader = with_status(loader, &client, &probe, status);
+        loader = keeping(loader, args, &client, &probe, (saved, last.ok().flatten()));
         let active = Active {
             client: client.clone(),
             options: with_egress(engine_options(args)).await,
@@ -199,6 +195,23 @@ fn with_status(
         }
         None => loader,
     }
+}
+
+/// The loader, saving each accepted set in `saved` (holding `last` now)
+/// and letting go of the finalizers it owes while this replica runs the
+/// engine, and installing the CRDs a reload needs only then.
+fn keeping(
+    loader: Loader,
+    args: &RunArgs,
+    client: &Client,
+    probe: &Arc<RunProbe>,
+    (saved, last): (Saved, Option<reload::Accepted>),
+) -> Loader {
+    let releaser = reload::release::Releaser::new(client.clone(), args.engine.namespaces.clone());
+    loader
+        .saving(saved, source_name(args), probe.speaks(), last)
+        .releasing(releaser)
+        .leading(probe.leads())
 }
 
 /// Where the accepted rules are saved: beside the Lease, named after it.
@@ -594,6 +607,13 @@ impl RunProbe {
                 .and_then(|p| p.engine())
                 .is_some_and(|e| e.runs_singletons())
         })
+    }
+
+    /// Whether this replica runs an engine (leads, or is a shard member):
+    /// it writes the CRDs a reload needs; a standby writes none.
+    fn leads(self: &Arc<Self>) -> reload::tell::Speaks {
+        let probe = Arc::downgrade(self);
+        Arc::new(move || probe.upgrade().and_then(|p| p.engine()).is_some())
     }
 
     /// Each running rule's primaries and children, while this replica runs

@@ -7,7 +7,7 @@ use crate::rules::Backoff;
 
 /// The delay before retry number `attempt` (from 0): `initial * 2^attempt`,
 /// capped at `max`, then moved by up to ±10% according to `jitter` in [0, 1).
-pub(super) fn delay(bounds: Backoff, attempt: u32, jitter: f64) -> Duration {
+pub(crate) fn delay(bounds: Backoff, attempt: u32, jitter: f64) -> Duration {
     let base = bounds.initial.as_secs_f64() * 2f64.powi(attempt.min(62) as i32);
     let capped = base.min(bounds.max.as_secs_f64());
     let factor = 1.0 + 0.2 * (jitter.clamp(0.0, 1.0) - 0.5);
@@ -16,7 +16,7 @@ pub(super) fn delay(bounds: Backoff, attempt: u32, jitter: f64) -> Duration {
 
 /// A jitter value in [0, 1) that differs between calls without a random
 /// number generator dependency.
-pub(super) fn jitter() -> f64 {
+pub(crate) fn jitter() -> f64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

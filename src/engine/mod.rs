@@ -15,7 +15,7 @@
 
 #![warn(unreachable_pub)]
 
-mod backoff;
+pub(crate) mod backoff;
 pub mod cache;
 pub mod decision;
 mod key;

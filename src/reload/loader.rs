@@ -8,6 +8,7 @@
 //! again, rule by rule ([`round`]).
 
 mod round;
+mod saving;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,10 +21,9 @@ use tokio::sync::watch;
 use super::accepted::{self, Accepted};
 use super::current::CurrentRules;
 use super::precheck::{Checker, Finding};
-use super::saved::Saved;
 use super::source::{RuleSource, Version};
 use super::status::{Outcome, StatusWriter};
-use super::tell::{Speaks, Teller};
+use super::tell::Teller;
 use super::{ReloadOptions, empty_set};
 use crate::metrics::Metrics;
 use crate::rules::{self, Diagnostic, RuleSet};
@@ -75,7 +75,7 @@ pub struct Loader {
     /// What the first load refused, told once the loader runs (`None`: told).
     first_refused: Option<Vec<Diagnostic>>,
     /// Where the accepted set is saved, and what is saved there.
-    saving: Option<Saving>,
+    saving: Option<saving::Saving>,
     /// What was refused while this replica did not speak (a standby, or
     /// the first load before the engine runs): told once it does.
     untold: Vec<Diagnostic>,
@@ -83,6 +83,9 @@ pub struct Loader {
     rounds: Option<watch::Receiver<u64>>,
     /// How soon CRDs the API server could not answer for are tried again.
     install_retry: Option<Duration>,
+    /// Whether this replica runs the engine, so writes the CRDs a reload
+    /// needs (`None`: always, as without leader election).
+    leads: Option<super::tell::Speaks>,
 }
 
 /// A set waiting for the cluster: the rules, what they are, what was
@@ -95,21 +98,17 @@ struct Pending {
     findings: Vec<Finding>,
 }
 
-/// The accepted set saved in the cluster by the replica that runs the engine.
-struct Saving {
-    saved: Saved,
-    /// The rule source, as saved with the set.
-    source: String,
-    speaks: Speaks,
-    /// The set last saved (or read back at start).
-    last: Option<Accepted>,
-    /// The last error told, so that it is told once.
-    told: Option<String>,
+impl Pending {
+    /// Each `blamed` rule, refused for good (`why`), at its `running`
+    /// version: it is not offered again.
+    fn narrow(&mut self, blamed: &BTreeSet<String>, running: &Accepted, why: &[Diagnostic]) {
+        let narrowed = self.accepted.replacing(blamed, running);
+        if let Ok(set) = narrowed.compile() {
+            (self.set, self.accepted) = (set, narrowed);
+        }
+        self.refused.extend_from_slice(why);
+    }
 }
-
-/// How often the accepted set is saved when it changed (the replica that
-/// accepted it may not have led then).
-const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Loader {
     /// The first load, with no accepted set before it: each valid rule
@@ -172,6 +171,7 @@ impl Loader {
             untold: Vec::new(),
             rounds: None,
             install_retry: None,
+            leads: None,
         }
     }
 
@@ -204,30 +204,24 @@ impl Loader {
         self
     }
 
+    /// Installs the CRDs a reload needs only while `leads` (this replica
+    /// runs the engine); a standby installs none, and its engine start
+    /// installs them once it leads.
+    #[must_use]
+    pub fn leading(mut self, leads: super::tell::Speaks) -> Self {
+        self.leads = Some(leads);
+        self
+    }
+
+    /// Whether this replica writes the CRDs a reload needs.
+    fn installs(&self) -> bool {
+        self.leads.as_ref().is_none_or(|leads| leads())
+    }
+
     /// Writes the status of the Rule resources after each load.
     #[must_use]
     pub fn reporting(mut self, status: StatusWriter) -> Self {
         self.status = Some(status);
-        self
-    }
-
-    /// Saves each accepted set in `saved` (rules read from `source`),
-    /// while `speaks`; `last` is what it holds now.
-    #[must_use]
-    pub fn saving(
-        mut self,
-        saved: Saved,
-        source: String,
-        speaks: Speaks,
-        last: Option<Accepted>,
-    ) -> Self {
-        self.saving = Some(Saving {
-            saved,
-            source,
-            speaks,
-            last,
-            told: None,
-        });
         self
     }
 
@@ -257,7 +251,7 @@ impl Loader {
         futures::pin_mut!(shutdown);
         self.tell_first().await;
         let mut census = tokio::time::interval(super::status::REFRESH);
-        let mut saves = tokio::time::interval(SAVE_EVERY);
+        let mut saves = tokio::time::interval(saving::EVERY);
         let mut rounds = self.rounds.take();
         loop {
             let waiting = self.pending.is_some();
@@ -297,32 +291,6 @@ impl Loader {
                 self.refuse(&refused).await;
                 self.mark_refused(by_rule(&refused).into_keys().collect());
                 self.report(Outcome::Refused(&refused)).await;
-            }
-        }
-    }
-
-    /// Saves the accepted set when it changed since last saved, if this
-    /// replica runs the engine; an error is told once and tried again.
-    pub async fn save(&mut self) {
-        let Some(saving) = &mut self.saving else {
-            return;
-        };
-        if !(saving.speaks)() || saving.last.as_ref() == Some(&self.accepted) {
-            return;
-        }
-        match saving.saved.write(&saving.source, &self.accepted).await {
-            Ok(()) => {
-                tracing::info!(saved = %saving.saved.place(), rules = self.accepted.rules.len(), "saved the accepted rules");
-                saving.last = Some(self.accepted.clone());
-                saving.told = None;
-            }
-            Err(error) => {
-                let why = error.to_string();
-                if saving.told.as_ref() != Some(&why) {
-                    tracing::error!(%error, "could not save the accepted rules; a restart with invalid rules would not find them");
-                    self.teller.warn("AcceptedRulesNotSaved", &why).await;
-                    saving.told = Some(why);
-                }
             }
         }
     }
@@ -391,47 +359,92 @@ impl Loader {
     /// that can hold it back runs before its CRDs are applied, the last
     /// step: a set held back has written nothing. A rule whose CRD is
     /// refused (not kiln's, or a change that would break stored objects)
-    /// keeps its running version, alone.
+    /// keeps its running version, alone; so does a rule whose CRD the API
+    /// server could not answer for, and its new version is tried again.
     async fn offer(&mut self, set: RuleSet, accepted: Accepted, mut refused: Vec<Diagnostic>) {
         let Some(checker) = self.checker.clone() else {
-            return self.accept(set, accepted, &refused, &[]).await;
+            return self.accept(set, accepted, &refused, &[], None).await;
         };
         let running = self.rules.get();
         let (mut set, mut accepted) = (set, accepted);
+        // The set with the new versions the API server could not answer
+        // for, offered again later.
+        let mut again: Option<Pending> = None;
         // Each round drops or replaces at least one rule, so it ends.
         for _ in 0..=set.rules.len() {
-            let findings = match judge(&checker, &running, &set).await {
+            let findings = match judge(&checker, &running, &set, self.installs()).await {
                 Judged::Runs(findings) => {
-                    return self.accept(set, accepted, &refused, &findings).await;
+                    return self.accept(set, accepted, &refused, &findings, again).await;
                 }
                 Judged::Waits(findings) => findings,
-                // The API server could not answer: checked again.
-                Judged::Uninstalled(refusal) if refusal.transient => uninstalled(&refusal),
                 Judged::Uninstalled(refusal) => {
-                    // As invalid as a broken rule, for that rule only.
-                    self.refuse(&refusal.diagnostics).await;
                     let blamed: BTreeSet<String> =
                         by_rule(&refusal.diagnostics).into_keys().collect();
-                    refused.extend(refusal.diagnostics);
-                    let narrowed = accepted.replacing(&blamed, &self.accepted);
-                    match narrowed.compile() {
-                        Ok(fewer) if narrowed != accepted => (set, accepted) = (fewer, narrowed),
-                        _ => break,
+                    if refusal.transient {
+                        // The API server could not answer: the rule keeps
+                        // its running version, and its new one is tried again.
+                        let later = again.get_or_insert_with(|| Pending {
+                            set: set.clone(),
+                            accepted: accepted.clone(),
+                            refused: refused.clone(),
+                            findings: Vec::new(),
+                        });
+                        later.findings.extend(uninstalled(&refusal));
+                    } else {
+                        // As invalid as a broken rule, for that rule only.
+                        self.refuse(&refusal.diagnostics).await;
+                        if let Some(later) = &mut again {
+                            later.narrow(&blamed, &self.accepted, &refusal.diagnostics);
+                        }
+                        refused.extend(refusal.diagnostics);
+                    }
+                    match self.narrowed(&accepted, &blamed) {
+                        Some(fewer) => (set, accepted) = fewer,
+                        None if again.is_some() => break,
+                        None => return self.refused_all(&refused).await,
                     }
                     continue;
                 }
             };
-            let pending = Pending {
-                set,
-                accepted,
-                refused,
-                findings,
+            let pending = match again {
+                Some(mut later) => {
+                    later.findings.extend(findings);
+                    later
+                }
+                None => Pending {
+                    set,
+                    accepted,
+                    refused,
+                    findings,
+                },
             };
             return self.wait_for(pending).await;
         }
-        // Nothing of it can run: the running rules stay as they are.
-        self.mark_refused(by_rule(&refused).into_keys().collect());
-        self.report(Outcome::Refused(&refused)).await;
+        match again {
+            Some(later) => self.wait_for(later).await,
+            // Nothing of it can run: the running rules stay as they are.
+            None => self.refused_all(&refused).await,
+        }
+    }
+
+    /// `accepted` with each `blamed` rule at its running version (left out
+    /// when new), compiled; `None` when that changes nothing or fails.
+    fn narrowed(
+        &self,
+        accepted: &Accepted,
+        blamed: &BTreeSet<String>,
+    ) -> Option<(RuleSet, Accepted)> {
+        let narrowed = accepted.replacing(blamed, &self.accepted);
+        match narrowed.compile() {
+            Ok(fewer) if narrowed != *accepted => Some((fewer, narrowed)),
+            _ => None,
+        }
+    }
+
+    /// No new version of the set can run: the running rules stay.
+    async fn refused_all(&mut self, refused: &[Diagnostic]) {
+        self.mark_refused(by_rule(refused).into_keys().collect());
+        self.report(Outcome::Refused(refused)).await;
     }
 
     /// Keeps a set waiting for the cluster, saying why once per distinct answer.
@@ -482,15 +495,19 @@ impl Loader {
     }
 
     /// `set` runs: it becomes current, and is saved when this replica runs
-    /// the engine. `refused`: the rules that keep their running version.
+    /// the engine. `refused`: the rules that keep their running version;
+    /// `again`: the set with the new versions the API server could not
+    /// answer for, which waits to be offered again.
     async fn accept(
         &mut self,
         set: RuleSet,
         accepted: Accepted,
         refused: &[Diagnostic],
         findings: &[Finding],
+        again: Option<Pending>,
     ) {
-        self.pending = None;
+        // What waited before: the same answer is told once.
+        let before = self.pending.take();
         self.metrics.rules_pending.set(0);
         self.mark_refused(by_rule(refused).into_keys().collect());
         // Every new version refused: nothing changes, nothing is counted.
@@ -498,9 +515,13 @@ impl Loader {
         if !same {
             self.replace(set, accepted);
         }
-        match refused {
-            [] => self.report(Outcome::Running).await,
-            _ => self.report(Outcome::Refused(refused)).await,
+        match (again, refused) {
+            (Some(later), _) => {
+                self.pending = before;
+                self.wait_for(later).await;
+            }
+            (None, []) => self.report(Outcome::Running).await,
+            (None, _) => self.report(Outcome::Refused(refused)).await,
         }
         for waits in findings {
             tracing::warn!("{waits}");
@@ -525,10 +546,11 @@ impl Loader {
             kiln_rules_reload_total_success = m.reloads("success"), "rules reloaded"
         );
         let running = self.rules.get();
+        let installs = self.installs();
         let installed: Vec<String> = set
             .rules
             .iter()
-            .filter(|r| r.api.is_some())
+            .filter(|r| installs && r.api.is_some())
             .filter(|r| {
                 running
                     .get(&r.name)
@@ -628,13 +650,18 @@ enum Judged {
 
 /// Asks the cluster about `set`: its CRDs vetted, then its kinds,
 /// status schemas and permissions checked; only then are its CRDs applied.
-async fn judge(checker: &Checker, running: &RuleSet, set: &RuleSet) -> Judged {
+async fn judge(checker: &Checker, running: &RuleSet, set: &RuleSet, installs: bool) -> Judged {
     if let Err(refusal) = checker.vet(running, set).await {
         return Judged::Uninstalled(refusal);
     }
     let findings = checker.check(running, set).await;
     if findings.iter().any(Finding::blocks) {
         return Judged::Waits(findings);
+    }
+    if !installs {
+        // Not the replica that runs the engine: the CRDs are installed by
+        // the one that does, and by this one once it starts its engine.
+        return Judged::Runs(findings);
     }
     match checker.install(running, set).await {
         Ok(()) => Judged::Runs(findings),

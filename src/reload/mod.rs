@@ -19,6 +19,7 @@ pub mod follow;
 pub mod loader;
 pub mod plan;
 pub mod precheck;
+pub mod release;
 pub mod resources;
 pub mod saved;
 pub mod source;

@@ -19,6 +19,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
 use super::accepted::Accepted;
+use super::release::Release;
 use crate::gate::{self, Warrant};
 
 /// The key holding the saved set.
@@ -99,6 +100,10 @@ struct Stored {
     source: String,
     #[serde(flatten)]
     accepted: Accepted,
+    /// The finalizers still owed a release (rules that no longer run on a
+    /// kind they held theirs on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    releasing: Vec<Release>,
 }
 
 impl Saved {
@@ -164,9 +169,28 @@ impl Saved {
     }
 
     /// Saves `accepted`, read from `source`: created when absent, replaced
-    /// when kiln's.
-    pub async fn write(&self, source: &str, accepted: &Accepted) -> Result<(), SavedError> {
-        let text = encode(source, accepted)?;
+    /// when kiln's. `owe` is handed the set saved before and the releases
+    /// it still owes, and says what the new one owes; what it owes.
+    pub async fn write(
+        &self,
+        source: &str,
+        accepted: &Accepted,
+        owe: impl FnOnce(&Accepted, &[Release]) -> Vec<Release>,
+    ) -> Result<Vec<Release>, SavedError> {
+        let current = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| self.api_error(e))?;
+        if let Some(current) = &current {
+            self.owned(current)?;
+        }
+        let before = current.as_ref().and_then(decode);
+        let releasing = match &before {
+            Some(b) => owe(&b.accepted, &b.releasing),
+            None => owe(&Accepted::default(), &[]),
+        };
+        let text = encode(source, accepted, &releasing)?;
         let mut cm = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -178,17 +202,11 @@ impl Saved {
             ..ConfigMap::default()
         };
         let params = PostParams::default();
-        match self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(|e| self.api_error(e))?
-        {
+        match current {
             None => gate::create(&self.api, &params, &cm, Warrant::OwnState)
                 .await
                 .map(drop),
             Some(current) => {
-                self.owned(&current)?;
                 // Replaced only as read: a concurrent write is not overwritten.
                 cm.metadata.resource_version = current.metadata.resource_version;
                 gate::replace(&self.api, &self.name, &params, &cm, Warrant::OwnState)
@@ -196,15 +214,23 @@ impl Saved {
                     .map(drop)
             }
         }
-        .map_err(|e| self.api_error(e))
+        .map_err(|e| self.api_error(e))?;
+        Ok(releasing)
     }
 }
 
+/// What a ConfigMap of kiln's holds, when it decodes.
+fn decode(cm: &ConfigMap) -> Option<Stored> {
+    let text = cm.data.as_ref()?.get(KEY)?;
+    serde_json::from_str(text).ok()
+}
+
 /// The saved form of `accepted`, refused when too large for one object.
-fn encode(source: &str, accepted: &Accepted) -> Result<String, SavedError> {
+fn encode(source: &str, accepted: &Accepted, releasing: &[Release]) -> Result<String, SavedError> {
     let stored = Stored {
         source: source.to_string(),
         accepted: accepted.clone(),
+        releasing: releasing.to_vec(),
     };
     let text = serde_json::to_string(&stored).unwrap_or_default();
     if text.len() > MAX_BYTES {
@@ -229,14 +255,14 @@ mod tests {
         let small = Accepted {
             rules: (0..3).map(entry).collect(),
         };
-        let text = encode("files", &small).unwrap();
+        let text = encode("files", &small, &[]).unwrap();
         let back: Stored = serde_json::from_str(&text).unwrap();
         assert_eq!(back.accepted, small);
         let large = Accepted {
             rules: (0..10).map(entry).collect(),
         };
         assert!(matches!(
-            encode("files", &large),
+            encode("files", &large, &[]),
             Err(SavedError::TooLarge { bytes }) if bytes > MAX_BYTES
         ));
     }

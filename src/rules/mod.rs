@@ -79,20 +79,15 @@ impl Gvk {
     }
 
     /// Whether the kind is not one of Kubernetes' built-in kinds by its
-    /// group: any group but those the API server itself serves
-    /// ([`BUILT_IN_GROUPS`]). Groups such as `gateway.networking.k8s.io` are
-    /// custom. Whether kiln writes a kind's status is decided from what the
+    /// group: a group with a dot (the API server requires one of a CRD, so
+    /// the core group, `apps` and `batch` are built in) but those the API
+    /// server itself serves ([`BUILT_IN_GROUPS`]). Groups such as
+    /// `gateway.networking.k8s.io` are custom. Only a custom kind's CRD is
+    /// read. Whether kiln writes a kind's status is decided from what the
     /// API server serves (`engine::decision::status_writes`); this answers
     /// where no CustomResourceDefinition says (an aggregated API, or offline).
     pub fn is_custom(&self) -> bool {
-        self.may_be_crd() && !BUILT_IN_GROUPS.contains(&self.group.as_str())
-    }
-
-    /// Whether a CustomResourceDefinition may define the kind: the API
-    /// server requires a CRD's group to have a dot, so a group without one
-    /// (the core group, `apps`, `batch`) is always built in.
-    pub fn may_be_crd(&self) -> bool {
-        self.group.contains('.')
+        self.group.contains('.') && !BUILT_IN_GROUPS.contains(&self.group.as_str())
     }
 }
 

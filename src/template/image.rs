@@ -22,13 +22,31 @@ pub struct ImageRef<'a> {
     pub digest: Option<&'a str>,
 }
 
+/// At most this many characters of a value are quoted in an error: a
+/// tenant's value may be as long as an object holds (1 MiB).
+const QUOTED: usize = 80;
+
+/// `text` as an error quotes it: escaped, cut to [`QUOTED`] characters,
+/// saying how long it was when cut.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED) {
+        None => text.escape_debug().to_string(),
+        Some((end, _)) => format!(
+            "{}…` ({} bytes in all) `",
+            text[..end].escape_debug(),
+            text.len()
+        ),
+    }
+}
+
 /// Splits `text` into its parts; a reference no runtime would pull (empty,
-/// with spaces, an empty part) is an error saying which part.
+/// with spaces, an empty part) is an error saying which part, quoting at
+/// most the first [`QUOTED`] characters of what it quotes.
 pub fn parse(text: &str) -> Result<ImageRef<'_>, String> {
     if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
             "`{}` is not an image reference (empty, or with spaces)",
-            text.escape_debug()
+            quoted(text)
         ));
     }
     let (named, digest) = match text.split_once('@') {
@@ -42,7 +60,9 @@ pub fn parse(text: &str) -> Result<ImageRef<'_>, String> {
                 .is_some_and(|(algorithm, hex)| !algorithm.is_empty() && !hex.is_empty()))
     {
         return Err(format!(
-            "`{text}`: the digest after `@` must be `algorithm:hex`, got `{d}`"
+            "`{}`: the digest after `@` must be `algorithm:hex`, got `{}`",
+            quoted(text),
+            quoted(d)
         ));
     }
     // Only the last path segment may carry a tag.
@@ -52,7 +72,7 @@ pub fn parse(text: &str) -> Result<ImageRef<'_>, String> {
         None => (named, None),
     };
     if repository.is_empty() || repository.ends_with('/') {
-        return Err(format!("`{text}` names no repository"));
+        return Err(format!("`{}` names no repository", quoted(text)));
     }
     if let Some(t) = tag
         && (t.is_empty()
@@ -63,7 +83,9 @@ pub fn parse(text: &str) -> Result<ImageRef<'_>, String> {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
     {
         return Err(format!(
-            "`{text}`: the tag `{t}` is not a tag (1 to 128 letters, digits, `_`, `.` or `-`, not first `.` or `-`)"
+            "`{}`: the tag `{}` is not a tag (1 to 128 letters, digits, `_`, `.` or `-`, not first `.` or `-`)",
+            quoted(text),
+            quoted(t)
         ));
     }
     Ok(ImageRef {
@@ -123,6 +145,25 @@ mod tests {
             parse("localhost:5000/a@sha256:abc"),
             r("localhost:5000/a", None, Some("sha256:abc"))
         );
+    }
+
+    #[test]
+    fn an_error_quotes_a_bounded_prefix_of_a_huge_value() {
+        let huge = format!("nginx:{}", "x".repeat(1 << 20));
+        for text in [
+            huge.clone(),
+            format!("{huge} "),
+            format!("{huge}/"),
+            format!("nginx@sha256:{}@x", "a".repeat(1 << 20)),
+        ] {
+            let why = parse(&text).unwrap_err();
+            assert!(why.len() < 600, "{} bytes: {}", why.len(), &why[..600]);
+            assert!(why.contains("bytes in all"), "{why}");
+        }
+        // Short values are quoted whole, multi-byte characters cut whole.
+        assert_eq!(quoted("nginx latest"), "nginx latest");
+        let long = "é".repeat(100);
+        assert!(quoted(&long).starts_with(&"é".repeat(80)));
     }
 
     #[test]

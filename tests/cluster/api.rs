@@ -468,7 +468,12 @@ async fn the_webhook_role_kiln_rbac_prints_keeps_its_secret_in_kilns_namespace_o
     );
     let token =
         support::service_account_token(&admin, ns.name(), "kiln", cluster["rules"].clone()).await;
-    let role = kiln::rbac::own_role(&set, "kiln-own", ns.name());
+    let role = kiln::rbac::own_role(
+        &set,
+        "kiln-own",
+        ns.name(),
+        kiln::api::webhook::DEFAULT_SECRET,
+    );
     support::apply(&admin, role, Some(ns.name())).await;
     let binding = kiln::rbac::own_role_binding("kiln-own", ns.name(), "kiln");
     support::apply(&admin, binding, Some(ns.name())).await;

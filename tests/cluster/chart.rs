@@ -213,9 +213,15 @@ fn grants(objects: &[Value], kind: &str) -> BTreeSet<String> {
 
 /// `kiln rbac --rules DIR`, as JSON documents.
 fn kiln_rbac(rules: &Path) -> Vec<Value> {
+    kiln_rbac_with(rules, &[])
+}
+
+/// `kiln rbac --rules DIR ARGS…`, as JSON documents.
+fn kiln_rbac_with(rules: &Path, args: &[&str]) -> Vec<Value> {
     let text = run(Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["rbac", "--rules"])
-        .arg(rules));
+        .arg(rules)
+        .args(args));
     kiln::yaml::parse_documents(&text, kiln::yaml::Limits::default())
         .unwrap()
         .iter()
@@ -252,6 +258,42 @@ fn kiln_rbac_the_chart_and_deploy_grant_the_same_and_no_lease_cluster_wide() {
             .iter()
             .all(|g| g.starts_with("kiln-system ")),
         "kiln's own in its namespace only"
+    );
+}
+
+/// The conversion webhook's Secret under another name (`kiln run
+/// --conversion-secret`): `kiln rbac` grants that name, and the chart
+/// (with `kiln package`'s values) both grants it and runs kiln with it.
+#[test]
+fn another_conversion_secret_name_is_granted_by_rbac_and_the_chart() {
+    let rules = support::repo_root().join("rules");
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    run(Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["package", "--format", "helm-values", "--rules"])
+        .arg(&rules)
+        .args(["--conversion-secret", "webhook-certs", "--out"])
+        .arg(&values));
+    let printed = kiln_rbac_with(&rules, &["--conversion-secret", "webhook-certs"]);
+    let own = grants(&printed, "Role");
+    for verb in ["get", "patch"] {
+        assert!(
+            own.contains(&format!("kiln-system /secrets/webhook-certs {verb}")),
+            "{own:#?}"
+        );
+    }
+    assert!(
+        !own.iter().any(|g| g.contains("kiln-conversion-webhook")),
+        "{own:#?}"
+    );
+    let chart = template("kiln-system", &["-f", values.to_str().unwrap()]);
+    assert_eq!(grants(&chart, "Role"), own, "the chart's Role");
+    let args = &one(&chart, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!("--conversion-secret=webhook-certs")),
+        "{args}"
     );
 }
 

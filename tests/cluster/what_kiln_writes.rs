@@ -187,3 +187,37 @@ async fn a_crd_in_a_k8s_io_group_gets_its_status_and_only_what_it_declares() {
     assert_eq!(scene.writes_during_resync("probes", 1).await, 0);
     scene.end().await;
 }
+
+/// A primary in a built-in group with a dot (`networking.k8s.io`) has no
+/// CRD: kiln asks for none (nor does `kiln rbac` grant reading one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_crd_is_read_for_a_built_in_dotted_groups_primary() {
+    use kiln::engine::{Engine, Options, RuleState};
+    let client = crate::support::admin_client().await;
+    let ns = crate::support::TestNamespace::new(&client, "builtin-crd").await;
+    let (counted, reads) =
+        crate::support::client_counting(crate::support::kubeconfig_yaml(), |req| {
+            req.uri().path().contains("/customresourcedefinitions")
+        })
+        .await;
+    let engine = Engine::new(
+        counted,
+        Options {
+            namespaces: vec![ns.name().to_string()],
+            ..Options::default()
+        },
+    );
+    engine.start(rule_from_yaml(&rule_on(
+        "policies",
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        "",
+    )));
+    crate::support::eventually("the rule to run", crate::support::PATIENCE, || async {
+        (engine.state("policies") == Some(RuleState::Running)).then_some(())
+    })
+    .await;
+    assert_eq!(reads.get(), 0, "a CRD was asked for a built-in kind");
+    engine.shutdown().await;
+    ns.delete().await;
+}

@@ -59,7 +59,7 @@ pub async fn start(
         lookup,
         metrics,
         changes,
-        |current| listen::needs(&current.set),
+        |current| current.set.converts(),
     )
     .await?;
     super::serves();
@@ -93,7 +93,7 @@ async fn keep(client: Client, settings: Settings, rules: CurrentRules, cert: Arc
         // (the installer waits for a certificate): no Secret to read or
         // make (kiln's Role grants it only when a rule converts), no CRD
         // to point.
-        if serving.is_none() && !super::wanted() && !listen::needs(&rules.get()) {
+        if serving.is_none() && !super::wanted() && !rules.get().converts() {
             tokio::select! {
                 _ = changes.changed() => {}
                 () = tokio::time::sleep(UNSETTLED) => {}

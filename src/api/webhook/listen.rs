@@ -14,7 +14,6 @@ use tokio::sync::{oneshot, watch};
 use super::review::Lookup;
 use super::server::{self, Bounds, Certificate, Serving};
 use crate::metrics::Metrics;
-use crate::rules::RuleSet;
 
 /// How long a review in flight is given when the last rule needing the
 /// webhook goes.
@@ -22,11 +21,6 @@ const UNNEEDED_DRAIN: Duration = Duration::from_secs(10);
 
 /// How soon binding is tried again after it failed.
 const REBIND: Duration = Duration::from_secs(5);
-
-/// Whether `set` needs the webhook: an API of it has conversions.
-pub fn needs(set: &RuleSet) -> bool {
-    set.converts()
-}
 
 /// What the listener serves, to bind it again.
 struct Listen {
@@ -148,7 +142,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::api::webhook) fn rules(text: &str) -> RuleSet {
+    pub(in crate::api::webhook) fn rules(text: &str) -> crate::rules::RuleSet {
         crate::rules::load_sources(vec![crate::rules::load::Source {
             file: "rule.yaml".into(),
             text: text.into(),
@@ -225,7 +219,7 @@ spec:
             Arc::new(Nothing),
             Arc::new(Metrics::new()),
             changes,
-            |set| needs(set),
+            |set| set.converts(),
         )
         .await
         .unwrap();

@@ -16,6 +16,12 @@ pub(crate) fn finalizer(rule: &str) -> String {
     format!("{rule}.kiln.dev/ordered-deletion")
 }
 
+/// The field manager a rule keeps its finalizer with: only that entry is
+/// ever removed, never a copy of the string another manager wrote.
+pub(crate) fn manager(rule: &str) -> String {
+    format!("kiln-finalizer-{rule}")
+}
+
 /// Whether the rule holds its finalizer on primaries: it deletes its
 /// children in order, it has a finalize hook to call first, or it has
 /// `outside` children it deletes (no owner reference lets the garbage

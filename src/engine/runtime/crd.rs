@@ -38,7 +38,7 @@ pub(crate) async fn status_schema(
     primary: &kinds::Kind,
 ) -> Result<Schema, SchemaRead> {
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
-    let crd = if primary.gvk.may_be_crd() {
+    let crd = if primary.gvk.is_custom() {
         match crds(client).get(&name).await {
             Ok(crd) => Some(serde_json::to_value(&crd).unwrap_or_default()),
             Err(kube::Error::Api(s)) if s.code == 404 => None,

@@ -85,7 +85,7 @@ impl RuleController {
         // created again by this apply (a Conflict, taken as gone).
         let uid = obj.metadata.uid.as_deref();
         let patch = decorate::apply_body(gvk, key.namespace.as_deref(), &key.name, uid, &fields);
-        let manager = format!("kiln-finalizer-{}", self.rule.name);
+        let manager = deletion::manager(&self.rule.name);
         let api = self.api(self.wiring.primary.kind(), key.namespace.as_deref());
         let pp = PatchParams::apply(&manager).force();
         match fenced(
