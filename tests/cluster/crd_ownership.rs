@@ -324,6 +324,59 @@ async fn a_breaking_change_refused_at_start_does_not_run() {
     ns.delete().await;
 }
 
+#[tokio::test]
+async fn a_rule_refused_at_start_does_not_hold_back_the_next_edit_of_another_rule() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-next").await;
+    let group = format!("next{}.own.kiln.dev", std::process::id());
+    let name = format!("sites.{group}");
+    // kiln made the CRD with `tags`; the rule now drops `tags`: refused at
+    // start, by the first install round.
+    let before = site_rule("sites-next", &group, FIELDS, "");
+    kiln::api::install::install_set(&client, None, &load(&before))
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    established(&client, &name).await;
+    let breaking = site_rule("sites-next", &group, "            title: string\n", "");
+    let kiln = KilnProcess::start(
+        &format!("{breaking}---\n{}", copy_rule()),
+        &["--namespace", ns.name()],
+    );
+    eventually("the rule refused at start", CONVERGE, || async {
+        let refused = kiln
+            .metric("kiln_rule_edit_refused{rule=\"sites-next\"}")
+            .await;
+        (refused == Some(1.0)).then_some(())
+    })
+    .await;
+    trigger(&client, ns.name(), "first").await;
+    eventually("the copy rule runs", CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", ns.name(), "first-copy").await
+    })
+    .await;
+
+    // The copy rule is edited, the refused rule left as it is: the edit
+    // runs, as an edit of any other rule would.
+    let edited = copy_rule().replace("from: \"{{ self.metadata.name }}\"", "from: \"edited\"");
+    assert_ne!(edited, copy_rule());
+    kiln.rewrite_rule(&format!("{breaking}---\n{edited}"));
+    trigger(&client, ns.name(), "second").await;
+    eventually("the edited copy rule runs", CONVERGE, || async {
+        let copy = support::get(&client, "v1", "ConfigMap", ns.name(), "second-copy").await?;
+        (copy["data"]["from"] == "edited").then_some(())
+    })
+    .await;
+    assert!(
+        support::get(&client, "v1", "ConfigMap", ns.name(), "one-page")
+            .await
+            .is_none(),
+        "the refused rule ran"
+    );
+    drop(kiln);
+    let _ = crds(&client).delete(&name, &Default::default()).await;
+    ns.delete().await;
+}
+
 /// A rule defining `App` in `group` at `v1alpha1` and `v1` (storing), with
 /// conversion templates between them.
 fn app_rule(name: &str, group: &str) -> String {
