@@ -232,6 +232,7 @@ fn engine_options(args: &RunArgs) -> Options {
         concurrency: args.engine.concurrency,
         shutdown_grace: args.engine.shutdown_timeout,
         state_namespace: lease_place(&args.election).0,
+        crd_manager: Some(kiln::api::install::manager_of(&args.engine.field_manager)),
         ..Options::default()
     }
 }

@@ -377,6 +377,69 @@ async fn a_rule_refused_at_start_does_not_hold_back_the_next_edit_of_another_rul
     ns.delete().await;
 }
 
+#[tokio::test]
+async fn a_crd_replaced_by_another_operators_while_its_rule_runs_is_not_reconciled() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-swapped").await;
+    let group = format!("swapped{}.own.kiln.dev", std::process::id());
+    let name = format!("sites.{group}");
+    let rule = site_rule("sites-swapped", &group, FIELDS, "");
+    let kiln = KilnProcess::start(
+        &format!("{rule}---\n{}", copy_rule()),
+        &["--namespace", ns.name()],
+    );
+    eventually("kiln creates the CRD", CONVERGE, || async {
+        crds(&client).get_opt(&name).await.ok()?
+    })
+    .await;
+    established(&client, &name).await;
+    site(&client, &group, ns.name(), "one").await;
+    eventually("the rule runs on kiln's CRD", CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", ns.name(), "one-page").await
+    })
+    .await;
+
+    // Another operator deletes kiln's CRD and makes one of its own, with
+    // an object of its own: kiln's rule does not run on them.
+    crds(&client)
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    eventually("the CRD gone", CONVERGE, || async {
+        match crds(&client).get_opt(&name).await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    create_foreign(&client, &as_another_operator_makes_it(&rule)).await;
+    site(&client, &group, ns.name(), "theirs").await;
+    let outcome = eventually("the rule refused or running", CONVERGE, || async {
+        if support::get(&client, "v1", "ConfigMap", ns.name(), "theirs-page")
+            .await
+            .is_some()
+        {
+            return Some("the rule ran on the other operator's CRD");
+        }
+        let refused = kiln
+            .metric("kiln_rule_refused{rule=\"sites-swapped\"}")
+            .await;
+        (refused == Some(1.0)).then_some("refused")
+    })
+    .await;
+    assert_eq!(outcome, "refused");
+    let theirs = support::get(&client, &format!("{group}/v1"), "Site", ns.name(), "theirs")
+        .await
+        .unwrap();
+    assert!(
+        theirs["metadata"].get("finalizers").is_none() && theirs.get("status").is_none(),
+        "kiln wrote on the other operator's object: {theirs}"
+    );
+    drop(kiln);
+    let _ = crds(&client).delete(&name, &Default::default()).await;
+    ns.delete().await;
+}
+
 /// A rule defining `App` in `group` at `v1alpha1` and `v1` (storing), with
 /// conversion templates between them.
 fn app_rule(name: &str, group: &str) -> String {

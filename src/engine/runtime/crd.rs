@@ -26,11 +26,14 @@ pub(crate) enum SchemaRead {
 /// from the group's name alone; only a CRD has a schema to read (read on
 /// every (re)discovery of the kind), and a custom kind no CRD defines (an
 /// aggregated API) is open. A CRD that cannot be read (forbidden, say) is
-/// not taken as open: the caller tries again.
+/// not taken as open: the caller tries again. With `own` (the field
+/// manager kiln installs CRDs as), a rule defining its API is refused on a
+/// CRD that manager did not make ([`not_kilns`]).
 pub(crate) async fn status_schema(
     rule: &Rule,
     client: &Client,
     primary: &kinds::Kind,
+    own: Option<&str>,
 ) -> Result<Schema, SchemaRead> {
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
     let crd = if primary.gvk.may_be_crd() {
@@ -42,6 +45,9 @@ pub(crate) async fn status_schema(
     } else {
         None
     };
+    if let Some(refused) = crd.as_ref().and_then(|c| not_kilns(rule, c, own)) {
+        return Err(SchemaRead::Refused(refused));
+    }
     match status_writes(&primary.gvk, primary.has_status, crd.is_some()) {
         StatusWrites::Builtin => return Ok(Schema::none(StatusWrites::Builtin)),
         StatusWrites::NoSubresource => {
@@ -70,6 +76,36 @@ pub(crate) async fn status_schema(
         refused: None,
         writes: StatusWrites::Yes,
     })
+}
+
+/// Why `rule`, which defines its API, may not run on `crd`: the CRD was
+/// not made by `own` (kiln's CRD field manager), as `api::provenance`
+/// reads it. `None` for a rule defining no API, or without `own`.
+fn not_kilns(rule: &Rule, crd: &serde_json::Value, own: Option<&str>) -> Option<SchemaError> {
+    use crate::api::provenance::{self, Whose};
+    let own = own.filter(|_| rule.api.is_some())?;
+    let managers = match provenance::whose(crd, own) {
+        Whose::Kilns => return None,
+        Whose::Foreign(managers) => provenance::list(&managers),
+        Whose::Reserved => "kiln's own".to_string(),
+    };
+    Some(SchemaError::NotKilns {
+        crd: crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        managers,
+    })
+}
+
+/// The CRD field manager a rule's CRD must be made by, when it defines its
+/// API and the engine checks it.
+pub(crate) fn own_manager<'a>(rule: &Rule, shared: &'a Shared) -> Option<&'a str> {
+    shared
+        .options
+        .crd_manager
+        .as_deref()
+        .filter(|_| rule.api.is_some())
 }
 
 fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
@@ -115,18 +151,24 @@ impl Schema {
 }
 
 /// Returns once the status schema of the CRD differs from `current` (the
-/// CRD was edited in place), watching that one CRD; never without a CRD.
+/// CRD was edited in place), or, for a rule defining its API (`rule`,
+/// `own`), once the CRD is not kiln's (replaced by another's), watching
+/// that one CRD; never without a CRD.
 pub(crate) async fn schema_change(
     shared: &Shared,
+    rule: &Rule,
     crd: Option<(String, String)>,
     current: StatusSchema,
 ) {
     let Some((name, version)) = crd else {
         return std::future::pending().await;
     };
+    let own = own_manager(rule, shared);
     let mut crd = shared.crds.subscribe(&shared.client, &name);
     while let Some(json) = crd.next().await {
-        if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current) {
+        if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current)
+            || not_kilns(rule, &json, own).is_some()
+        {
             return;
         }
     }
