@@ -847,3 +847,43 @@ async fn a_crd_moved_on_while_the_lease_was_lost_refuses_the_rule_on_winning_it_
         .await;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn every_rule_refused_at_once_is_named_by_an_event_of_its_own() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-told").await;
+    // Two rules refused in one version (an unclosed template each), beside
+    // the copy rule that runs.
+    let broken = |name: &str| {
+        copy_rule()
+            .replace("name: copies", &format!("name: {name}"))
+            .replace(
+                "\"{{ self.metadata.name }}-copy\"",
+                "\"{{ self.metadata.name\"",
+            )
+    };
+    let (metrics, loader) = loader(&client, client.clone(), ns.name(), &copy_rule()).await;
+    drop(metrics);
+    let mut loader = loader;
+    loader
+        .consider(version(&format!(
+            "{}---\n{}",
+            broken("first-broken"),
+            broken("second-broken")
+        )))
+        .await;
+    let notes = eventually("both refusals told", CONVERGE, || async {
+        let notes = refusals(&client, ns.name()).await;
+        (notes.len() >= 2).then_some(notes)
+    })
+    .await;
+    for rule in ["first-broken", "second-broken"] {
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&format!("rule {rule} is refused"))),
+            "{rule} is not named: {notes:?}"
+        );
+    }
+    ns.delete().await;
+}
