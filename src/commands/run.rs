@@ -56,7 +56,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             saved,
             source_name(args),
             probe.speaks(),
-            last.ok().flatten(),
+            &last,
         );
         let active = Active {
             client: client.clone(),

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::accepted::{self, Accepted};
 use super::current::CurrentRules;
 use super::precheck::{Checker, Finding};
-use super::saved::Saved;
+use super::saved::{Saved, SavedError};
 use super::source::{RuleSource, Version};
 use super::status::{Outcome, StatusWriter};
 use super::tell::{Speaks, Teller};
@@ -103,6 +103,9 @@ struct Saving {
     speaks: Speaks,
     /// The set last saved (or read back at start).
     last: Option<Accepted>,
+    /// The saved set could not be read at start: read before anything is
+    /// written over it.
+    unread: bool,
     /// The last error told, so that it is told once.
     told: Option<String>,
 }
@@ -212,20 +215,23 @@ impl Loader {
     }
 
     /// Saves each accepted set in `saved` (rules read from `source`),
-    /// while `speaks`; `last` is what it holds now.
+    /// while `speaks`; `last` is what it held when read at start (`Err`: it
+    /// could not be read, and nothing is written over a set saved there).
     #[must_use]
     pub fn saving(
         mut self,
         saved: Saved,
         source: String,
         speaks: Speaks,
-        last: Option<Accepted>,
+        last: &Result<Option<Accepted>, SavedError>,
     ) -> Self {
+        let unread = matches!(last, Err(SavedError::Api { .. }));
         self.saving = Some(Saving {
             saved,
             source,
             speaks,
-            last,
+            last: last.as_ref().ok().cloned().flatten(),
+            unread,
             told: None,
         });
         self
@@ -310,6 +316,12 @@ impl Loader {
         if !(saving.speaks)() || saving.last.as_ref() == Some(&self.accepted) {
             return;
         }
+        if saving.unread && !self.unread_is_kept().await {
+            return;
+        }
+        let Some(saving) = &mut self.saving else {
+            return;
+        };
         match saving.saved.write(&saving.source, &self.accepted).await {
             Ok(()) => {
                 tracing::info!(saved = %saving.saved.place(), rules = self.accepted.rules.len(), "saved the accepted rules");
@@ -325,6 +337,34 @@ impl Loader {
                 }
             }
         }
+    }
+
+    /// Whether a save may go on, when the saved set could not be read at
+    /// start: only once it is read and holds no other set for this source.
+    /// One it holds was accepted before this process, which did not start
+    /// from it (a rule refused now may have its last accepted version
+    /// there): it is kept whole until a restart reads it, and told once.
+    async fn unread_is_kept(&mut self) -> bool {
+        let Some(saving) = &mut self.saving else {
+            return false;
+        };
+        let why = match saving.saved.read(&saving.source).await {
+            Ok(Some(set)) if set != self.accepted => format!(
+                "the accepted rules saved in {} could not be read when kiln started, so it does not run them: they are kept as saved, not replaced by the rules it runs, until kiln restarts and reads them",
+                saving.saved.place()
+            ),
+            Ok(_) | Err(SavedError::Undecodable { .. } | SavedError::NotKilns { .. }) => {
+                saving.unread = false;
+                return true;
+            }
+            Err(error) => error.to_string(),
+        };
+        if saving.told.as_ref() != Some(&why) {
+            tracing::error!("{why}");
+            self.teller.warn("AcceptedRulesNotSaved", &why).await;
+            saving.told = Some(why);
+        }
+        false
     }
 
     /// Loads a new version of the rules, unless it is the one already seen:
