@@ -28,6 +28,11 @@ pub struct Options {
     /// runs is not reconciled. `None`: not checked (the CRDs are the
     /// caller's, as in `kiln demo` and tests).
     pub crd_manager: Option<String>,
+    /// The guarded client every hook is called through
+    /// (`crate::egress`): loopback, link-local, cloud metadata and the API
+    /// server are refused; only tests allow a server on loopback
+    /// (`AddressPolicy::allowing_loopback_for_tests`).
+    pub egress: crate::egress::Client,
 }
 
 impl Default for Options {
@@ -41,6 +46,7 @@ impl Default for Options {
             project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
             state_namespace: own_namespace(),
             crd_manager: None,
+            egress: crate::egress::Client::new(crate::egress::AddressPolicy::default()),
         }
     }
 }
