@@ -2,8 +2,8 @@
 //! connections, a deadline for each step of a request, and an accept loop
 //! that backs off when the process is out of descriptors instead of
 //! spinning. At the limit, a new connection takes the place of the oldest
-//! one not in a request (idle, or still sending its headers), so holding
-//! every slot open keeps no one else out. The metrics and health endpoints ([`crate::serve`]) and the
+//! one not at work on a request (idle, still sending its headers, or still
+//! sending its body), so holding every slot open keeps no one else out. The metrics and health endpoints ([`crate::serve`]) and the
 //! conversion webhook (`api::webhook::server`) are served through it; each
 //! has its own [`Limits`], so a flood on one port never takes another's
 //! connections.
@@ -71,7 +71,8 @@ impl Slot {
     }
 
     /// Resolves once the listener evicts this connection (at the limit,
-    /// for a new one, while this one is in no request): close it then.
+    /// for a new one, while this one is at work on no request): close it
+    /// then.
     pub async fn evicted(&self) {
         self.live.evict.notified().await;
     }
@@ -98,7 +99,7 @@ impl Acceptor {
     }
 
     /// The next connection, in a slot. At the limit, the oldest connection
-    /// in no request is evicted for it; when every one is in a request, it
+    /// at work on no request is evicted for it; when every one is, it
     /// waits for a slot at most a header deadline (then it is closed). An
     /// accept that fails for want of descriptors or memory is tried again
     /// after [`BACKOFF`]; one that fails for the connection alone at once.
@@ -143,7 +144,7 @@ impl Acceptor {
         }
     }
 
-    /// Tells the oldest connection in no request to close.
+    /// Tells the oldest connection at work on no request to close.
     fn evict_one(&self) {
         let mut all = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|l| l.strong_count() > 0);
@@ -193,7 +194,9 @@ pub struct Exchange(Arc<Mutex<Current>>);
 struct Current {
     /// When the request now served started.
     since: Option<Instant>,
-    /// Whether that request is being served (not answered yet).
+    /// Whether that request is at work: received whole, not answered yet.
+    /// One still sending its body is not: a client that never finishes it
+    /// holds its slot only until the listener needs it.
     busy: bool,
     /// Memory charged for it, held until the next request starts or the
     /// connection closes (its answer is written by then).
@@ -203,13 +206,20 @@ struct Current {
 impl Exchange {
     /// A new request starts: the previous one's answer has been written
     /// (HTTP/1 reads the next request only then), so its charge is freed.
+    /// It is at work once [`Exchange::received`].
     pub fn start(&self) {
         let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         *current = Current {
             since: Some(Instant::now()),
-            busy: true,
+            busy: false,
             charge: None,
         };
+    }
+
+    /// The request is received whole (its body read): at work until
+    /// [`Exchange::done`], its connection is not evicted.
+    pub fn received(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).busy = true;
     }
 
     /// The request is answered (its answer handed to be written).

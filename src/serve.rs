@@ -62,6 +62,7 @@ pub async fn spawn_within(
                 let on = exchange.clone();
                 let service = service_fn(move |req| {
                     on.start();
+                    on.received();
                     let response = route(&req, probe.as_ref());
                     on.done();
                     async move { Ok::<_, Infallible>(response) }

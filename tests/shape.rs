@@ -664,22 +664,84 @@ fn sources_name_no_issue() {
     );
 }
 
-/// The write verbs of a kube `Api` (and an Event recorder's `publish`),
-/// with the number of arguments each takes: a method of that name and
-/// arity is taken for a write (`str::replace` takes two, `Api::replace`
-/// three).
+/// The write verbs of a kube `Api` (and an Event recorder's `publish`, an
+/// `Entry`'s `commit`, a `Client`'s raw requests), with the number of
+/// arguments each takes: a method of that name and arity is taken for a
+/// write (`str::replace` takes two, `Api::replace` three). `Api::restart`
+/// and `Client::send` are left out: their names and arity are those of
+/// kiln's informers and of every channel.
 const WRITE_VERBS: &[(&str, usize)] = &[
     ("create", 2),
     ("patch", 3),
     ("patch_status", 3),
+    ("patch_metadata", 3),
+    ("patch_scale", 3),
+    ("patch_approval", 3),
+    ("patch_resize", 3),
+    ("patch_ephemeral_containers", 3),
     ("patch_subresource", 4),
     ("replace", 3),
     ("replace_status", 3),
+    ("replace_scale", 3),
+    ("replace_resize", 3),
+    ("replace_ephemeral_containers", 3),
+    ("replace_subresource", 4),
     ("delete", 2),
     ("delete_collection", 2),
     ("create_subresource", 4),
+    ("create_token_request", 3),
+    ("evict", 2),
+    ("cordon", 1),
+    ("uncordon", 1),
+    ("commit", 1),
+    ("request", 1),
+    ("request_text", 1),
+    ("request_status", 1),
     ("publish", 2),
 ];
+
+/// Whether `verb` with `args` arguments is a write verb.
+fn is_write(verb: &str, args: usize) -> bool {
+    WRITE_VERBS.contains(&(verb, args))
+}
+
+/// The write verbs called as methods in a macro's tokens (`.verb(a, b)`),
+/// which syn does not parse: `(verb, line)`.
+fn writes_in_tokens(tokens: proc_macro2::TokenStream, out: &mut Vec<(String, usize)>) {
+    use proc_macro2::{Delimiter, TokenTree};
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    for (i, tree) in trees.iter().enumerate() {
+        if let TokenTree::Group(g) = tree {
+            writes_in_tokens(g.stream(), out);
+        }
+        let [
+            TokenTree::Punct(dot),
+            TokenTree::Ident(verb),
+            TokenTree::Group(args),
+        ] = trees.get(i..i + 3).unwrap_or_default()
+        else {
+            continue;
+        };
+        if dot.as_char() != '.' || args.delimiter() != Delimiter::Parenthesis {
+            continue;
+        }
+        if is_write(&verb.to_string(), arguments(args.stream())) {
+            out.push((verb.to_string(), verb.span().start().line));
+        }
+    }
+}
+
+/// How many comma-separated arguments `tokens` holds.
+fn arguments(tokens: proc_macro2::TokenStream) -> usize {
+    use proc_macro2::TokenTree;
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    if trees.is_empty() {
+        return 0;
+    }
+    let comma = |t: &TokenTree| matches!(t, TokenTree::Punct(p) if p.as_char() == ',');
+    let commas = trees.iter().filter(|t| comma(t)).count();
+    commas + usize::from(!trees.last().is_some_and(comma))
+}
 
 /// The one module that sends writes, and the development commands that
 /// write what their user asks on a cluster they start (the local control
@@ -705,11 +767,39 @@ fn writes_outside_the_gate(modules: &[Module]) -> Vec<String> {
         }
         fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
             let verb = call.method.to_string();
-            if WRITE_VERBS.contains(&(verb.as_str(), call.args.len())) {
+            if is_write(&verb, call.args.len()) {
                 let line = call.method.span().start().line;
                 self.out.push(format!("{}:{line}: .{verb}(..)", self.file));
             }
             syn::visit::visit_expr_method_call(self, call);
+        }
+        // `Api::delete(&api, ..)`: the receiver is one more argument; the
+        // gate's own functions (`gate::delete`) are what is wanted.
+        fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+            if let syn::Expr::Path(p) = &*call.func {
+                let segments: Vec<String> = p
+                    .path
+                    .segments
+                    .iter()
+                    .map(|s| s.ident.to_string())
+                    .collect();
+                if let [.., owner, verb] = segments.as_slice()
+                    && owner != "gate"
+                    && is_write(verb, call.args.len().saturating_sub(1))
+                {
+                    let line = p.path.span().start().line;
+                    self.out
+                        .push(format!("{}:{line}: {owner}::{verb}(..)", self.file));
+                }
+            }
+            syn::visit::visit_expr_call(self, call);
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            let mut found = Vec::new();
+            writes_in_tokens(mac.tokens.clone(), &mut found);
+            for (verb, line) in found {
+                self.out.push(format!("{}:{line}: .{verb}(..)", self.file));
+            }
         }
     }
     let mut out = Vec::new();
@@ -893,4 +983,31 @@ fn a_write_outside_the_gate_is_found_and_a_string_replace_is_not() {
     );
     let gate = made_up("src/gate.rs", &["crate", "gate"], text);
     assert!(writes_outside_the_gate(&[gate]).is_empty());
+}
+
+#[test]
+fn a_write_in_a_macro_a_path_call_or_a_rarer_verb_is_found() {
+    let text = r#"async fn f(api: Api<Secret>, client: Client) {
+    let _ = tokio::join!(api.delete("x", &dp), async {});
+    let _ = Api::create(&api, &pp, &s).await;
+    let _ = api.patch_metadata("x", &pp, &p).await;
+    let _ = client.request_text(req).await;
+    let _ = api.entry("x").await.unwrap().or_insert(Secret::default).commit(&pp).await;
+    let _ = api.evict("x", &ep).await;
+    let _ = gate::delete(&api, "x", &dp, Warrant::Child).await;
+    let _ = format!("{}", "a".replace('a', "b"));
+}
+"#;
+    let outside = made_up("src/x.rs", &["crate", "x"], text);
+    assert_eq!(
+        writes_outside_the_gate(&[outside]),
+        [
+            "src/x.rs:2: .delete(..)",
+            "src/x.rs:3: Api::create(..)",
+            "src/x.rs:4: .patch_metadata(..)",
+            "src/x.rs:5: .request_text(..)",
+            "src/x.rs:6: .commit(..)",
+            "src/x.rs:7: .evict(..)",
+        ]
+    );
 }

@@ -53,7 +53,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Err(refusal) => return Ok(first_load_refused(&refusal, &last)),
         };
         loader = with_status(loader, &client, &probe, status);
-        loader = keeping(loader, args, &client, &probe, (saved, last.ok().flatten()));
+        loader = keeping(loader, args, &client, &probe, (saved, &last));
         let active = Active {
             client: client.clone(),
             options: with_egress(engine_options(args)).await,
@@ -205,7 +205,7 @@ fn keeping(
     args: &RunArgs,
     client: &Client,
     probe: &Arc<RunProbe>,
-    (saved, last): (Saved, Option<reload::Accepted>),
+    (saved, last): (Saved, &Result<Option<reload::Accepted>, reload::saved::SavedError>),
 ) -> Loader {
     let releaser = reload::release::Releaser::new(client.clone(), args.engine.namespaces.clone());
     loader
@@ -245,6 +245,7 @@ fn engine_options(args: &RunArgs) -> Options {
         concurrency: args.engine.concurrency,
         shutdown_grace: args.engine.shutdown_timeout,
         state_namespace: lease_place(&args.election).0,
+        crd_manager: Some(kiln::api::install::manager_of(&args.engine.field_manager)),
         ..Options::default()
     }
 }

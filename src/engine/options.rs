@@ -22,6 +22,12 @@ pub struct Options {
     /// kiln's own namespace, where it keeps what tenants may not write
     /// (the first load of a rule with `takeExisting: false`: `since.rs`).
     pub state_namespace: String,
+    /// The field manager kiln installs its CRDs as (`api::install`): a
+    /// rule defining an API runs only on a CRD this manager applied
+    /// (`api::provenance`), so a CRD replaced by another's while the rule
+    /// runs is not reconciled. `None`: not checked (the CRDs are the
+    /// caller's, as in `kiln demo` and tests).
+    pub crd_manager: Option<String>,
     /// The guarded client every hook is called through
     /// (`crate::egress`): loopback, link-local, cloud metadata and the API
     /// server are refused; only tests allow a server on loopback
@@ -39,6 +45,7 @@ impl Default for Options {
             shutdown_grace: Duration::from_secs(30),
             project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
             state_namespace: own_namespace(),
+            crd_manager: None,
             egress: crate::egress::Client::new(crate::egress::AddressPolicy::default()),
         }
     }

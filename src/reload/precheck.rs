@@ -184,7 +184,7 @@ impl Checker {
                     .map(|e| blocks(e.to_string())),
             );
         } else if let Some(primary) = resolved.get(&rule.primary.gvk) {
-            match status_schema(rule, &self.client, primary).await {
+            match status_schema(rule, &self.client, primary, None).await {
                 Ok(_) => {}
                 Err(SchemaRead::Refused(why)) => out.push(blocks(why.to_string())),
                 Err(SchemaRead::Failed(kube::Error::Api(s))) if s.code == 403 => {

@@ -4,7 +4,8 @@
 //! sharded, the holder of bucket 0), so replicas do not repeat each other.
 
 use crate::gate;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -15,7 +16,13 @@ pub type Speaks = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Publishes Events about the rules on their ConfigMap.
 pub struct Teller {
-    recorder: Recorder,
+    reporter: Reporter,
+    /// Per reason, the last note told and the recorder that told it. kube's
+    /// recorder folds an Event into the last one of its reason on the same
+    /// object (a series, the first note kept): only a note told again is
+    /// folded, so each rule refused and each new reason is an Event of its
+    /// own.
+    recorders: Mutex<HashMap<String, (String, Recorder)>>,
     client: Client,
     configmap: Option<(String, String)>,
     speaks: Speaks,
@@ -30,7 +37,8 @@ impl Teller {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            reporter,
+            recorders: Mutex::default(),
             client: client.clone(),
             configmap,
             speaks,
@@ -59,8 +67,27 @@ impl Teller {
             action: "Reload".into(),
             secondary: None,
         };
-        if let Err(error) = gate::publish(&self.recorder, &event, &reference).await {
+        let recorder = self.recorder(reason, note);
+        if let Err(error) = gate::publish(&recorder, &event, &reference).await {
             tracing::warn!(%error, "could not publish an Event on the rules ConfigMap");
+        }
+    }
+
+    /// The recorder telling `note` for `reason`: the one that told it last
+    /// when it is the same note (kube folds it into that Event), a new one
+    /// otherwise (a new Event).
+    fn recorder(&self, reason: &str, note: &str) -> Recorder {
+        let mut recorders = self
+            .recorders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match recorders.get(reason) {
+            Some((last, recorder)) if last == note => recorder.clone(),
+            _ => {
+                let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                recorders.insert(reason.to_string(), (note.to_string(), recorder.clone()));
+                recorder
+            }
         }
     }
 

@@ -456,3 +456,88 @@ async fn a_configmap_of_that_name_kiln_did_not_make_is_neither_run_nor_overwritt
     stop(kiln).await;
     ns.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_set_that_could_not_be_read_at_start_is_not_written_over() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "acc-unread-saved").await;
+    let own = TestNamespace::new(&client, "acc-unread-own").await;
+    let (n, o) = (ns.name(), own.name());
+    support::install_crds(&client, "tests/fixtures/crds").await;
+    let events_on = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rules"}});
+    support::apply(&client, events_on, Some(n)).await;
+    let named = format!("{n}/rules");
+    let args = vec![
+        "--namespace",
+        n,
+        "--leader-elect-namespace",
+        o,
+        "--rules-configmap",
+        &named,
+    ];
+    let others = rule("others", "Widget", &configmap_child("two", "two"));
+    let good = format!("{}---\n{others}", rule("widgets", "Widget", &says("v1")));
+    let kiln = KilnProcess::start(&good, &args);
+    support::apply(&client, widget("a"), Some(n)).await;
+    assert_eq!(wait_cm(&client, n, "a-one").await["data"]["from"], "v1");
+    let saved_text = || async {
+        let cm = support::get(&client, "v1", "ConfigMap", o, SAVED).await?;
+        Some(cm["data"]["accepted.json"].as_str()?.to_string())
+    };
+    eventually("both rules saved", CONVERGE, || async {
+        let text = saved_text().await?;
+        (text.contains("\\\"widgets\\\"") && text.contains("\\\"others\\\"")).then_some(())
+    })
+    .await;
+    stop(kiln).await;
+
+    // Restarted as a ServiceAccount that may not read kiln's namespace yet
+    // (its Role not there yet, as when both are made at once), on an
+    // invalid edit of `widgets`: it runs `others` only.
+    let sa_rules = json!([
+        {"apiGroups": ["test.kiln.dev"], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]},
+    ]);
+    let token = support::service_account_token(&client, n, "kiln", sa_rules).await;
+    let everything = |name: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})
+    };
+    let bound = |name: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "kiln", "namespace": n}]})
+    };
+    support::apply(&client, everything("kiln"), Some(n)).await;
+    support::apply(&client, bound("kiln"), Some(n)).await;
+    let kubeconfig = support::token_kubeconfig(support::kubeconfig_yaml(), &token);
+    let bad = rule("widgets", "Widget", &says("v2").replace("v2\"", "{{ v2\""));
+    let kiln = KilnProcess::start_on(&kubeconfig, &format!("{bad}---\n{others}"), &args);
+    support::apply(&client, widget("b"), Some(n)).await;
+    wait_cm(&client, n, "b-two").await;
+
+    // Kiln's namespace becomes readable and writable: the set saved before
+    // keeps `widgets`, which this process does not run.
+    support::apply(&client, everything("kiln"), Some(o)).await;
+    support::apply(&client, bound("kiln"), Some(o)).await;
+    let outcome = eventually("the saved set kept or written over", CONVERGE, || async {
+        let text = saved_text().await?;
+        if !text.contains("\\\"widgets\\\"") {
+            return Some("written over: widgets' last accepted version is lost");
+        }
+        let kept = support::events_about(&client, n, "rules", "AcceptedRulesNotSaved")
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .any(|note| note.contains("could not be read when kiln started"));
+        kept.then_some("kept")
+    })
+    .await;
+    assert_eq!(outcome, "kept");
+    drop(kiln);
+    ns.delete().await;
+    own.delete().await;
+}

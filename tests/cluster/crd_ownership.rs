@@ -324,6 +324,127 @@ async fn a_breaking_change_refused_at_start_does_not_run() {
     ns.delete().await;
 }
 
+#[tokio::test]
+async fn a_rule_refused_at_start_does_not_hold_back_the_next_edit_of_another_rule() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-next").await;
+    let group = format!("next{}.own.kiln.dev", std::process::id());
+    let name = format!("sites.{group}");
+    // kiln made the CRD with `tags`; the rule now drops `tags`: refused at
+    // start, by the first install round.
+    let before = site_rule("sites-next", &group, FIELDS, "");
+    kiln::api::install::install_set(&client, None, &load(&before))
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    established(&client, &name).await;
+    let breaking = site_rule("sites-next", &group, "            title: string\n", "");
+    let kiln = KilnProcess::start(
+        &format!("{breaking}---\n{}", copy_rule()),
+        &["--namespace", ns.name()],
+    );
+    eventually("the rule refused at start", CONVERGE, || async {
+        let refused = kiln
+            .metric("kiln_rule_edit_refused{rule=\"sites-next\"}")
+            .await;
+        (refused == Some(1.0)).then_some(())
+    })
+    .await;
+    trigger(&client, ns.name(), "first").await;
+    eventually("the copy rule runs", CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", ns.name(), "first-copy").await
+    })
+    .await;
+
+    // The copy rule is edited, the refused rule left as it is: the edit
+    // runs, as an edit of any other rule would.
+    let edited = copy_rule().replace("from: \"{{ self.metadata.name }}\"", "from: \"edited\"");
+    assert_ne!(edited, copy_rule());
+    kiln.rewrite_rule(&format!("{breaking}---\n{edited}"));
+    trigger(&client, ns.name(), "second").await;
+    eventually("the edited copy rule runs", CONVERGE, || async {
+        let copy = support::get(&client, "v1", "ConfigMap", ns.name(), "second-copy").await?;
+        (copy["data"]["from"] == "edited").then_some(())
+    })
+    .await;
+    assert!(
+        support::get(&client, "v1", "ConfigMap", ns.name(), "one-page")
+            .await
+            .is_none(),
+        "the refused rule ran"
+    );
+    drop(kiln);
+    let _ = crds(&client).delete(&name, &Default::default()).await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_crd_replaced_by_another_operators_while_its_rule_runs_is_not_reconciled() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-swapped").await;
+    let group = format!("swapped{}.own.kiln.dev", std::process::id());
+    let name = format!("sites.{group}");
+    let rule = site_rule("sites-swapped", &group, FIELDS, "");
+    let kiln = KilnProcess::start(
+        &format!("{rule}---\n{}", copy_rule()),
+        &["--namespace", ns.name()],
+    );
+    eventually("kiln creates the CRD", CONVERGE, || async {
+        crds(&client).get_opt(&name).await.ok()?
+    })
+    .await;
+    established(&client, &name).await;
+    site(&client, &group, ns.name(), "one").await;
+    eventually("the rule runs on kiln's CRD", CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", ns.name(), "one-page").await
+    })
+    .await;
+
+    // Another operator deletes kiln's CRD and makes one of its own, with
+    // an object of its own: kiln's rule does not run on them.
+    crds(&client)
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    eventually("the CRD gone", CONVERGE, || async {
+        match crds(&client).get_opt(&name).await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    create_foreign(&client, &as_another_operator_makes_it(&rule)).await;
+    eventually("the rule refused", CONVERGE, || async {
+        let refused = kiln
+            .metric("kiln_rule_refused{rule=\"sites-swapped\"}")
+            .await;
+        (refused == Some(1.0)).then_some(())
+    })
+    .await;
+    site(&client, &group, ns.name(), "theirs").await;
+    // The copy rule has run since: kiln is not merely slow.
+    trigger(&client, ns.name(), "after").await;
+    eventually("the other rule's child", CONVERGE, || async {
+        support::get(&client, "v1", "ConfigMap", ns.name(), "after-copy").await
+    })
+    .await;
+    assert!(
+        support::get(&client, "v1", "ConfigMap", ns.name(), "theirs-page")
+            .await
+            .is_none(),
+        "the rule ran on the other operator's CRD"
+    );
+    let theirs = support::get(&client, &format!("{group}/v1"), "Site", ns.name(), "theirs")
+        .await
+        .unwrap();
+    assert!(
+        theirs["metadata"].get("finalizers").is_none() && theirs.get("status").is_none(),
+        "kiln wrote on the other operator's object: {theirs}"
+    );
+    drop(kiln);
+    let _ = crds(&client).delete(&name, &Default::default()).await;
+    ns.delete().await;
+}
+
 /// A rule defining `App` in `group` at `v1alpha1` and `v1` (storing), with
 /// conversion templates between them.
 fn app_rule(name: &str, group: &str) -> String {
@@ -724,5 +845,45 @@ async fn a_crd_moved_on_while_the_lease_was_lost_refuses_the_rule_on_winning_it_
     let _ = crds(&client)
         .delete(&format!("sites.{group}"), &Default::default())
         .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn every_rule_refused_at_once_is_named_by_an_event_of_its_own() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "own-told").await;
+    // Two rules refused in one version (an unclosed template each), beside
+    // the copy rule that runs.
+    let broken = |name: &str| {
+        copy_rule()
+            .replace("name: copies", &format!("name: {name}"))
+            .replace(
+                "\"{{ self.metadata.name }}-copy\"",
+                "\"{{ self.metadata.name\"",
+            )
+    };
+    let (metrics, loader) = loader(&client, client.clone(), ns.name(), &copy_rule()).await;
+    drop(metrics);
+    let mut loader = loader;
+    loader
+        .consider(version(&format!(
+            "{}---\n{}",
+            broken("first-broken"),
+            broken("second-broken")
+        )))
+        .await;
+    let notes = eventually("both refusals told", CONVERGE, || async {
+        let notes = refusals(&client, ns.name()).await;
+        (notes.len() >= 2).then_some(notes)
+    })
+    .await;
+    for rule in ["first-broken", "second-broken"] {
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&format!("rule {rule} is refused"))),
+            "{rule} is not named: {notes:?}"
+        );
+    }
     ns.delete().await;
 }

@@ -298,6 +298,7 @@ async fn handle(
             return reply(refused.status(), Bytes::from(refused.to_string()));
         }
     };
+    exchange.received();
     // The bytes read stay charged until the answer made of them is written.
     if let Some(charge) = body.charge {
         exchange.hold(charge);
@@ -500,6 +501,52 @@ mod tests {
         let third = tokio::time::timeout(DEADLINE, connect(serving.bound, &ca)).await;
         assert!(matches!(third, Ok(Ok(_))), "a third connection is served");
         until_closed(&mut first).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_review_is_answered_while_every_slot_holds_a_body_never_finished() {
+        // No deadline closes a connection while the test waits.
+        let mut bounds = tight();
+        bounds.limits.header = 2 * DEADLINE;
+        bounds.limits.handshake = 2 * DEADLINE;
+        bounds.limits.request = 2 * DEADLINE;
+        let (serving, ca) = listening(bounds, Arc::new(Nothing), Arc::default()).await;
+        // Every slot on a request whose body never comes: the server is
+        // reading it once it asks for it (`100 Continue`).
+        let mut held = Vec::new();
+        for _ in 0..bounds.limits.connections {
+            let mut tls = connect(serving.bound, &ca).await.unwrap();
+            let request = "POST /convert HTTP/1.1\r\nHost: kiln\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n";
+            tls.write_all(request.as_bytes()).await.unwrap();
+            tls.flush().await.unwrap();
+            let mut head = [0u8; 25];
+            tls.read_exact(&mut head).await.unwrap();
+            assert!(head.starts_with(b"HTTP/1.1 100"), "{head:?}");
+            tls.write_all(b"{").await.unwrap();
+            tls.flush().await.unwrap();
+            held.push(tls);
+        }
+        // The API server's review is answered all the same: the oldest of
+        // them makes room for it.
+        let answered = async {
+            let mut tls = connect(serving.bound, &ca).await.unwrap();
+            let review = r#"{"request":{"uid":"r1","desiredAPIVersion":"a.b/v1","objects":[]}}"#;
+            let request = format!(
+                "POST /convert HTTP/1.1\r\nHost: kiln\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{review}",
+                review.len()
+            );
+            tls.write_all(request.as_bytes()).await.unwrap();
+            tls.flush().await.unwrap();
+            until_closed(&mut tls).await
+        };
+        let response = tokio::time::timeout(DEADLINE, answered).await;
+        assert!(
+            response
+                .as_ref()
+                .is_ok_and(|r| r.starts_with("HTTP/1.1 200")),
+            "{response:?}"
+        );
+        until_closed(&mut held[0]).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

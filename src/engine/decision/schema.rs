@@ -81,6 +81,16 @@ pub enum SchemaError {
         /// Each undeclared path, dotted (`nodes`, `summary.ready`).
         paths: Vec<String>,
     },
+    /// The rule defines the API, and its CRD is not kiln's (any more).
+    #[error(
+        "CustomResourceDefinition {crd} is not this kiln's (field managers: {managers}): the rule defining it does not run on it"
+    )]
+    NotKilns {
+        /// The CRD's name.
+        crd: String,
+        /// Its field managers, as `api::provenance::list` names them.
+        managers: String,
+    },
 }
 
 /// Where a key stands in an object schema.

@@ -31,11 +31,14 @@ pub(crate) enum SchemaRead {
 /// from the group's name alone; only a CRD has a schema to read (read on
 /// every (re)discovery of the kind), and a custom kind no CRD defines (an
 /// aggregated API) is open. A CRD that cannot be read (forbidden, say) is
-/// not taken as open: the caller tries again.
+/// not taken as open: the caller tries again. With `own` (the field
+/// manager kiln installs CRDs as), a rule defining its API is refused on a
+/// CRD that manager did not make ([`not_kilns`]).
 pub(crate) async fn status_schema(
     rule: &Rule,
     client: &Client,
     primary: &kinds::Kind,
+    own: Option<&str>,
 ) -> Result<Schema, SchemaRead> {
     let name = format!("{}.{}", primary.ar.plural, primary.gvk.group);
     let crd = if primary.gvk.is_custom() {
@@ -47,6 +50,9 @@ pub(crate) async fn status_schema(
     } else {
         None
     };
+    if let Some(refused) = crd.as_ref().and_then(|c| not_kilns(rule, c, own)) {
+        return Err(SchemaRead::Refused(refused));
+    }
     let version = &primary.gvk.version;
     let defined = crd.as_ref().map(|crd| Defined {
         name: name.clone(),
@@ -84,6 +90,36 @@ pub(crate) async fn status_schema(
         refused: None,
         writes: StatusWrites::Yes,
     })
+}
+
+/// Why `rule`, which defines its API, may not run on `crd`: the CRD was
+/// not made by `own` (kiln's CRD field manager), as `api::provenance`
+/// reads it. `None` for a rule defining no API, or without `own`.
+fn not_kilns(rule: &Rule, crd: &Value, own: Option<&str>) -> Option<SchemaError> {
+    use crate::api::provenance::{self, Whose};
+    let own = own.filter(|_| rule.api.is_some())?;
+    let managers = match provenance::whose(crd, own) {
+        Whose::Kilns => return None,
+        Whose::Foreign(managers) => provenance::list(&managers),
+        Whose::Reserved => "kiln's own".to_string(),
+    };
+    Some(SchemaError::NotKilns {
+        crd: crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        managers,
+    })
+}
+
+/// The CRD field manager a rule's CRD must be made by, when it defines its
+/// API and the engine checks it.
+pub(crate) fn own_manager<'a>(rule: &Rule, shared: &'a Shared) -> Option<&'a str> {
+    shared
+        .options
+        .crd_manager
+        .as_deref()
+        .filter(|_| rule.api.is_some())
 }
 
 fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
@@ -149,17 +185,27 @@ pub(crate) struct Defined {
 /// so templates see what the API server now gives, also when the CRD
 /// changed while no rule ran on it (a rule-defined API's CRD is applied
 /// before the rule's new version starts). Returns when the status schema
-/// differs from `status` (`compare_status`): the rule then starts over.
-pub(crate) async fn schema_change(shared: &Shared, schema: &Schema, primary: Arc<Informer>) {
+/// differs from `status` (`compare_status`), or, for a rule defining its
+/// API, once the CRD is not kiln's (replaced by another's): the rule then
+/// starts over.
+pub(crate) async fn schema_change(
+    shared: &Shared,
+    rule: &Rule,
+    schema: &Schema,
+    primary: Arc<Informer>,
+) {
     let Some(defined) = &schema.defined else {
         return std::future::pending().await;
     };
+    let own = own_manager(rule, shared);
     primary.schema_is(&defined.served);
     let mut crd = shared.crds.subscribe(&shared.client, &defined.name);
     while let Some(json) = crd.next().await {
         primary.schema_is(&crate::api::version_schema(&json, &defined.version).cloned());
         let status = StatusSchema::from_crd(&json, &defined.version).ok();
-        if schema.compare_status && status.as_ref() != Some(&schema.status) {
+        if (schema.compare_status && status.as_ref() != Some(&schema.status))
+            || not_kilns(rule, &json, own).is_some()
+        {
             return;
         }
     }

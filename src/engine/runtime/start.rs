@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::controller::{RuleController, Wiring};
-use super::crd::{Schema, SchemaRead, schema_change, status_schema};
+use super::crd::{Schema, SchemaRead, own_manager, schema_change, status_schema};
 use super::shared::Shared;
 use super::{since, unwatched};
 use crate::engine::cache::informer;
@@ -130,7 +130,8 @@ async fn resolved(
         let permit = shared.starting.acquire().await;
         let (resolved, missing) = resolve(rule, shared).await;
         if missing.is_empty() {
-            let read = status_schema(rule, &shared.client, &resolved[0]).await;
+            let own = own_manager(rule, shared);
+            let read = status_schema(rule, &shared.client, &resolved[0], own).await;
             drop(permit);
             match read {
                 Ok(schema) => {
@@ -177,7 +178,7 @@ async fn refusal_changed(
     kinds: &[Arc<kinds::Kind>],
     why: &str,
 ) -> bool {
-    match status_schema(rule, &shared.client, &kinds[0]).await {
+    match status_schema(rule, &shared.client, &kinds[0], own_manager(rule, shared)).await {
         Err(SchemaRead::Refused(now)) => now.to_string() != why,
         Err(SchemaRead::Failed(_)) => false,
         Ok(_) => {
@@ -338,7 +339,7 @@ async fn run_resolved(
         refused: schema.refused.is_some(),
     };
     let refused = schema.refused.clone();
-    let changed = schema_change(shared, &schema, primary.clone());
+    let changed = schema_change(shared, rule, &schema, primary.clone());
     tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     if let Err(ended) = synced(rule, shared, &acquired_all, stop).await {

@@ -63,11 +63,13 @@ impl Loader {
         }
     }
 
-    /// Refuses the current rules the diagnostics are about: they stop, and
-    /// are refused as a reload refuses a rule.
+    /// Refuses the current rules the diagnostics are about: they stop, are
+    /// no longer accepted (so the next version takes each as a new rule,
+    /// refused alone), and are refused as a reload refuses a rule.
     async fn refuse_running(&mut self, diagnostics: &[Diagnostic]) {
         let names: Vec<String> = diagnostics.iter().filter_map(|d| d.rule.clone()).collect();
         self.rules.without(&names);
+        self.accepted.rules.retain(|e| !names.contains(&e.name));
         if let Some(status) = &mut self.status {
             status.stopped(&names);
         }

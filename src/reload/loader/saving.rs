@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::Loader;
 use crate::reload::accepted::Accepted;
 use crate::reload::release::{self, Release, Releaser};
-use crate::reload::saved::Saved;
+use crate::reload::saved::{Saved, SavedError};
 use crate::reload::tell::Speaks;
 use crate::rules::Backoff;
 
@@ -33,6 +33,9 @@ pub(super) struct Saving {
     speaks: Speaks,
     /// The set last saved (or read back at start).
     last: Option<Accepted>,
+    /// The saved set could not be read at start: read before anything is
+    /// written over it.
+    unread: bool,
     /// The last error told, so that it is told once.
     told: Option<String>,
     /// The releases the saved set owes (`None`: not read since this
@@ -80,20 +83,22 @@ impl Retry {
 
 impl Loader {
     /// Saves each accepted set in `saved` (rules read from `source`),
-    /// while `speaks`; `last` is what it holds now.
+    /// while `speaks`; `last` is what it held when read at start (`Err`: it
+    /// could not be read, and nothing is written over a set saved there).
     #[must_use]
     pub fn saving(
         mut self,
         saved: Saved,
         source: String,
         speaks: Speaks,
-        last: Option<Accepted>,
+        last: &Result<Option<Accepted>, SavedError>,
     ) -> Self {
         self.saving = Some(Saving {
             saved,
             source,
             speaks,
-            last,
+            last: last.as_ref().ok().cloned().flatten(),
+            unread: matches!(last, Err(SavedError::Api { .. })),
             told: None,
             releasing: None,
             released: Vec::new(),
@@ -138,6 +143,12 @@ impl Loader {
             || !saving.released.is_empty();
         let now = Instant::now();
         if changed && saving.save_retry.due(now) {
+            if saving.unread && !self.unread_is_kept().await {
+                return;
+            }
+            let Some(saving) = &mut self.saving else {
+                return;
+            };
             let (accepted, running) = (&self.accepted, self.rules.get());
             let done = saving.released.clone();
             let owe = |saved: &Accepted, pending: &[Release]| {
@@ -166,6 +177,34 @@ impl Loader {
             }
         }
         self.release().await;
+    }
+
+    /// Whether a save may go on, when the saved set could not be read at
+    /// start: only once it is read and holds no other set for this source.
+    /// One it holds was accepted before this process, which did not start
+    /// from it (a rule refused now may have its last accepted version
+    /// there): it is kept whole until a restart reads it, and told once.
+    async fn unread_is_kept(&mut self) -> bool {
+        let Some(saving) = &mut self.saving else {
+            return false;
+        };
+        let why = match saving.saved.read(&saving.source).await {
+            Ok(Some(set)) if set != self.accepted => format!(
+                "the accepted rules saved in {} could not be read when kiln started, so it does not run them: they are kept as saved, not replaced by the rules it runs, until kiln restarts and reads them",
+                saving.saved.place()
+            ),
+            Ok(_) | Err(SavedError::Undecodable { .. } | SavedError::NotKilns { .. }) => {
+                saving.unread = false;
+                return true;
+            }
+            Err(error) => error.to_string(),
+        };
+        if saving.told.as_ref() != Some(&why) {
+            tracing::error!("{why}");
+            self.teller.warn("AcceptedRulesNotSaved", &why).await;
+            saving.told = Some(why);
+        }
+        false
     }
 
     /// Carries out the releases the saved set owes, beside the loader
