@@ -74,6 +74,11 @@ pub struct Metrics {
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
     pub budget_exhausted: PerRule<Counter>,
+    /// `kiln_hook_requests_total{rule,result}`: calls of a rule's hook, by
+    /// result (`ok`, or the egress error's class: `timeout`, `status`, ...).
+    pub hook_requests: PerRule<Counter>,
+    /// `kiln_hook_duration_seconds{rule}`: how long a hook took to answer.
+    pub hook_duration: PerRule<Histogram>,
     /// `kiln_undecodable_objects_total{gvk}`: objects left out of the cache
     /// because they cannot be decoded (each counted once).
     pub undecodable: Family<Labels, Counter>,
@@ -176,6 +181,8 @@ impl Metrics {
             apply_total: PerRule::default(),
             writes: PerRule::default(),
             budget_exhausted: PerRule::default(),
+            hook_requests: PerRule::default(),
+            hook_duration: PerRule::with(Family::new_with_constructor(histogram)),
             undecodable: Family::default(),
             watches: Gauge::default(),
             cached_objects: Family::default(),
@@ -207,6 +214,7 @@ impl Metrics {
         m.register_controller_runtime(&mut registry);
         m.register_writes(&mut registry);
         m.register_cache(&mut registry);
+        m.register_hooks(&mut registry);
         m.register_rules(&mut registry);
         m.register_election(&mut registry);
         m.register_conversion(&mut registry);
@@ -273,6 +281,20 @@ impl Metrics {
             "kiln_write_budget_exhausted",
             "Times a primary's children were rewritten too often and kiln paused its writes",
             self.budget_exhausted.family(),
+        );
+    }
+
+    /// The calls of rules' hooks.
+    fn register_hooks(&self, registry: &mut Registry) {
+        registry.register(
+            "kiln_hook_requests",
+            "Calls of a rule's hook per rule and result (ok, or the error's class)",
+            self.hook_requests.family(),
+        );
+        registry.register(
+            "kiln_hook_duration_seconds",
+            "How long a rule's hook took to answer (or fail)",
+            self.hook_duration.family(),
         );
     }
 
@@ -423,6 +445,16 @@ impl Metrics {
         );
     }
 
+    /// A hook of `rule` was called: its `result` and how long it took.
+    pub fn hook_called(&self, rule: &str, result: &str, took: std::time::Duration) {
+        self.hook_requests
+            .get_or_create(&labels2(("rule", rule), ("result", result)))
+            .inc();
+        self.hook_duration
+            .get_or_create(&label("rule", rule))
+            .observe(took.as_secs_f64());
+    }
+
     /// A write of `verb` is sent for `rule` (`kiln_writes_total`).
     pub fn wrote(&self, rule: &str, verb: &str) {
         self.writes
@@ -471,6 +503,7 @@ impl Metrics {
             &self.apply_total,
             &self.writes,
             &self.budget_exhausted,
+            &self.hook_requests,
             &self.reconcile_failures,
         ] {
             family.forget(rule);
@@ -487,6 +520,7 @@ impl Metrics {
         }
         self.reconcile_time.forget(rule);
         self.queue_duration.forget(rule);
+        self.hook_duration.forget(rule);
     }
 
     /// The exposition text.
