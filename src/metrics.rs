@@ -609,6 +609,7 @@ mod tests {
             m.rule_edit_refused
                 .get_or_create(&label("rule", rule))
                 .set(1);
+            m.hook_called(rule, "ok", std::time::Duration::from_millis(1));
         }
         m.forget_rule("gone");
         let text = m.encode();
@@ -620,6 +621,8 @@ mod tests {
             "kiln_writes_total{rule=\"stays\",verb=\"apply\"} 1",
             "kiln_primaries{rule=\"stays\",ready=\"True\"} 2",
             "kiln_rule_edit_refused{rule=\"stays\"} 1",
+            "kiln_hook_requests_total{rule=\"stays\",result=\"ok\"} 1",
+            "kiln_hook_duration_seconds_count{rule=\"stays\"} 1",
         ] {
             assert!(text.contains(want), "missing `{want}` in:\n{text}");
         }
