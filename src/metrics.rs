@@ -12,6 +12,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+pub use per_rule::PerRule;
+
+mod per_rule;
+
 type Labels = Vec<(&'static str, String)>;
 
 /// controller-runtime's reconcile-time buckets (seconds).
@@ -45,43 +49,43 @@ fn queue_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     /// `controller_runtime_reconcile_total{controller,result}`
-    pub reconcile_total: Family<Labels, Counter>,
+    pub reconcile_total: PerRule<Counter>,
     /// `controller_runtime_reconcile_errors_total{controller}`
-    pub reconcile_errors: Family<Labels, Counter>,
+    pub reconcile_errors: PerRule<Counter>,
     /// `controller_runtime_reconcile_time_seconds{controller}`
-    pub reconcile_time: Family<Labels, Histogram, fn() -> Histogram>,
+    pub reconcile_time: PerRule<Histogram>,
     /// `controller_runtime_active_workers{controller}`
-    pub active_workers: Family<Labels, Gauge>,
+    pub active_workers: PerRule<Gauge>,
     /// `workqueue_depth{name,controller}`
-    pub queue_depth: Family<Labels, Gauge>,
+    pub queue_depth: PerRule<Gauge>,
     /// `workqueue_adds_total{name,controller}`
-    pub queue_adds: Family<Labels, Counter>,
+    pub queue_adds: PerRule<Counter>,
     /// `workqueue_queue_duration_seconds{name,controller}`
-    pub queue_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    pub queue_duration: PerRule<Histogram>,
     /// `workqueue_retries_total{name,controller}`
-    pub queue_retries: Family<Labels, Counter>,
+    pub queue_retries: PerRule<Counter>,
     /// `kiln_apply_total{rule,result}`: server-side applies of children, by
     /// their answer.
-    pub apply_total: Family<Labels, Counter>,
+    pub apply_total: PerRule<Counter>,
     /// `kiln_writes_total{rule,verb}`: every write sent, as it is sent:
     /// `apply` (children and decorations), `patch` (owner references taken
     /// back), `status`, `delete` (pruning).
-    pub writes: Family<Labels, Counter>,
+    pub writes: PerRule<Counter>,
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
-    pub budget_exhausted: Family<Labels, Counter>,
+    pub budget_exhausted: PerRule<Counter>,
     /// `kiln_hook_requests_total{rule,result}`: calls of a rule's hook, by
     /// result (`ok`, or the egress error's class: `timeout`, `status`, ...).
-    pub hook_requests: Family<Labels, Counter>,
+    pub hook_requests: PerRule<Counter>,
     /// `kiln_hook_duration_seconds{rule}`: how long a hook took to answer.
-    pub hook_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    pub hook_duration: PerRule<Histogram>,
     /// `kiln_undecodable_objects_total{gvk}`: objects left out of the cache
     /// because they cannot be decoded (each counted once).
     pub undecodable: Family<Labels, Counter>,
     /// `kiln_reconcile_failures_total{rule,reason}`: reconciles that ended
     /// failed, by condition reason (visible even where the primary's schema
     /// has no conditions).
-    pub reconcile_failures: Family<Labels, Counter>,
+    pub reconcile_failures: PerRule<Counter>,
     /// `kiln_watches`
     pub watches: Gauge,
     /// `kiln_cached_objects{gvk}`
@@ -89,15 +93,15 @@ pub struct Metrics {
     /// `kiln_cached_bytes{gvk}`: the cached objects' compact form (JSON text, namespace, name, labels).
     pub cached_bytes: Family<Labels, Gauge>,
     /// `kiln_rule_waiting_for_kinds{rule}`: 1 while a rule waits for a CRD.
-    pub waiting_for_kinds: Family<Labels, Gauge>,
+    pub waiting_for_kinds: PerRule<Gauge>,
     /// `kiln_rule_refused{rule}`: 1 while a rule is refused (its status does not fit the primary's schema).
-    pub rule_refused: Family<Labels, Gauge>,
+    pub rule_refused: PerRule<Gauge>,
     /// `kiln_rule_edit_refused{rule}`: 1 while a rule's latest version is
     /// refused on reload (invalid, or the cluster does not let it run) and
     /// its last good version, if any, keeps running.
-    pub rule_edit_refused: Family<Labels, Gauge>,
+    pub rule_edit_refused: PerRule<Gauge>,
     /// `kiln_primaries{rule,ready}`: primaries of a rule by their `Ready` condition's status.
-    pub primaries: Family<Labels, Gauge>,
+    pub primaries: PerRule<Gauge>,
     /// `kiln_rules_loaded`
     pub rules_loaded: Gauge,
     /// `kiln_rules_reload_total{result="success"|"error"|"refused"}`:
@@ -171,28 +175,28 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let m = Self {
-            reconcile_total: Family::default(),
-            reconcile_errors: Family::default(),
-            reconcile_time: Family::new_with_constructor(histogram),
-            active_workers: Family::default(),
-            queue_depth: Family::default(),
-            queue_adds: Family::default(),
-            queue_duration: Family::new_with_constructor(queue_histogram),
-            queue_retries: Family::default(),
-            apply_total: Family::default(),
-            writes: Family::default(),
-            budget_exhausted: Family::default(),
-            hook_requests: Family::default(),
-            hook_duration: Family::new_with_constructor(histogram),
+            reconcile_total: PerRule::default(),
+            reconcile_errors: PerRule::default(),
+            reconcile_time: PerRule::with(Family::new_with_constructor(histogram)),
+            active_workers: PerRule::default(),
+            queue_depth: PerRule::default(),
+            queue_adds: PerRule::default(),
+            queue_duration: PerRule::with(Family::new_with_constructor(queue_histogram)),
+            queue_retries: PerRule::default(),
+            apply_total: PerRule::default(),
+            writes: PerRule::default(),
+            budget_exhausted: PerRule::default(),
+            hook_requests: PerRule::default(),
+            hook_duration: PerRule::with(Family::new_with_constructor(histogram)),
             undecodable: Family::default(),
             watches: Gauge::default(),
             cached_objects: Family::default(),
             cached_bytes: Family::default(),
-            waiting_for_kinds: Family::default(),
-            rule_refused: Family::default(),
-            rule_edit_refused: Family::default(),
-            primaries: Family::default(),
-            reconcile_failures: Family::default(),
+            waiting_for_kinds: PerRule::default(),
+            rule_refused: PerRule::default(),
+            rule_edit_refused: PerRule::default(),
+            primaries: PerRule::default(),
+            reconcile_failures: PerRule::default(),
             rules_loaded: Gauge::default(),
             reload_total: Family::default(),
             rules_pending: Gauge::default(),
@@ -230,42 +234,42 @@ impl Metrics {
         registry.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
-            self.reconcile_total.clone(),
+            self.reconcile_total.family(),
         );
         registry.register(
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
-            self.reconcile_errors.clone(),
+            self.reconcile_errors.family(),
         );
         registry.register(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
-            self.reconcile_time.clone(),
+            self.reconcile_time.family(),
         );
         registry.register(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
-            self.active_workers.clone(),
+            self.active_workers.family(),
         );
         registry.register(
             "workqueue_depth",
             "Current depth of workqueue",
-            self.queue_depth.clone(),
+            self.queue_depth.family(),
         );
         registry.register(
             "workqueue_adds",
             "Total number of adds handled by workqueue",
-            self.queue_adds.clone(),
+            self.queue_adds.family(),
         );
         registry.register(
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
-            self.queue_duration.clone(),
+            self.queue_duration.family(),
         );
         registry.register(
             "workqueue_retries",
             "Total number of retries handled by workqueue",
-            self.queue_retries.clone(),
+            self.queue_retries.family(),
         );
     }
 
@@ -274,17 +278,17 @@ impl Metrics {
         registry.register(
             "kiln_apply",
             "Server-side applies of children per rule and result",
-            self.apply_total.clone(),
+            self.apply_total.family(),
         );
         registry.register(
             "kiln_writes",
             "Writes sent to the API server per rule and verb (apply, patch, status, delete)",
-            self.writes.clone(),
+            self.writes.family(),
         );
         registry.register(
             "kiln_write_budget_exhausted",
             "Times a primary's children were rewritten too often and kiln paused its writes",
-            self.budget_exhausted.clone(),
+            self.budget_exhausted.family(),
         );
     }
 
@@ -293,12 +297,12 @@ impl Metrics {
         registry.register(
             "kiln_hook_requests",
             "Calls of a rule's hook per rule and result (ok, or the error's class)",
-            self.hook_requests.clone(),
+            self.hook_requests.family(),
         );
         registry.register(
             "kiln_hook_duration_seconds",
             "How long a rule's hook took to answer (or fail)",
-            self.hook_duration.clone(),
+            self.hook_duration.family(),
         );
     }
 
@@ -332,27 +336,27 @@ impl Metrics {
         registry.register(
             "kiln_rule_waiting_for_kinds",
             "1 while a rule waits for kinds the API server does not serve",
-            self.waiting_for_kinds.clone(),
+            self.waiting_for_kinds.family(),
         );
         registry.register(
             "kiln_reconcile_failures",
             "Reconciles that ended failed, by condition reason",
-            self.reconcile_failures.clone(),
+            self.reconcile_failures.family(),
         );
         registry.register(
             "kiln_rule_refused",
             "1 while a rule is refused because the primary's status schema does not declare what it writes",
-            self.rule_refused.clone(),
+            self.rule_refused.family(),
         );
         registry.register(
             "kiln_rule_edit_refused",
             "1 while a rule's latest version is refused on reload (its last good version keeps running)",
-            self.rule_edit_refused.clone(),
+            self.rule_edit_refused.family(),
         );
         registry.register(
             "kiln_primaries",
             "Primaries of each rule by the status of their Ready condition (True, False, Unknown), as kiln last composed it",
-            self.primaries.clone(),
+            self.primaries.family(),
         );
         registry.register(
             "kiln_rules_loaded",
@@ -492,13 +496,44 @@ impl Metrics {
     /// `controller_runtime_reconcile_time_seconds` (also when the
     /// reconcile is cancelled).
     pub fn reconcile_timer(&self, controller: &Labels) -> ReconcileTimer {
-        let active = self.active_workers.get_or_create(controller).clone();
+        let active = self.active_workers.get_or_create(controller);
         active.inc();
         ReconcileTimer {
-            time: self.reconcile_time.get_or_create(controller).clone(),
+            time: self.reconcile_time.get_or_create(controller),
             active,
             started: std::time::Instant::now(),
         }
+    }
+
+    /// Removes every series of `rule` (a rule removed from the set: a rule
+    /// replaced keeps counting on).
+    pub fn forget_rule(&self, rule: &str) {
+        for family in [
+            &self.reconcile_total,
+            &self.reconcile_errors,
+            &self.queue_adds,
+            &self.queue_retries,
+            &self.apply_total,
+            &self.writes,
+            &self.budget_exhausted,
+            &self.hook_requests,
+            &self.reconcile_failures,
+        ] {
+            family.forget(rule);
+        }
+        for family in [
+            &self.active_workers,
+            &self.queue_depth,
+            &self.waiting_for_kinds,
+            &self.rule_refused,
+            &self.rule_edit_refused,
+            &self.primaries,
+        ] {
+            family.forget(rule);
+        }
+        self.reconcile_time.forget(rule);
+        self.queue_duration.forget(rule);
+        self.hook_duration.forget(rule);
     }
 
     /// The exposition text.
@@ -566,6 +601,41 @@ mod tests {
             "controller_runtime_reconcile_time_seconds_bucket{le=\"0.025\",controller=\"webapp\"} 1",
             "workqueue_depth{name=\"webapp\",controller=\"webapp\"} 3",
             "kiln_rules_loaded 4",
+        ] {
+            assert!(text.contains(want), "missing `{want}` in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_removed_rule_leaves_no_series() {
+        let m = Metrics::new();
+        for rule in ["gone", "stays"] {
+            m.reconcile_total
+                .get_or_create(&labels2(("controller", rule), ("result", "success")))
+                .inc();
+            drop(m.reconcile_timer(&controller(rule)));
+            m.queue_depth.get_or_create(&queue(rule)).set(1);
+            m.wrote(rule, "apply");
+            m.primaries
+                .get_or_create(&labels2(("rule", rule), ("ready", "True")))
+                .set(2);
+            m.rule_edit_refused
+                .get_or_create(&label("rule", rule))
+                .set(1);
+            m.hook_called(rule, "ok", std::time::Duration::from_millis(1));
+        }
+        m.forget_rule("gone");
+        let text = m.encode();
+        assert!(!text.contains("\"gone\""), "{text}");
+        for want in [
+            "controller_runtime_reconcile_total{controller=\"stays\",result=\"success\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"stays\"} 1",
+            "workqueue_depth{name=\"stays\",controller=\"stays\"} 1",
+            "kiln_writes_total{rule=\"stays\",verb=\"apply\"} 1",
+            "kiln_primaries{rule=\"stays\",ready=\"True\"} 2",
+            "kiln_rule_edit_refused{rule=\"stays\"} 1",
+            "kiln_hook_requests_total{rule=\"stays\",result=\"ok\"} 1",
+            "kiln_hook_duration_seconds_count{rule=\"stays\"} 1",
         ] {
             assert!(text.contains(want), "missing `{want}` in:\n{text}");
         }

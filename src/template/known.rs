@@ -111,7 +111,7 @@ impl TemplateSet {
     /// Every filter, test and function `id` calls that kiln does not have,
     /// in the order they appear.
     pub fn unknown_names(&self, id: &TemplateId) -> Vec<Unknown> {
-        let Ok(template) = self.env.get_template(&id.name) else {
+        let Ok(template) = id.template() else {
             return Vec::new();
         };
         let locals_excluded = template.undeclared_variables(false);
@@ -121,8 +121,8 @@ impl TemplateSet {
         for instructions in all {
             for (idx, kind, name) in calls(instructions) {
                 let known = match kind {
-                    Callable::Filter => is_filter(&self.env, name),
-                    Callable::Test => is_test(&self.env, name),
+                    Callable::Filter => is_filter(self.env, name),
+                    Callable::Test => is_test(self.env, name),
                     Callable::Function => {
                         !locals_excluded.contains(name)
                             || BUILT_IN_CALLS.contains(&name)

@@ -29,11 +29,12 @@ pub mod image;
 mod inline_if;
 pub mod known;
 pub mod limits;
+mod shared;
 pub mod time;
 pub mod tree;
 mod undefined;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::io::Write;
 
 use minijinja::syntax::SyntaxConfig;
@@ -85,13 +86,13 @@ impl RenderError {
 }
 
 /// A handle to one compiled template or expression in a [`TemplateSet`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct TemplateId {
     /// Where it is written in its rule.
     path: TemplatePath,
-    /// The name its compiled code is kept under: the path of the first
-    /// template of the set with the same text.
-    name: TemplatePath,
+    /// Its compiled code, shared with every template of the same text
+    /// ([`shared`]).
+    code: shared::Code,
 }
 
 impl TemplateId {
@@ -99,18 +100,44 @@ impl TemplateId {
     pub fn path(&self) -> &str {
         &self.path
     }
+
+    fn template(&self) -> Result<minijinja::Template<'_, '_>, minijinja::Error> {
+        self.code.get_template(shared::NAME)
+    }
+
+    /// The text it was compiled from (an expression with its wrapper).
+    fn source(&self) -> String {
+        self.template()
+            .map_or_else(|_| String::new(), |t| t.source().to_string())
+    }
 }
 
-/// The compiled templates of one rule.
+impl PartialEq for TemplateId {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+            && (std::sync::Arc::ptr_eq(&self.code, &other.code) || self.source() == other.source())
+    }
+}
+
+impl Eq for TemplateId {}
+
+impl std::fmt::Debug for TemplateId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplateId")
+            .field("path", &self.path)
+            .field("source", &self.source())
+            .finish()
+    }
+}
+
+/// The compiled templates of one rule: each [`TemplateId`] holds its
+/// code, shared with every template of the same text in any rule
+/// ([`shared`]); the set is kiln's environment they compile in.
 pub struct TemplateSet {
-    env: Environment<'static>,
+    /// kiln's environment without templates ([`base`]).
+    env: &'static Environment<'static>,
     /// The names of the filters registered, for "did you mean" hints.
     filters: &'static [&'static str],
-    /// The name each text is compiled under: a text written several times
-    /// in a rule (`{{ self.metadata.name }}` in a name, a label and a
-    /// selector) is compiled once. minijinja sizes each compiled template
-    /// for 256 instructions, about 12 KiB however short it is.
-    compiled: HashMap<String, TemplatePath>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -126,9 +153,9 @@ impl Default for TemplateSet {
 }
 
 /// kiln's environment without templates, and its filters' names: built
-/// once per process. Each set starts from a clone of it, which shares its
+/// once per process. Each compiled text is a clone of it, which shares its
 /// tables of filters, tests and functions (minijinja copies them only when
-/// one is added to). Built per set, they were about 33 KiB of each rule's
+/// one is added to). Built per rule, they were about 33 KiB of each rule's
 /// heap, more than its templates.
 fn base() -> &'static (Environment<'static>, Vec<&'static str>) {
     static BASE: std::sync::OnceLock<(Environment<'static>, Vec<&'static str>)> =
@@ -168,11 +195,7 @@ impl TemplateSet {
     /// An empty set with kiln's filters, strict undefined and fuel.
     pub fn new() -> Self {
         let (env, filters) = base();
-        Self {
-            env: env.clone(),
-            filters,
-            compiled: HashMap::new(),
-        }
+        Self { env, filters }
     }
 
     /// Compiles a string template (rendered to a string).
@@ -196,56 +219,58 @@ impl TemplateSet {
         offset: usize,
         len: usize,
     ) -> Result<TemplateId, CompileError> {
-        if let Some(name) = self.compiled.get(&source) {
-            return Ok(TemplateId {
-                path: path.to_string(),
-                name: name.clone(),
-            });
-        }
-        // Another text compiled at this path keeps its code (templates
-        // sharing it may render it): this one gets a name of its own.
-        let mut name = path.to_string();
-        while self.compiled.values().any(|n| *n == name) {
-            name.push('\'');
-        }
-        let add = |env: &mut Environment<'static>, text: String| {
-            env.add_template_owned(name.clone(), text)
-        };
-        add(&mut self.env, source.clone()).map_err(|e| {
+        let code = shared::code(&source, || self.compile(&source, offset, len))?;
+        Ok(TemplateId {
+            path: path.to_string(),
+            code,
+        })
+    }
+
+    /// kiln's environment with `source` compiled in it, under [`shared::NAME`].
+    fn compile(
+        &self,
+        source: &str,
+        offset: usize,
+        len: usize,
+    ) -> Result<Environment<'static>, CompileError> {
+        let mut env = self.env.clone();
+        let message = |e: minijinja::Error| {
             let kind = e.kind();
             let detail = e.detail().unwrap_or_default();
-            let message = match e.range().map(|r| r.start.saturating_sub(offset)) {
+            match e.range().map(|r| r.start.saturating_sub(offset)) {
                 // The parser tripped over the wrapper: the user's text ended early.
                 Some(at) if at >= len => format!("{kind}: the expression is incomplete"),
                 Some(at) => format!("{kind}: {detail} (at character {})", at + 1),
                 None => format!("{kind}: {detail}"),
-            };
-            CompileError { message }
-        })?;
-        if let Some(completed) = inline_if::complete(&source) {
-            add(&mut self.env, completed).map_err(|e| CompileError {
-                message: e.to_string(),
-            })?;
+            }
+        };
+        let text = inline_if::complete(source).unwrap_or_else(|| source.to_string());
+        // The text as written must compile; its completed form is what runs.
+        if text != source {
+            env.add_template_owned(shared::NAME, source.to_string())
+                .map_err(|e| CompileError {
+                    message: message(e),
+                })?;
         }
+        env.add_template_owned(shared::NAME, text)
+            .map_err(|e| CompileError {
+                message: message(e),
+            })?;
         let user = source.get(offset..offset + len).unwrap_or_default();
         for expr in collections::each_literals(user) {
-            if let Err(e) = self.env.compile_expression(&expr) {
+            if let Err(e) = env.compile_expression(&expr) {
                 let detail = e.detail().unwrap_or_default();
                 let message = format!("each: `{expr}` is not an expression: {detail}");
                 return Err(CompileError { message });
             }
         }
-        self.compiled.insert(source, name.clone());
-        Ok(TemplateId {
-            path: path.to_string(),
-            name,
-        })
+        Ok(env)
     }
 
     /// The variables a template reads, as dotted paths (`self.spec.image`,
     /// `related.credentials`), for checking references at validation.
     pub fn references(&self, id: &TemplateId) -> BTreeSet<String> {
-        let Ok(template) = self.env.get_template(&id.name) else {
+        let Ok(template) = id.template() else {
             return BTreeSet::new();
         };
         // minijinja scopes each branch of an `if` on its own: a variable set
@@ -263,7 +288,7 @@ impl TemplateSet {
     /// `self`), found in its source: minijinja does not count `self` among
     /// the variables a template reads.
     pub fn self_paths(&self, id: &TemplateId) -> BTreeSet<String> {
-        let Ok(template) = self.env.get_template(&id.name) else {
+        let Ok(template) = id.template() else {
             return BTreeSet::new();
         };
         let source = template.source();
@@ -299,9 +324,8 @@ impl TemplateSet {
     ) -> Result<String, RenderError> {
         let limit = budget.remaining();
         let out = limits::on_render_stack(|| {
-            let tmpl = self
-                .env
-                .get_template(&id.name)
+            let tmpl = id
+                .template()
                 .map_err(|e| to_render_error(&id.path, "", &e))?;
             let mut out = LimitedWriter {
                 buf: Vec::new(),
@@ -352,9 +376,8 @@ impl TemplateSet {
     }
 
     fn eval_native(&self, id: &TemplateId, ctx: &JinjaValue) -> Result<JinjaValue, RenderError> {
-        let tmpl = self
-            .env
-            .get_template(&id.name)
+        let tmpl = id
+            .template()
             .map_err(|e| to_render_error(&id.path, "", &e))?;
         let captured = tmpl
             .render_captured(ctx.clone())
@@ -436,6 +459,7 @@ impl Write for LimitedWriter {
 mod tests {
     //! Hostile templates: each must fail with an error naming its limit.
     use super::*;
+    use std::sync::Arc;
 
     fn text(src: &str) -> Result<String, RenderError> {
         text_with(src, serde_json::json!({}))
@@ -501,7 +525,10 @@ mod tests {
         let mut set = TemplateSet::new();
         let a = set.add_text("a", "{{ x }}-{{ y }}").unwrap();
         let b = set.add_text("b", "{{ x }}-{{ y }}").unwrap();
-        assert_eq!(set.env.templates().count(), 1, "one compiled copy");
+        let d = TemplateSet::new().add_text("d", "{{ x }}-{{ y }}").unwrap();
+        assert!(Arc::ptr_eq(&a.code, &b.code), "one compiled copy");
+        assert!(Arc::ptr_eq(&a.code, &d.code), "in every rule");
+        assert_ne!(a, b, "each keeps its path");
         let only_x = to_jinja(&serde_json::json!({"x": 1}));
         let err = set
             .render_text(&b, &only_x, &mut Budget::default())
@@ -514,6 +541,11 @@ mod tests {
         assert_eq!(render(&a).unwrap(), "1-2");
         assert_eq!(render(&b).unwrap(), "1-2");
         assert_eq!(render(&c).unwrap(), "2");
+        // The code goes with the last template of its text.
+        let once = set.add_text("e", "{{ x }}-{{ y }}-once").unwrap();
+        let code = Arc::downgrade(&once.code);
+        drop(once);
+        assert!(code.upgrade().is_none(), "nothing holds a text no rule has");
     }
 
     #[test]

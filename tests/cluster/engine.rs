@@ -590,6 +590,17 @@ async fn rules_sharing_kinds_share_one_watch_per_kind() {
     )
     .await;
     assert_eq!(kiln.engine.watches(), 2, "Widget and ConfigMap, once each");
+    // A rule removed from the set takes its series out of /metrics (a
+    // rename would otherwise leave every old name there); the other keeps its.
+    let copy = "controller=\"widgets-copy\"";
+    eventually("the second rule's reconciles counted", CONVERGE, || async {
+        kiln.engine.metrics().encode().contains(copy).then_some(())
+    })
+    .await;
+    kiln.engine.remove("widgets-copy", false).await;
+    let text = kiln.engine.metrics().encode();
+    assert!(!text.contains("\"widgets-copy\""), "{text}");
+    assert!(text.contains("controller=\"widgets\""), "{text}");
     // A stopped rule leaves its watches lingering for a next version;
     // shutting the engine down stops them too, so none outlives it (the
     // demo's cluster went away under them: "watch failed" at Ctrl-C).

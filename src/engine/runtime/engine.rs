@@ -206,6 +206,9 @@ impl Engine {
                 c.delete_all_children().await;
             }
         }
+        // Its series leave /metrics: a renamed rule is not counted twice.
+        self.shared.ready.removed(name);
+        self.shared.metrics.forget_rule(name);
     }
 
     /// How many times a watch was started for `gvk` (a re-list is not a start).

@@ -56,6 +56,11 @@ impl ReadyTally {
         }
     }
 
+    /// `rule` was removed from the set: it has no series any more.
+    pub fn removed(&self, rule: &str) {
+        self.lock().remove(rule);
+    }
+
     /// Per rule ever seen, the number of primaries per status of [`STATUSES`].
     pub fn counts(&self) -> Vec<(String, [i64; 3])> {
         self.lock()
@@ -109,5 +114,8 @@ mod tests {
         // A stopped rule reads 0, so its series do not stay at old values.
         t.stopped("web");
         assert_eq!(t.counts()[1], ("web".to_string(), [0, 0, 0]));
+        // A rule removed from the set has no series at all.
+        t.removed("web");
+        assert_eq!(t.counts(), [("db".to_string(), [0, 1, 0])]);
     }
 }
