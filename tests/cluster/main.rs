@@ -65,6 +65,7 @@ mod status_schema;
 mod stopping;
 mod stored_data;
 mod unwatched;
+mod validations;
 mod verdicts;
 mod webhook_secret;
 mod what_kiln_writes;
