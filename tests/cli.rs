@@ -1288,3 +1288,24 @@ fn a_sample_secret_given_with_string_data_is_read_as_stored_and_a_missing_operan
         "{err}"
     );
 }
+
+#[test]
+fn test_says_once_that_cel_validations_are_not_evaluated_offline() {
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
+    let (code, out, err) = kiln_test(&[
+        &format!("{rules}/staticsite.test.yaml"),
+        &format!("{rules}/webapp-api.test.yaml"),
+        &format!("{rules}/webapp.test.yaml"),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let notes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("validations not evaluated offline"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(notes[0].contains("staticsite"), "{out}");
+    assert!(!notes[0].contains("webapp-api"), "{out}");
+    // Without CEL rules, no note.
+    let (_, out, _) = kiln_test(&[&format!("{rules}/webapp.test.yaml")]);
+    assert!(!out.contains("not evaluated offline"), "{out}");
+}

@@ -3,10 +3,11 @@
 //! field removed, a type changed, a map made a fixed object (or an object a
 //! map whose values do not fit its fields), a required field added without a
 //! default, a bound tightened (a higher minimum, a lower maximum, a new or
-//! changed pattern, fewer enum values, a new CEL rule), and the storage moved
+//! changed pattern, fewer enum values, and the storage moved
 //! to a version that cannot hold what objects stored at another version
 //! carry. Pure: old × new → the list, empty when the new CRD accepts, and
-//! keeps, every object the old one did.
+//! keeps, every object the old one did. A new CEL rule is not breaking
+//! (the API server ratchets it) but is reported apart: [`tightened`].
 
 use std::fmt;
 
@@ -50,7 +51,24 @@ pub fn breaking(old: &Value, new: &Api) -> Vec<Breaking> {
 /// The breaking changes from `old` to `new` (two
 /// CustomResourceDefinitions), each version compared with itself.
 pub fn changes(old: &Value, new: &Value) -> Vec<Breaking> {
+    compare(old, new).0
+}
+
+/// The CEL rules (`x-kubernetes-validations`) `new` has and `old` had not
+/// (a rule whose expression changed counts as new). Not breaking: since
+/// Kubernetes 1.30 the API server ratchets them, so an object stored before
+/// is still read, and updated as long as the update leaves the value the
+/// rule sits on (the spec, the object, a field) as it was; but a stored
+/// object may not satisfy them, so `kiln diff`, `kiln crd --check` and a
+/// reload say so.
+pub fn tightened(old: &Value, new: &Value) -> Vec<Breaking> {
+    compare(old, new).1
+}
+
+/// The breaking changes, and the rules added.
+fn compare(old: &Value, new: &Value) -> (Vec<Breaking>, Vec<Breaking>) {
     let mut out = Vec::new();
+    let mut rules = Vec::new();
     let (old_scope, new_scope) = (&old["spec"]["scope"], &new["spec"]["scope"]);
     if old_scope != new_scope {
         out.push(Breaking {
@@ -84,10 +102,11 @@ pub fn changes(old: &Value, new: &Value) -> Vec<Breaking> {
         let mut diff = Diff {
             version: &name,
             out: &mut out,
+            rules: &mut rules,
         };
         diff.node(&schema(&old_v), &schema(new_v), "");
     }
-    out
+    (out, rules)
 }
 
 /// What objects stored at each version of `old` but the new storage version
@@ -197,6 +216,8 @@ fn at_version(version: &str, change: &str) -> Breaking {
 struct Diff<'a> {
     version: &'a str,
     out: &'a mut Vec<Breaking>,
+    /// The CEL rules added (not breaking: see [`tightened`]).
+    rules: &'a mut Vec<Breaking>,
 }
 
 fn join(path: &str, key: &str) -> String {
@@ -378,7 +399,11 @@ impl Diff<'_> {
         };
         let before = rules(old);
         for rule in rules(new).into_iter().filter(|r| !before.contains(r)) {
-            self.push(path, format!("validation rule {rule} added"));
+            self.rules.push(Breaking {
+                version: self.version.to_string(),
+                field: path.to_string(),
+                change: format!("validation rule {rule} added"),
+            });
         }
         let list = |s: &Value| s.get("x-kubernetes-list-type").cloned();
         if list(old) != list(new) && list(new).is_some_and(|t| t != "atomic") {
@@ -445,7 +470,7 @@ mod tests {
             "must": {"type": "string"},
         }, "x-kubernetes-validations": [{"rule": "self.n < 3"}]});
         assert_eq!(
-            changes(old, new),
+            changes(old.clone(), new.clone()),
             [
                 "v1 `spec.gone`: the field was removed",
                 "v1 `spec.retyped`: the type changed from string to integer",
@@ -455,9 +480,17 @@ mod tests {
                 "v1 `spec.s`: enum value(s) \"y\" removed",
                 "v1 `spec.pages[].path`: the field was removed",
                 "v1 `spec.must`: the field became required without a default",
-                "v1 `spec`: validation rule \"self.n < 3\" added",
             ]
         );
+        let crd = |s: Value| {
+            json!({"spec": {"versions": [{"name": "v1",
+            "schema": {"openAPIV3Schema": {"properties": {"spec": s}}}}]}})
+        };
+        let added: Vec<String> = tightened(&crd(old), &crd(new))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(added, ["v1 `spec`: validation rule \"self.n < 3\" added"]);
     }
 
     #[test]

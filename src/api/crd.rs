@@ -49,6 +49,22 @@ impl Api {
         super::version_schema(&self.crd, version)
     }
 
+    /// Whether its CRD carries CEL rules (`x-kubernetes-validations`, from
+    /// `validations`, a schema's `validation` or an `immutable` marker),
+    /// which only the API server evaluates.
+    pub fn has_cel_rules(&self) -> bool {
+        fn any(v: &Value) -> bool {
+            match v {
+                Value::Object(o) => o
+                    .iter()
+                    .any(|(k, v)| k == "x-kubernetes-validations" || any(v)),
+                Value::Array(a) => a.iter().any(any),
+                _ => false,
+            }
+        }
+        any(&self.crd["spec"]["versions"])
+    }
+
     /// Records where its conversion templates are written (`file:line:col`
     /// by path in the rule), for the messages of a conversion that fails.
     pub fn locate(&mut self, locate: impl Fn(&[Step]) -> String) {
@@ -85,10 +101,18 @@ pub fn compile(
     names(raw, at, &mut errors);
     let plural = plural_of(raw);
     let storage = storage_version(raw, at, &mut errors);
+    let validations_at = [at, &[key("validations")]].concat();
+    let placed =
+        super::validations::compile(&raw.validations, &validations_at).unwrap_or_else(|problems| {
+            errors.0.extend(problems);
+            Vec::new()
+        });
     let mut versions = Vec::new();
     for (i, v) in raw.versions.iter().enumerate() {
         let here = [at, &[key("versions"), Step::Index(i)]].concat();
-        versions.push(version(v, raw, status_fields, &here, &mut errors));
+        let mut v = version(v, raw, status_fields, &here, &mut errors);
+        super::validations::add(&placed, &mut v["schema"]["openAPIV3Schema"]);
+        versions.push(v);
     }
     let (Some(storage), true) = (storage, errors.0.is_empty()) else {
         return Err(errors.0);
@@ -324,11 +348,8 @@ fn object_schema(
     let mut rules = Vec::new();
     for (i, v) in s.validation.iter().enumerate() {
         let here = [at, &[key("validation"), Step::Index(i)]].concat();
-        if v.expression.trim().is_empty() {
-            errors.push(
-                &[here.as_slice(), &[key("expression")]].concat(),
-                "empty CEL expression",
-            );
+        if let Err(why) = super::cel::check(&v.expression) {
+            errors.push(&[here.as_slice(), &[key("expression")]].concat(), why);
         }
         if v.message.trim().is_empty() {
             errors.push(

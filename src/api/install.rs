@@ -61,9 +61,9 @@ pub enum InstallError {
         /// Who wrote it.
         managers: Vec<Manager>,
     },
-    /// Adopting the CRD would break objects stored under it.
+    /// Adopting the CRD would break objects stored under it, or add CEL rules.
     #[error(
-        "adopting the CustomResourceDefinition {crd} would break objects stored under it: {}; a CRD is adopted only as it is or extended (spec.api.allowBreakingChanges does not apply to another owner's objects)",
+        "adopting the CustomResourceDefinition {crd} would break objects stored under it, or refuse its owner's writes: {}; a CRD is adopted only as it is or extended, and gains validation rules only in a later change (spec.api.allowBreakingChanges does not apply to another owner's objects)",
         joined(.changes)
     )]
     BreakingAdoption {
@@ -190,8 +190,9 @@ impl Refusal {
 }
 
 /// What a vetted CRD may be applied over: nothing (it is created), or the
-/// CRD read, at the resource version read.
-pub struct Vetted(Option<String>);
+/// CRD read, at the resource version read; and the CEL rules the change
+/// adds (logged once it is applied).
+pub struct Vetted(Option<String>, Vec<Breaking>);
 
 /// Installs the CRDs of rules as one kiln: its field manager for CRDs.
 #[derive(Clone)]
@@ -221,11 +222,12 @@ impl Installer {
             source,
         })?;
         let Some(current) = current else {
-            return Ok(Vetted(None));
+            return Ok(Vetted(None, Vec::new()));
         };
         let version = current.metadata.resource_version.clone();
         let current = serde_json::to_value(&current).unwrap_or(Value::Null);
         let changes = compat::breaking(&current, api);
+        let tightened = compat::tightened(&current, &api.crd);
         match provenance::whose(&current, &self.manager) {
             Whose::Reserved => Err(InstallError::Reserved { crd }),
             Whose::Foreign(managers) if !api.adopt => Err(InstallError::Foreign {
@@ -233,13 +235,17 @@ impl Installer {
                 manager: self.manager.clone(),
                 managers,
             }),
-            Whose::Foreign(_) if !changes.is_empty() => {
+            // A takeover changes the owner only: a new CEL rule could refuse
+            // the writes of the owner's controller still running; a later
+            // change of kiln's own CRD may add it.
+            Whose::Foreign(_) if !changes.is_empty() || !tightened.is_empty() => {
+                let changes = changes.into_iter().chain(tightened).collect();
                 Err(InstallError::BreakingAdoption { crd, changes })
             }
             Whose::Kilns if !changes.is_empty() && !api.allow_breaking_changes => {
                 Err(InstallError::Breaking { crd, changes })
             }
-            Whose::Foreign(_) | Whose::Kilns => Ok(Vetted(version)),
+            Whose::Foreign(_) | Whose::Kilns => Ok(Vetted(version, tightened)),
         }
     }
 
@@ -328,6 +334,9 @@ impl Installer {
             crd: crd.clone(),
             source,
         })?;
+        for rule in &vetted.1 {
+            tracing::warn!(crd = %crd, %rule, "the CRD gains a CEL rule objects stored before may not satisfy: the API server still reads them, and refuses only an update that changes the value the rule sits on to one that fails it");
+        }
         self.established(&crd).await
     }
 

@@ -12,6 +12,7 @@
 //!                                     ─▶ compat::breaking (old CRD × new CRD)
 //! ```
 
+mod cel;
 pub mod compat;
 pub mod convert;
 pub mod crd;
@@ -26,6 +27,7 @@ pub mod served;
 pub mod served_at;
 mod simple;
 pub mod spec;
+mod validations;
 pub mod webhook;
 
 use serde_json::Value;

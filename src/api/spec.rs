@@ -44,6 +44,36 @@ pub struct RawApi {
     /// kiln's. Kiln's own CRDs (`rules.kiln.dev`) are never adopted.
     #[serde(default)]
     pub adopt: bool,
+    /// CEL rules on the whole object (`self` is the object: `self.spec`,
+    /// `self.metadata.name`; `oldSelf` the object before an update), checked
+    /// by the API server on every write of every version. One that reads only
+    /// `self.spec.…` is placed on `spec`, so an update that leaves the spec
+    /// alone is not checked again (the API server's ratcheting).
+    #[serde(default)]
+    pub validations: Vec<RawObjectValidation>,
+}
+
+/// A CEL rule on the whole object, placed into the CRD's
+/// `x-kubernetes-validations`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawObjectValidation {
+    /// The CEL expression, true when the object is valid.
+    pub expression: String,
+    /// What the API server answers when it is false (one line).
+    pub message: String,
+    /// A CEL expression giving the message instead (a string); `message`
+    /// is answered when it fails.
+    #[serde(default)]
+    pub message_expression: Option<String>,
+    /// `FieldValueInvalid` (the API server's default), `FieldValueForbidden`,
+    /// `FieldValueRequired` or `FieldValueDuplicate`.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The field the refusal names, from the object's root, e.g.
+    /// `.spec.schedule`.
+    #[serde(default)]
+    pub field_path: Option<String>,
 }
 
 /// Whether the kind's objects live in namespaces.

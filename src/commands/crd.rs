@@ -88,6 +88,9 @@ fn compare(apis: &[&std::sync::Arc<kiln::api::Api>], current: &[Value]) -> ExitC
             println!("{name}: new");
             continue;
         };
+        for t in kiln::api::compat::tightened(old, &api.crd) {
+            println!("{name}: stored objects may not satisfy a new rule: {t}");
+        }
         let changes = kiln::api::compat::breaking(old, api);
         if changes.is_empty() {
             println!("{name}: no breaking change");

@@ -47,7 +47,17 @@ pub async fn crd_diff(client: &Client, rule: &Rule, field_manager: &str) -> anyh
         Ok(_) => out.push_str(&allowed(api, &live)),
         Err(e) => out.push_str(&refused(&head("!", "kiln would refuse this change"), &e)),
     }
+    out.push_str(&tightened(api, &live));
     Ok(out)
+}
+
+/// The CEL rules the change adds, one a line: applied, but objects stored
+/// before may not satisfy them.
+fn tightened(api: &Api, live: &serde_json::Value) -> String {
+    compat::tightened(live, &api.crd)
+        .iter()
+        .map(|t| format!("~   stored objects may not satisfy it (the API server still reads them, and updates that leave its value alone): {t}\n"))
+        .collect()
 }
 
 /// The breaking changes a rule allows (`allowBreakingChanges`), one a line.

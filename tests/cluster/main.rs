@@ -69,6 +69,7 @@ mod stopping;
 mod stored_data;
 mod stranded;
 mod unwatched;
+mod validations;
 mod verdicts;
 mod webhook_secret;
 mod what_kiln_writes;
