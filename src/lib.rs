@@ -42,6 +42,7 @@ pub mod rules;
 pub mod serve;
 pub mod shard;
 pub mod template;
+pub mod typing;
 pub mod version;
 pub mod yaml;
 pub mod yaml_out;

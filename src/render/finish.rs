@@ -69,6 +69,15 @@ pub(super) fn finish_child(
     scope_of: ScopeOf<'_>,
 ) -> Result<(Value, Option<String>, String), RenderFailure> {
     let (id, gvk) = (child.id.as_str(), &child.gvk);
+    if let Some(node) = child.typing.node() {
+        let problems = crate::typing::shape(&mut object, node);
+        if !problems.is_empty() {
+            return Err(RenderFailure::Typed {
+                id: id.to_string(),
+                message: typed_message(child, &problems),
+            });
+        }
+    }
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(RenderFailure::child(id, "metadata must render to a map"));
     };
@@ -136,6 +145,25 @@ pub(super) fn finish_child(
     check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
+}
+
+/// Each problem of the typing pass, with where its template is written.
+fn typed_message(child: &crate::rules::Child, problems: &[crate::typing::Problem]) -> String {
+    let shown: Vec<String> = problems
+        .iter()
+        .map(|p| {
+            // The nearest templated value at or above the field.
+            let at = (0..=p.path.len()).rev().find_map(|n| {
+                let path = crate::yaml::path_string(&p.path[..n]);
+                child.typed_at.get(&path)
+            });
+            match at {
+                Some(at) => format!("{p} (at {at})"),
+                None => p.to_string(),
+            }
+        })
+        .collect();
+    format!("{} {}", child.gvk, shown.join("; "))
 }
 
 /// Refuses a name or namespace the API server would not take, before it

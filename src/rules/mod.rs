@@ -327,6 +327,11 @@ pub struct Child {
     pub when_first: bool,
     /// Which children no longer rendered stay (`history`).
     pub history: Vec<history::HistoryClass>,
+    /// Its kind's schema, which every rendered child is shaped to.
+    pub typing: crate::typing::Typing,
+    /// Where each templated value is written (`file:line:col`), by its
+    /// path in the object, for the messages of the typing pass.
+    pub typed_at: BTreeMap<String, String>,
 }
 
 /// What a decorator patches.
@@ -452,6 +457,8 @@ pub struct Rule {
     pub templates: TemplateSet,
     /// The API the rule defines (`spec.api`): its CRD.
     pub api: Option<Arc<crate::api::Api>>,
+    /// What loads but will fail when it runs (`kiln validate` prints them).
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// A validated set of rules with unique names.

@@ -32,6 +32,7 @@ mod order;
 mod requeue;
 mod status;
 mod templates;
+mod typing;
 mod watches;
 
 /// Functions minijinja provides; they show up as variables when analysing templates.
@@ -162,6 +163,8 @@ struct Checker<'a> {
     crds: &'a [Value],
     /// Every template compiled, with where it is (for the schema check).
     compiled: Vec<(Vec<Step>, TemplateId)>,
+    /// What loads but will fail when it runs.
+    warnings: Vec<Diagnostic>,
 }
 
 /// A reference from a child's templates to another child.
@@ -194,6 +197,7 @@ impl<'a> Checker<'a> {
             edges: Vec::new(),
             crds,
             compiled: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -216,13 +220,15 @@ impl<'a> Checker<'a> {
         let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
         let watches = self.watches();
         let vars = self.vars(&watch_names, &child_ids);
-        let children = self.children(&watch_names, &child_ids);
+        let mut children = self.children(&watch_names, &child_ids);
         let order = self.order(&children);
         let status_fields = self.status_fields(&watch_names, &child_ids);
         let conditions = self.conditions(&watch_names, &child_ids);
         let decorators = self.decorators(&watch_names, &child_ids);
         let requeue = self.requeue();
         self.schema_references(api.as_ref(), primary.as_ref());
+        let primary_schema = self.primary_schema(api.as_ref(), primary.as_ref());
+        self.type_children(&mut children, primary_schema.as_ref().map(|s| &s.0));
         let requeue_at = self.requeue_at(&watch_names, &child_ids);
         for (at, why) in super::read_only::refusals(&raw.spec) {
             self.error(&at, why);
@@ -257,6 +263,7 @@ impl<'a> Checker<'a> {
             read_only: super::read_only::is_read_only(&raw.spec),
             templates: self.set,
             api: api.map(Arc::new),
+            warnings: self.warnings,
         })
     }
 

@@ -104,6 +104,8 @@ impl<'a> Checker<'a> {
                     needs,
                     when_first,
                     history,
+                    typing: crate::typing::Typing::Unchecked,
+                    typed_at: std::collections::BTreeMap::new(),
                 });
             }
         }
