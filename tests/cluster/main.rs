@@ -64,6 +64,7 @@ mod sharding;
 mod status_schema;
 mod stopping;
 mod stored_data;
+mod typed_children;
 mod unwatched;
 mod verdicts;
 mod webhook_secret;
