@@ -4,7 +4,7 @@
 //! named schema is parsed when a kind first needs it and kept.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use super::node::Node;
 
@@ -15,8 +15,8 @@ static TABLE: &str = include_str!("kubernetes.json");
 struct Index {
     /// `group/version/Kind` (`version/Kind` for the core group) → its schema's name.
     kinds: HashMap<&'static str, &'static str>,
-    /// Name → its schema's JSON text.
-    defs: HashMap<&'static str, &'static str>,
+    /// Name → its schema's JSON text, and the schema once parsed.
+    defs: HashMap<&'static str, (&'static str, OnceLock<Option<Arc<Node>>>)>,
 }
 
 /// `"key":value` (with a trailing comma) → (key, value).
@@ -44,7 +44,7 @@ fn index() -> &'static Index {
                 continue;
             };
             if in_defs {
-                index.defs.insert(key, value);
+                index.defs.insert(key, (value, OnceLock::new()));
             } else {
                 index.kinds.insert(key, value.trim_matches('"'));
             }
@@ -55,18 +55,10 @@ fn index() -> &'static Index {
 
 /// The named schema `name`, parsed once.
 pub fn def(name: &str) -> Option<Arc<Node>> {
-    static PARSED: OnceLock<Mutex<HashMap<&'static str, Arc<Node>>>> = OnceLock::new();
-    let (&key, text) = index().defs.get_key_value(name)?;
-    let parsed = PARSED.get_or_init(Mutex::default);
-    let mut parsed = parsed
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(node) = parsed.get(key) {
-        return Some(node.clone());
-    }
-    let node = Arc::new(serde_json::from_str::<Node>(text).ok()?);
-    parsed.insert(key, node.clone());
-    Some(node)
+    let (text, parsed) = index().defs.get(name)?;
+    parsed
+        .get_or_init(|| serde_json::from_str::<Node>(text).ok().map(Arc::new))
+        .clone()
 }
 
 /// The schema of a built-in kind (`group` empty for the core group).
