@@ -74,7 +74,7 @@ pub(super) fn finish_child(
         if !problems.is_empty() {
             return Err(RenderFailure::Typed {
                 id: id.to_string(),
-                message: typed_message(child, &problems),
+                message: typed_message(rule, child, &problems),
             });
         }
     }
@@ -148,17 +148,24 @@ pub(super) fn finish_child(
 }
 
 /// Each problem of the typing pass, with where its template is written.
-fn typed_message(child: &crate::rules::Child, problems: &[crate::typing::Problem]) -> String {
+fn typed_message(
+    rule: &Rule,
+    child: &crate::rules::Child,
+    problems: &[crate::typing::Problem],
+) -> String {
     let shown: Vec<String> = problems
         .iter()
         .map(|p| {
             // The nearest templated value at or above the field.
             let at = (0..=p.path.len()).rev().find_map(|n| {
-                let path = crate::yaml::path_string(&p.path[..n]);
-                child.typed_at.get(&path)
+                let above = &p.path[..n];
+                child
+                    .typed_at
+                    .iter()
+                    .find_map(|(path, pos)| (path.as_slice() == above).then_some(pos))
             });
             match at {
-                Some(at) => format!("{p} (at {at})"),
+                Some(at) => format!("{p} (at {}:{at})", rule.file.display()),
                 None => p.to_string(),
             }
         })

@@ -329,9 +329,9 @@ pub struct Child {
     pub history: Vec<history::HistoryClass>,
     /// Its kind's schema, which every rendered child is shaped to.
     pub typing: crate::typing::Typing,
-    /// Where each templated value is written (`file:line:col`), by its
+    /// Where each templated value is written in the rule's file, by its
     /// path in the object, for the messages of the typing pass.
-    pub typed_at: BTreeMap<String, String>,
+    pub typed_at: Vec<(Vec<crate::yaml::Step>, crate::yaml::Pos)>,
 }
 
 /// What a decorator patches.

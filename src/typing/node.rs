@@ -50,10 +50,10 @@ pub struct Node {
     pub ty: Option<Ty>,
     /// `format` (`int32`, `int64`, `byte`, `date-time`, ...).
     #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
-    pub format: Option<String>,
+    pub format: Option<Box<str>>,
     /// The fields of an object.
-    #[serde(rename = "p", default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub properties: BTreeMap<String, Node>,
+    #[serde(rename = "p", default, skip_serializing_if = "Fields::is_empty")]
+    pub properties: Fields,
     /// The items of a list.
     #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Box<Node>>,
@@ -62,7 +62,7 @@ pub struct Node {
     pub additional: Option<Box<Node>>,
     /// A named schema of the built-in table this field is.
     #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
-    pub reference: Option<String>,
+    pub reference: Option<Box<str>>,
     /// `x-kubernetes-preserve-unknown-fields`.
     #[serde(rename = "u", default, skip_serializing_if = "no")]
     pub preserve_unknown: bool,
@@ -78,17 +78,88 @@ pub struct Node {
     pub template: bool,
     /// `x-kubernetes-list-type`.
     #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
-    pub list_type: Option<String>,
+    pub list_type: Option<Box<str>>,
     /// `x-kubernetes-list-map-keys`.
-    #[serde(rename = "k", default, skip_serializing_if = "Vec::is_empty")]
-    pub list_keys: Vec<String>,
+    #[serde(rename = "k", default, skip_serializing_if = "<[_]>::is_empty")]
+    pub list_keys: Box<[Box<str>]>,
     /// `x-kubernetes-map-type`.
     #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
-    pub map_type: Option<String>,
+    pub map_type: Option<Box<str>>,
+}
+
+/// The fields of an object, by name: held in a slice of exactly their
+/// number, sorted, so a schema costs what it holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fields(Box<[(Box<str>, Node)]>);
+
+impl Fields {
+    /// The field `name`.
+    pub fn get(&self, name: &str) -> Option<&Node> {
+        let i = self.0.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    /// The field `name`, to change.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Node> {
+        let i = self.0.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
+        Some(&mut self.0[i].1)
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The names.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(n, _)| &**n)
+    }
+
+    /// The fields' schemas.
+    pub fn values(&self) -> impl Iterator<Item = &Node> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    /// The fields' schemas, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Node> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+}
+
+impl std::ops::Index<&str> for Fields {
+    type Output = Node;
+    fn index(&self, name: &str) -> &Node {
+        static ANY: std::sync::LazyLock<Node> = std::sync::LazyLock::new(Node::default);
+        self.get(name).unwrap_or(&ANY)
+    }
+}
+
+impl FromIterator<(String, Node)> for Fields {
+    fn from_iter<I: IntoIterator<Item = (String, Node)>>(iter: I) -> Self {
+        let sorted: BTreeMap<String, Node> = iter.into_iter().collect();
+        Self(
+            sorted
+                .into_iter()
+                .map(|(k, v)| (k.into_boxed_str(), v))
+                .collect(),
+        )
+    }
+}
+
+impl Serialize for Fields {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (&**k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, Node>::deserialize(d).map(|m| m.into_iter().collect())
+    }
 }
 
 /// Where a schema names another: `#/components/schemas/NAME`.
-fn reference(schema: &Value) -> Option<String> {
+fn reference(schema: &Value) -> Option<Box<str>> {
     let direct = schema.get("$ref");
     let all_of = schema
         .get("allOf")
@@ -96,7 +167,7 @@ fn reference(schema: &Value) -> Option<String> {
         .filter(|a| a.len() == 1)
         .and_then(|a| a[0].get("$ref"));
     let path = direct.or(all_of)?.as_str()?;
-    Some(path.rsplit('/').next().unwrap_or(path).to_string())
+    Some(path.rsplit('/').next().unwrap_or(path).into())
 }
 
 /// Whether a field's own words or validations say the API server refuses
@@ -157,7 +228,7 @@ impl Node {
     /// The compact form of an OpenAPI v3 schema.
     pub fn from_openapi(schema: &Value) -> Self {
         let flag = |k: &str| schema.get(k).and_then(Value::as_bool) == Some(true);
-        let text = |k: &str| schema.get(k).and_then(Value::as_str).map(str::to_string);
+        let text = |k: &str| schema.get(k).and_then(Value::as_str).map(Box::from);
         let properties = schema
             .get("properties")
             .and_then(Value::as_object)
@@ -172,7 +243,7 @@ impl Node {
             Some(s @ Value::Object(_)) => Some(Box::new(Self::from_openapi(s))),
             _ => None,
         };
-        let format = text("format").filter(|f| f != "int-or-string");
+        let format = text("format").filter(|f| &**f != "int-or-string");
         Self {
             ty: ty(schema),
             format,
@@ -191,12 +262,7 @@ impl Node {
             list_keys: schema
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
-                .map(|k| {
-                    k.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
+                .map(|k| k.iter().filter_map(Value::as_str).map(Box::from).collect())
                 .unwrap_or_default(),
             map_type: text("x-kubernetes-map-type"),
         }
@@ -245,7 +311,7 @@ mod tests {
             Some(Ty::String)
         );
         assert_eq!(p["meta"].reference.as_deref(), Some("io.k8s.X"));
-        assert_eq!(p["ports"].list_keys, ["port"]);
+        assert_eq!(&*p["ports"].list_keys, [Box::from("port")]);
         assert_eq!(
             p["ports"]
                 .items

@@ -66,20 +66,25 @@ pub enum Takes {
     Any,
 }
 
+/// What a field of schema `node` (looked up) takes.
+fn takes(node: &Node) -> Takes {
+    let object = !node.properties.is_empty() || node.additional.is_some();
+    match node.ty {
+        Some(Ty::Object) => Takes::Map,
+        None if object => Takes::Map,
+        Some(Ty::Array) => Takes::List,
+        Some(ty) => Takes::Scalar(ty),
+        None => Takes::Any,
+    }
+}
+
 /// What the field at `path` of an object of schema `node` takes (`None`:
 /// the kind has no such field).
 pub fn takes_at(node: &Node, path: &[Step]) -> Option<Takes> {
     fn go(node: &Node, path: &[Step]) -> Option<Takes> {
         let node = resolved(node)?;
         let Some((step, rest)) = path.split_first() else {
-            let object = !node.properties.is_empty() || node.additional.is_some();
-            return Some(match node.ty {
-                Some(Ty::Object) => Takes::Map,
-                None if object => Takes::Map,
-                Some(Ty::Array) => Takes::List,
-                Some(ty) => Takes::Scalar(ty),
-                None => Takes::Any,
-            });
+            return Some(takes(&node));
         };
         let next = match step {
             Step::Key(k) => node.properties.get(k).or(node.additional.as_deref()),
@@ -117,115 +122,161 @@ pub fn kind_of(v: &Value) -> &'static str {
 /// Shapes a whole object (`apiVersion`, `kind` and `metadata` are every
 /// object's) to `node`, its kind's schema. Returns every problem.
 pub fn shape(object: &mut Value, node: &Node) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let Some(map) = object.as_object_mut() else {
-        return problems;
-    };
-    let node = resolved(node);
-    let meta = builtin::def(builtin::OBJECT_META);
-    for (key, value) in map.iter_mut() {
-        let mut path = vec![Step::Key(key.clone())];
-        match key.as_str() {
-            "apiVersion" | "kind" => {}
-            "metadata" => {
-                if let Some(meta) = &meta {
-                    walk(value, meta, &mut path, &mut problems);
-                }
-            }
-            _ => {
-                if let Some(node) = &node {
-                    field(value, node, key, &mut path, &mut problems);
-                }
-            }
-        }
-    }
-    problems
+    let mut shaper = Shaper::default();
+    shaper.object(object, node);
+    shaper.problems
 }
 
-/// One field of an object of schema `parent`.
-fn field(
-    value: &mut Value,
-    parent: &Node,
-    key: &str,
-    path: &mut Vec<Step>,
-    out: &mut Vec<Problem>,
-) {
-    if let Some(node) = parent.properties.get(key) {
-        return walk(value, node, path, out);
-    }
-    if let Some(node) = &parent.additional {
-        return walk(value, node, path, out);
-    }
-    if parent.preserve_unknown
-        || (parent.embedded && ["apiVersion", "kind", "metadata"].contains(&key))
-    {
-        return;
-    }
-    let hint = crate::template::known::closest(key, parent.properties.keys().map(String::as_str))
-        .map(|h| format!(" (did you mean `{h}`?)"))
-        .unwrap_or_default();
-    out.push(Problem {
-        path: path.clone(),
-        message: format!(
-            "unknown field `{key}`{hint}: the API server refuses a field its kind does not have"
-        ),
-    });
+/// A template typed before it renders: the problems of its literal part,
+/// and what each templated value's field takes, by its path.
+#[derive(Debug, Default)]
+pub struct Template {
+    /// Problems of the literal part.
+    pub problems: Vec<Problem>,
+    /// Each templated string value, with what its field takes.
+    pub templated: Vec<(Vec<Step>, Takes)>,
 }
 
-/// Shapes `value` to `node`.
-pub(super) fn walk(value: &mut Value, node: &Node, path: &mut Vec<Step>, out: &mut Vec<Problem>) {
-    if value.is_null() {
-        return;
-    }
-    let Some(node) = resolved(node) else {
-        return;
+/// Whether a string holds template syntax.
+pub fn is_template(s: &str) -> bool {
+    s.contains("{{") || s.contains("{%") || s.contains("{#")
+}
+
+/// Types a child template (whose string scalars and keys may be
+/// templates, left for the render) by its kind's schema `node`.
+pub fn template(template: &Value, node: &Node) -> Template {
+    let mut shaper = Shaper {
+        problems: Vec::new(),
+        templated: Some(Vec::new()),
     };
-    let object = !node.properties.is_empty() || node.additional.is_some();
-    match node.ty {
-        Some(Ty::Object) | None if object => {
-            let Some(map) = value.as_object_mut() else {
-                return out.push(Problem {
-                    path: path.clone(),
-                    message: format!("expected a map, got {}", kind_of(value)),
-                });
-            };
-            for (key, v) in map.iter_mut() {
-                path.push(Step::Key(key.clone()));
-                field(v, &node, key, path, out);
-                path.pop();
+    shaper.object(&mut template.clone(), node);
+    Template {
+        problems: shaper.problems,
+        templated: shaper.templated.unwrap_or_default(),
+    }
+}
+
+/// One walk of the typing pass.
+#[derive(Default)]
+struct Shaper {
+    problems: Vec<Problem>,
+    /// For a template: where templated values go (`None` when shaping a
+    /// rendered object).
+    templated: Option<Vec<(Vec<Step>, Takes)>>,
+}
+
+impl Shaper {
+    fn object(&mut self, object: &mut Value, node: &Node) {
+        let Some(map) = object.as_object_mut() else {
+            return;
+        };
+        let node = resolved(node);
+        let meta = builtin::def(builtin::OBJECT_META);
+        for (key, value) in map.iter_mut() {
+            let mut path = vec![Step::Key(key.clone())];
+            match key.as_str() {
+                "apiVersion" | "kind" => {}
+                "metadata" => {
+                    if let Some(meta) = &meta {
+                        self.walk(value, meta, &mut path);
+                    }
+                }
+                _ => {
+                    if let Some(node) = &node {
+                        self.field(value, node, key, &mut path);
+                    }
+                }
             }
         }
-        Some(Ty::Array) => {
-            let Some(items) = value.as_array_mut() else {
-                return out.push(Problem {
-                    path: path.clone(),
-                    message: format!("expected a list, got {}", kind_of(value)),
-                });
-            };
-            let Some(of) = &node.items else {
-                return;
-            };
-            for (i, item) in items.iter_mut().enumerate() {
-                path.push(Step::Index(i));
-                walk(item, of, path, out);
-                path.pop();
-            }
+    }
+
+    fn problem(&mut self, path: &[Step], message: String) {
+        self.problems.push(Problem {
+            path: path.to_vec(),
+            message,
+        });
+    }
+
+    /// One field of an object of schema `parent`.
+    fn field(&mut self, value: &mut Value, parent: &Node, key: &str, path: &mut Vec<Step>) {
+        if self.templated.is_some() && is_template(key) {
+            return;
         }
-        Some(ty) if ty != Ty::Object => {
-            if let Err(message) = coerce(value, ty, node.format.as_deref()) {
-                out.push(Problem {
-                    path: path.clone(),
-                    message,
-                });
-            }
+        if let Some(node) = parent.properties.get(key) {
+            return self.walk(value, node, path);
         }
-        _ => {
-            if !value.is_object() && node.ty == Some(Ty::Object) {
-                out.push(Problem {
-                    path: path.clone(),
-                    message: format!("expected a map, got {}", kind_of(value)),
-                });
+        if let Some(node) = &parent.additional {
+            return self.walk(value, node, path);
+        }
+        if parent.preserve_unknown
+            || (parent.embedded && ["apiVersion", "kind", "metadata"].contains(&key))
+        {
+            return;
+        }
+        let names = parent.properties.keys();
+        let hint = crate::template::known::closest(key, names)
+            .map(|h| format!(" (did you mean `{h}`?)"))
+            .unwrap_or_default();
+        self.problem(
+            path,
+            format!(
+                "unknown field `{key}`{hint}: the API server refuses a field its kind does not have"
+            ),
+        );
+    }
+
+    /// Shapes `value` to `node`.
+    fn walk(&mut self, value: &mut Value, node: &Node, path: &mut Vec<Step>) {
+        if value.is_null() {
+            return;
+        }
+        let Some(node) = resolved(node) else {
+            return;
+        };
+        if let (Some(templated), Value::String(s)) = (&mut self.templated, &*value)
+            && is_template(s)
+        {
+            templated.push((path.clone(), takes(&node)));
+            return;
+        }
+        match takes(&node) {
+            Takes::Map if !node.properties.is_empty() || node.additional.is_some() => {
+                let Some(map) = value.as_object_mut() else {
+                    let got = kind_of(value);
+                    return self.problem(path, format!("expected a map, got {got}"));
+                };
+                for (key, v) in map.iter_mut() {
+                    path.push(Step::Key(key.clone()));
+                    self.field(v, &node, key, path);
+                    path.pop();
+                }
             }
+            Takes::Map => {
+                if !value.is_object() && node.ty == Some(Ty::Object) {
+                    let got = kind_of(value);
+                    self.problem(path, format!("expected a map, got {got}"));
+                }
+            }
+            Takes::List => {
+                let Some(items) = value.as_array_mut() else {
+                    let got = kind_of(value);
+                    return self.problem(path, format!("expected a list, got {got}"));
+                };
+                let Some(of) = &node.items else {
+                    return;
+                };
+                for (i, item) in items.iter_mut().enumerate() {
+                    path.push(Step::Index(i));
+                    self.walk(item, of, path);
+                    path.pop();
+                }
+            }
+            Takes::Scalar(ty) => {
+                if let Err(message) = coerce(value, ty, node.format.as_deref()) {
+                    self.problem(path, message);
+                }
+            }
+            Takes::Any => {}
         }
     }
 }

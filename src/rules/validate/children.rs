@@ -105,7 +105,7 @@ impl<'a> Checker<'a> {
                     when_first,
                     history,
                     typing: crate::typing::Typing::Unchecked,
-                    typed_at: std::collections::BTreeMap::new(),
+                    typed_at: Vec::new(),
                 });
             }
         }

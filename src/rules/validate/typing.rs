@@ -4,59 +4,14 @@
 //! immutable fields a template may change (a warning).
 
 use super::*;
-use crate::typing::shape::{Takes, takes_at};
+use crate::typing::shape::{Takes, is_template, takes_at};
 use crate::typing::{Node, Typing};
-
-/// Whether a string holds template syntax.
-fn templated(s: &str) -> bool {
-    s.contains("{{") || s.contains("{%") || s.contains("{#")
-}
-
-/// The template with every templated value null and every entry under a
-/// templated key left out: what a schema can judge before rendering.
-fn literal_part(v: &Value) -> Value {
-    match v {
-        Value::String(s) if templated(s) => Value::Null,
-        Value::Array(items) => Value::Array(items.iter().map(literal_part).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| !templated(k))
-                .map(|(k, v)| (k.clone(), literal_part(v)))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
-/// Every templated string value, with its path in the object.
-fn templated_strings<'v>(v: &'v Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step>, &'v str)>) {
-    match v {
-        Value::String(s) if templated(s) => out.push((path.clone(), s)),
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                path.push(Step::Index(i));
-                templated_strings(item, path, out);
-                path.pop();
-            }
-        }
-        Value::Object(map) => {
-            for (k, v) in map.iter().filter(|(k, _)| !templated(k)) {
-                path.push(key(k));
-                templated_strings(v, path, out);
-                path.pop();
-            }
-        }
-        _ => {}
-    }
-}
 
 /// The paths of the values that are one expression (`{{ expr }}`, which
 /// keeps its type), as compiled.
-fn expressions(tree: &Tree, path: &mut Vec<Step>, out: &mut BTreeSet<String>) {
+fn expressions(tree: &Tree, path: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
     match tree {
-        Tree::Str(Piece::Expr(_)) => {
-            out.insert(path_string(path));
-        }
+        Tree::Str(Piece::Expr(_)) => out.push(path.clone()),
         Tree::Seq(items) => {
             for (i, item) in items.iter().enumerate() {
                 path.push(Step::Index(i));
@@ -141,13 +96,26 @@ const CHANGING: &[&str] = &[
 ];
 
 fn may_change(v: &Value) -> bool {
-    let text = |s: &str| templated(s) && CHANGING.iter().any(|w| s.contains(w));
+    let text = |s: &str| is_template(s) && CHANGING.iter().any(|w| s.contains(w));
     match v {
         Value::String(s) => text(s),
         Value::Array(items) => items.iter().any(may_change),
         Value::Object(map) => map.iter().any(|(k, v)| text(k) || may_change(v)),
         _ => false,
     }
+}
+
+/// The value at `path` in `value`.
+fn at_path_text<'v>(value: &'v Value, path: &[Step]) -> &'v str {
+    at(value, path).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The value at `path` in `value`.
+fn at<'v>(value: &'v Value, path: &[Step]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |v, step| match step {
+        Step::Key(k) => v.get(k),
+        Step::Index(i) => v.get(i),
+    })
 }
 
 impl Checker<'_> {
@@ -162,28 +130,32 @@ impl Checker<'_> {
             };
             let g = &child.gvk;
             let typing = Typing::of(&g.group, &g.version, &g.kind, self.crds);
+            let Some(node) = typing.node() else {
+                continue;
+            };
             let at = vec![
                 key("spec"),
                 key("children"),
                 Step::Index(i),
                 key("template"),
             ];
-            let mut strings = Vec::new();
-            templated_strings(&c.template, &mut Vec::new(), &mut strings);
-            let mut exprs = BTreeSet::new();
+            let typed = crate::typing::shape::template(&c.template, node);
+            let mut exprs = Vec::new();
             expressions(&child.template, &mut Vec::new(), &mut exprs);
-            if let Some(node) = typing.node() {
-                let strings = (strings.as_slice(), &exprs);
-                self.type_template(&at, &c.template, node, primary.as_ref(), strings, g);
-            }
-            child.typed_at = strings
-                .iter()
+            self.type_template(
+                &at,
+                &c.template,
+                node,
+                primary.as_ref(),
+                (&typed, &exprs),
+                g,
+            );
+            child.typed_at = typed
+                .templated
+                .into_iter()
                 .map(|(path, _)| {
-                    let pos = self.doc.node.locate(&[at.as_slice(), path].concat());
-                    (
-                        path_string(path),
-                        format!("{}:{pos}", self.doc.file.display()),
-                    )
+                    let pos = self.doc.node.locate(&[at.as_slice(), &path].concat());
+                    (path, pos)
                 })
                 .collect();
             child.typing = typing;
@@ -196,24 +168,25 @@ impl Checker<'_> {
         template: &Value,
         node: &Node,
         primary: Option<&Node>,
-        (strings, exprs): (&[(Vec<Step>, &str)], &BTreeSet<String>),
+        (typed, exprs): (&crate::typing::shape::Template, &[Vec<Step>]),
         gvk: &Gvk,
     ) {
-        let mut literal = literal_part(template);
-        let problems = crate::typing::shape(&mut literal, node);
         // metadata that is no map is said already (`child_metadata`).
-        for p in problems.into_iter().filter(|p| p.path != [key("metadata")]) {
+        for p in typed
+            .problems
+            .iter()
+            .filter(|p| p.path != [key("metadata")])
+        {
             self.error(&[at, &p.path].concat(), format!("{gvk}: {}", p.message));
         }
-        for (path, text) in strings {
-            let Some(to) = takes_at(node, path) else {
-                continue;
-            };
-            let field = path_string(path);
-            if !exprs.contains(&field) {
+        for (path, to) in &typed.templated {
+            let to = *to;
+            let field = || path_string(path);
+            if !exprs.contains(path) {
                 if matches!(to, Takes::Map | Takes::List) {
                     let why = format!(
-                        "{gvk}: `{field}` takes {}, but this template renders text: write the {} in YAML, with templates in its values",
+                        "{gvk}: `{}` takes {}, but this template renders text: write the {} in YAML, with templates in its values",
+                        field(),
                         takes(to),
                         if to == Takes::Map { "map" } else { "list" }
                     );
@@ -221,6 +194,7 @@ impl Checker<'_> {
                 }
                 continue;
             }
+            let text = at_path_text(template, path);
             let expr = whole_expression(text);
             let from = self_path(expr)
                 .zip(primary)
@@ -233,7 +207,8 @@ impl Checker<'_> {
                     _ => String::new(),
                 };
                 let why = format!(
-                    "{gvk}: `{field}` takes {}, but `{expr}` is {} in the primary's schema{fix}",
+                    "{gvk}: `{}` takes {}, but `{expr}` is {} in the primary's schema{fix}",
+                    field(),
                     takes(to),
                     takes(from)
                 );
