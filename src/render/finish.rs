@@ -69,15 +69,7 @@ pub(super) fn finish_child(
     scope_of: ScopeOf<'_>,
 ) -> Result<(Value, Option<String>, String), RenderFailure> {
     let (id, gvk) = (child.id.as_str(), &child.gvk);
-    if let Some(node) = child.typing.node() {
-        let problems = crate::typing::shape(&mut object, node);
-        if !problems.is_empty() {
-            return Err(RenderFailure::Typed {
-                id: id.to_string(),
-                message: typed_message(rule, child, &problems),
-            });
-        }
-    }
+    typed(rule, child, &mut object)?;
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(RenderFailure::child(id, "metadata must render to a map"));
     };
@@ -145,6 +137,26 @@ pub(super) fn finish_child(
     check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
+}
+
+/// The typing pass: the object shaped to its kind's schema, or every field
+/// it cannot be.
+fn typed(
+    rule: &Rule,
+    child: &crate::rules::Child,
+    object: &mut Value,
+) -> Result<(), RenderFailure> {
+    let Some(node) = child.typing.node() else {
+        return Ok(());
+    };
+    let problems = crate::typing::shape(object, node);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(RenderFailure::Typed {
+        id: child.id.clone(),
+        message: typed_message(rule, child, &problems),
+    })
 }
 
 /// Each problem of the typing pass, with where its template is written.

@@ -16,8 +16,11 @@ struct Index {
     /// `group/version/Kind` (`version/Kind` for the core group) → its schema's name.
     kinds: HashMap<&'static str, &'static str>,
     /// Name → its schema's JSON text, and the schema once parsed.
-    defs: HashMap<&'static str, (&'static str, OnceLock<Option<Arc<Node>>>)>,
+    defs: HashMap<&'static str, (&'static str, Parsed)>,
 }
+
+/// A named schema once parsed (`None`: its line is not a schema).
+type Parsed = OnceLock<Option<Arc<Node>>>;
 
 /// `"key":value` (with a trailing comma) → (key, value).
 fn entry(line: &'static str) -> Option<(&'static str, &'static str)> {

@@ -35,7 +35,7 @@ impl Typing {
         if let Some(node) = builtin::kind(group, version, kind) {
             return Self::Schema(node);
         }
-        match crate::api::rule::schema_among(crds, group, version, kind) {
+        match schema_among(crds, group, version, kind) {
             Some((_, schema)) => Self::Schema(Arc::new(Node::from_openapi(schema))),
             None => Self::Unchecked,
         }
@@ -48,6 +48,22 @@ impl Typing {
             Self::Unchecked => None,
         }
     }
+}
+
+/// The schema of `group/version` `kind` among CRDs given (`--crd`, a
+/// test file's `crds:`, the rules' own APIs), with the CRD's name.
+pub fn schema_among<'a>(
+    crds: &'a [Value],
+    group: &str,
+    version: &str,
+    kind: &str,
+) -> Option<(&'a str, &'a Value)> {
+    let crd = crds
+        .iter()
+        .filter(|c| c["kind"] == "CustomResourceDefinition")
+        .find(|c| c["spec"]["group"] == group && c["spec"]["names"]["kind"] == kind)?;
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    Some((name, crate::api::version_schema(crd, version)?))
 }
 
 #[cfg(test)]
