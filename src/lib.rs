@@ -11,7 +11,10 @@
 //! - [`yaml_out`]: YAML text kiln writes, read back by any reader as written.
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
+//! - [`typing`]: each child kind's schema, and the typing pass every rendered child goes through.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
+//! - [`egress`]: requests to systems outside the cluster, guarded (SSRF, size, time).
+//! - [`hook`]: Metacontroller's hook request and answer JSON (pure).
 //! - [`lease`]: leader election on a Lease (client-go's algorithm).
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
@@ -22,12 +25,17 @@
 //! - [`ownership`]: the mark kiln stamps on its children, and reading it back.
 //! - [`redact`]: Secret values kept out of messages.
 //! - [`request_timeout`]: a request to the API server unanswered too long is given up.
+//! - [`shard`]: active-active sharding: which replica acts on which primary.
+//! - [`gate`]: the one door every write to the API server goes through, with its warrant.
+//! - [`listener`]: the bounded TCP/TLS listener behind every port kiln serves.
 //! - [`version`]: what this build is.
 
 pub mod api;
 pub mod controlplane;
+pub mod egress;
 pub mod engine;
 pub mod gate;
+pub mod hook;
 pub mod lease;
 pub mod listener;
 pub mod metrics;

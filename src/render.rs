@@ -10,7 +10,7 @@ use crate::rules::{Child, Gvk, Rule};
 use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
-mod finish;
+pub(crate) mod finish;
 pub mod history;
 
 use finish::{Owner, finish_child};
@@ -57,6 +57,8 @@ pub struct Inputs {
     /// The instant `now()` gives: set once per reconcile (or by
     /// `kiln render --now`); unset, each render reads the clock once.
     pub now: Option<jiff::Timestamp>,
+    /// A hook's answer recorded for `kiln test` (`None`: none given).
+    pub hook: Option<crate::hook::Called>,
 }
 
 /// Whether a kind is namespaced. The engine answers from discovery; without a

@@ -42,11 +42,8 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         crds.extend(documents(file)?);
     }
     let set = load_rules_against(&args.rules, &crds)?;
-    let mut primary = read_one(&args.object)?;
+    let primary = read_one(&args.object)?;
     let matching = matching(&set, &primary, args.rule.as_deref())?;
-    // The API server fills in the schema's defaults before anyone reads
-    // the object; so does render.
-    offline::apply_defaults(&matching, &crds, &mut primary);
     if primary["metadata"]["uid"].is_null() {
         eprintln!(
             "note: {} has no metadata.uid, so ownerReferences are left out (the engine sets them)",
@@ -74,6 +71,29 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         selected += 1;
+        // The API server fills in the schema's defaults, and converts an
+        // object given at another version, before anyone reads it; so
+        // does render.
+        let read = match offline::read_by(&set, rule, &crds, &inputs.primary) {
+            Ok(read) => read,
+            Err(e) => {
+                eprintln!("rule `{}`: {e}", rule.name);
+                failed = true;
+                continue;
+            }
+        };
+        if read["apiVersion"] != inputs.primary["apiVersion"] {
+            println!(
+                "# note: rule `{}` reads {} at {}: converted as the API server serves it",
+                rule.name,
+                args.object.display(),
+                rule.primary.gvk.api_version()
+            );
+        }
+        let inputs = Inputs {
+            primary: read,
+            ..inputs.clone()
+        };
         if let (Some(ns), Some(_)) = (namespace, &rule.primary.namespace_selector) {
             eprintln!(
                 "note: rule `{}` takes objects only in namespaces matching spec.for.namespaceSelector; the labels of `{ns}` are not known offline, so that is not checked",

@@ -11,6 +11,7 @@ mod child_options;
 pub mod diagnostic;
 pub mod duration;
 pub mod history;
+pub mod hook;
 pub mod load;
 pub mod names;
 pub mod observed;
@@ -332,6 +333,47 @@ pub struct Child {
     /// Where each templated value is written in the rule's file, by its
     /// path in the object, for the messages of the typing pass.
     pub typed_at: Vec<(Vec<crate::yaml::Step>, crate::yaml::Pos)>,
+    /// Returned by the rule's sync hook (`spec.hooks.children`), not
+    /// rendered: any number of objects of its kind, none from a template.
+    pub from_hook: bool,
+}
+
+impl Child {
+    /// A kind the rule's hook may return (`spec.hooks.children`): owned (or
+    /// orphaned), in the primary's namespace, any number of them.
+    pub fn from_hook(id: String, gvk: Gvk, deletion_policy: DeletionPolicy) -> Self {
+        // Typed like a rendered child of its kind.
+        let typing = crate::typing::Typing::of(&gvk.group, &gvk.version, &gvk.kind, &[]);
+        // `metadata` with no name or namespace: `engine::placed` then finds
+        // such a child only in its primary's namespace (or cluster-scoped).
+        let template = Tree::Value(serde_json::json!({
+            "apiVersion": gvk.api_version(),
+            "kind": gvk.kind,
+            "metadata": {},
+        }));
+        Self {
+            id,
+            gvk,
+            when: None,
+            for_each: None,
+            template,
+            ready_when: None,
+            ready_on_exists: false,
+            adopt: false,
+            adopt_names: Vec::new(),
+            update_policy: UpdatePolicy::Always,
+            recreate: true,
+            replace: Vec::new(),
+            deletion_policy,
+            outside: false,
+            needs: Vec::new(),
+            when_first: true,
+            history: Vec::new(),
+            from_hook: true,
+            typing,
+            typed_at: Vec::new(),
+        }
+    }
 }
 
 /// What a decorator patches.
@@ -459,6 +501,8 @@ pub struct Rule {
     pub api: Option<Arc<crate::api::Api>>,
     /// What loads but will fail when it runs (`kiln validate` prints them).
     pub warnings: Vec<Diagnostic>,
+    /// `spec.hooks`: the sync and finalize hooks.
+    pub hook: Option<hook::Hook>,
 }
 
 /// A validated set of rules with unique names.

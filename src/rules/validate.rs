@@ -27,6 +27,7 @@ mod adoption;
 mod children;
 mod decorators;
 mod history;
+mod hooks;
 mod kinds;
 mod order;
 mod requeue;
@@ -222,6 +223,10 @@ impl<'a> Checker<'a> {
         let vars = self.vars(&watch_names, &child_ids);
         let mut children = self.children(&watch_names, &child_ids);
         let order = self.order(&children);
+        // A hook's children come after the rendered ones: they are not
+        // rendered, so not in `order`.
+        let (hook, hooked) = self.hooks(&child_ids);
+        children.extend(hooked);
         let status_fields = self.status_fields(&watch_names, &child_ids);
         let conditions = self.conditions(&watch_names, &child_ids);
         let decorators = self.decorators(&watch_names, &child_ids);
@@ -264,6 +269,7 @@ impl<'a> Checker<'a> {
             templates: self.set,
             api: api.map(Arc::new),
             warnings: self.warnings,
+            hook,
         })
     }
 

@@ -18,6 +18,7 @@ pub(crate) mod diff;
 pub(crate) mod existing;
 pub(crate) mod failure;
 mod history;
+pub(crate) mod hooked;
 mod live;
 pub(crate) mod observe;
 pub(crate) mod outcome;
@@ -38,7 +39,7 @@ pub use decorate::{
 };
 pub use diff::{equal, satisfied};
 pub use live::LiveChild;
-pub use observe::{Live, Reading, Source, at_once, child_mark, decide, read, snapshot};
+pub use observe::{Live, Reading, Source, child_mark, decide, read, snapshot};
 pub use placed::{believed as placed_believed, identity as placed_identity};
 pub use plan::{ChildVerdict, Draft, Known, Observed, Occupants, Plan, Verdict, draft};
 pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};

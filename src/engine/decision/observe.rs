@@ -10,12 +10,10 @@
 //!
 //! A source's reads are futures: the API server's wait on the network,
 //! the caches' and files' are ready at once and are driven without a
-//! runtime ([`at_once`]), so a reconcile reads and renders on one stack.
+//! runtime (`FutureExt::now_or_never`), so a reconcile reads and renders on one stack.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use minijinja::Value as JinjaValue;
 use serde_json::Value;
@@ -96,6 +94,18 @@ pub trait Source {
     fn missing(&self, _watch: &Watch, described: String) -> String {
         described
     }
+
+    /// What `rule`'s hook at `endpoint` answers `request` (Metacontroller's
+    /// JSON, [`crate::hook::request`]). A source that does not call hooks
+    /// says so (the default).
+    fn hook(
+        &self,
+        _rule: &Rule,
+        _endpoint: &crate::rules::hook::Endpoint,
+        _request: &Value,
+    ) -> impl Future<Output = Result<crate::hook::Called, Self::Error>> {
+        async { Ok(crate::hook::Called::NotCalled) }
+    }
 }
 
 /// One reconcile as read from a source: the snapshot, the plan, and (when
@@ -134,12 +144,44 @@ pub async fn read<S: Source>(
             });
         }
     };
+    if let Some((endpoint, request)) = hook_request(rule, &observed) {
+        observed.hook = Some(source.hook(rule, endpoint, &request).await?);
+    }
     let (plan, rendered) = decide(source, rule, this, &mut observed, known, keep).await?;
     Ok(Reading {
         observed,
         plan,
         rendered,
     })
+}
+
+/// The hook a reconcile calls and its request, once the snapshot is
+/// complete (no cache blind, no required object missing: a hook is never
+/// asked about what kiln cannot see): the finalize hook while the primary
+/// goes (none without one), else the sync hook.
+pub(crate) fn hook_request<'r>(
+    rule: &'r Rule,
+    observed: &Observed,
+) -> Option<(&'r crate::rules::hook::Endpoint, Value)> {
+    if !observed.blind.is_empty() || !observed.missing.is_empty() {
+        return None;
+    }
+    let hook = rule.hook.as_ref()?;
+    let inputs = &observed.inputs;
+    let finalizing = !inputs.primary["metadata"]["deletionTimestamp"].is_null();
+    let endpoint = if finalizing {
+        &hook.finalize.as_ref()?.endpoint
+    } else {
+        hook.sync.as_ref()?
+    };
+    let request = crate::hook::request(
+        rule,
+        &inputs.primary,
+        &inputs.observed,
+        &inputs.related,
+        finalizing,
+    );
+    Some((endpoint, request))
 }
 
 /// What a decision reads, but for the names' holders (they need the
@@ -180,7 +222,7 @@ pub async fn snapshot<S: Source>(
         let Some(mut live) = by_id.remove(spec.id.as_str()) else {
             continue;
         };
-        let value = if spec.for_each.is_some() {
+        let value = if spec.for_each.is_some() || spec.from_hook {
             live.sort_by(|a, b| {
                 a["metadata"]["name"]
                     .as_str()
@@ -286,17 +328,6 @@ pub fn child_mark<M: Meta + ?Sized>(
     placed::believed(rule, &mark, at, identity).then_some(mark)
 }
 
-/// Drives a read whose source answers at once (the caches, files) to its
-/// end without a runtime; `None` if it waits for something (a source that
-/// answers at once never does).
-pub fn at_once<T>(read: impl Future<Output = T>) -> Option<T> {
-    let mut read = pin!(read);
-    match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => Some(out),
-        Poll::Pending => None,
-    }
-}
-
 /// A primary's namespace and name, from its JSON.
 fn key_of(primary: &Value) -> ObjKey {
     ObjKey {
@@ -331,6 +362,7 @@ impl Refusal {
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
     use std::cell::RefCell;
     use std::convert::Infallible;
 
@@ -456,7 +488,9 @@ spec:
         };
         let known = Known::new();
         let reading = read(source, &rule, &this, inputs, &known, true);
-        let Ok(reading) = at_once(reading).expect("a memory source answers at once");
+        let Ok(reading) = reading
+            .now_or_never()
+            .expect("a memory source answers at once");
         reading
     }
 

@@ -69,6 +69,9 @@ pub struct Observed {
     /// Where each watch looked (watch name, target): what the primary's
     /// reconcile depends on besides its children.
     pub targets: Vec<(String, super::related::Target)>,
+    /// What the rule's sync (or, while the primary goes, finalize) hook
+    /// answered (`None`: not called).
+    pub hook: Option<crate::hook::Called>,
 }
 
 impl Observed {
@@ -78,10 +81,34 @@ impl Observed {
     }
 
     /// The Secret values this reconcile can see (related objects and live
-    /// children of kind Secret), to keep out of every message.
+    /// children of kind Secret), to keep out of every message; but for
+    /// those equal to a string the reader of its messages sees anyway: the
+    /// primary's own fields, and the names of the objects the reconcile
+    /// reads in the primary's namespace (never of objects elsewhere, whose
+    /// names that reader may not see).
     pub fn secrets(&self, rule: &Rule) -> Vec<String> {
         let inputs = &self.inputs;
-        crate::redact::secret_values(
+        let mut public = crate::redact::strings(&inputs.primary);
+        let here = self.primary_namespace();
+        for given in inputs.related.values().chain(inputs.observed.values()) {
+            let objects = match given {
+                serde_json::Value::Array(items) => items.iter().collect(),
+                one => vec![one],
+            };
+            let beside = |o: &&serde_json::Value| {
+                here.is_some()
+                    && o["metadata"]["namespace"]
+                        .as_str()
+                        .is_none_or(|n| Some(n) == here)
+            };
+            public.extend(
+                objects
+                    .into_iter()
+                    .filter(beside)
+                    .filter_map(|o| o["metadata"]["name"].as_str()),
+            );
+        }
+        let values = crate::redact::secret_values(
             rule.watches
                 .iter()
                 .filter(|w| is_secret(&w.gvk))
@@ -92,7 +119,8 @@ impl Observed {
                         .filter(|c| is_secret(&c.gvk))
                         .filter_map(|c| inputs.observed.get(&c.id)),
                 ),
-        )
+        );
+        crate::redact::except_public(values, public)
     }
 }
 
@@ -144,6 +172,11 @@ pub struct Plan {
     /// engine writes nothing for it, not even status; `status` is never
     /// written.
     pub suspended: bool,
+    /// The rule's hook failed or its answer is refused (why): nothing is
+    /// applied or pruned, and the engine retries with backoff.
+    pub hook_failed: Option<String>,
+    /// The finalize hook answered `finalized: true`.
+    pub finalized: bool,
 }
 
 /// What a plan does with one child.
@@ -204,6 +237,36 @@ impl Plan {
             next,
             children: Vec::new(),
             suspended: false,
+            hook_failed: None,
+            finalized: false,
+        }
+    }
+
+    /// The plan when the hook's answer cannot be applied: nothing written
+    /// but status.
+    fn hook_refused(refused: super::hooked::Refused, rule: &Rule, generation: Option<i64>) -> Self {
+        use super::hooked::Refused;
+        match refused {
+            Refused::Failed(message) => Self {
+                hook_failed: Some(message.clone()),
+                ..Self::only(
+                    unrendered(
+                        Outcome::Failed {
+                            reason: reasons::HOOK_FAILED,
+                            message,
+                        },
+                        generation,
+                    ),
+                    Next::Done,
+                )
+            },
+            // Not asked (a command that calls no hook; or the engine's
+            // snapshot was completed between its two reads): looked at
+            // again shortly.
+            Refused::NotCalled => {
+                let missing = vec!["the sync hook's answer (not asked here)".into()];
+                Self::waits(rule, Outcome::Waiting { missing }, generation)
+            }
         }
     }
 
@@ -299,10 +362,26 @@ pub fn draft(
         return Err(Box::new(plan));
     }
     match render::render_with(rule, this, &observed.inputs, scope_of) {
-        Ok(rendered) => Ok(Draft {
-            rendered,
-            generation,
-        }),
+        Ok(mut rendered) => {
+            let inputs = &observed.inputs;
+            let hooked = rule.hook.as_ref().is_some_and(|h| h.sync.is_some());
+            if (hooked || observed.hook.is_some())
+                && let Err(refused) = super::hooked::merge(
+                    rule,
+                    observed.hook.as_ref(),
+                    &inputs.primary,
+                    &inputs.observed,
+                    &mut rendered,
+                    scope_of,
+                )
+            {
+                return Err(Box::new(Plan::hook_refused(refused, rule, generation)));
+            }
+            Ok(Draft {
+                rendered,
+                generation,
+            })
+        }
         Err(e) => {
             let reason = match e {
                 render::RenderFailure::Name { .. } | render::RenderFailure::Typed { .. } => {
@@ -411,13 +490,15 @@ impl Draft {
         children.extend(rest);
         let primary = &observed.inputs.primary;
         touch.extend(super::remember::update(rule, primary, &observed.children));
+        let (finalized, waiting, next) = finalizing(rule, observed, waiting, next);
+        let outcome = Outcome::Applied { not_ready, waiting };
         Plan {
             apply,
             reown,
             prune,
             touch,
             status: Part {
-                outcome: Outcome::Applied { not_ready, waiting },
+                outcome,
                 fields: Some(rendered.status),
                 conditions: rendered.conditions,
                 generation,
@@ -425,8 +506,31 @@ impl Draft {
             next,
             children,
             suspended: false,
+            hook_failed: None,
+            finalized,
         }
     }
+}
+
+/// Whether the finalize hook answered `finalized: true`; until it does,
+/// the primary waits for it (also in its status), asked again at the
+/// rule's waiting interval (or its `resyncAfterSeconds`).
+fn finalizing(
+    rule: &Rule,
+    observed: &Observed,
+    mut waiting: Vec<String>,
+    next: Next,
+) -> (bool, Vec<String>, Next) {
+    let finalized = matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized);
+    if !crate::hook::finalizing(rule, &observed.inputs.primary) || finalized {
+        return (finalized, waiting, next);
+    }
+    waiting.push("the finalize hook to answer `finalized: true`".to_string());
+    (
+        false,
+        waiting,
+        next.no_later_than(Some(rule.requeue.waiting)),
+    )
 }
 
 /// The live children to delete: no longer rendered, and neither orphaned,

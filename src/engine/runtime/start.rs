@@ -337,8 +337,8 @@ async fn run_resolved(
         namespaces: acquired.namespaces,
         refused: schema.refused.is_some(),
     };
-    let refused = schema.refused;
-    let changed = schema_change(shared, schema.crd, schema.status);
+    let refused = schema.refused.clone();
+    let changed = schema_change(shared, &schema, primary.clone());
     tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     if let Err(ended) = synced(rule, shared, &acquired_all, stop).await {

@@ -106,6 +106,7 @@ impl<'a> Checker<'a> {
                     history,
                     typing: crate::typing::Typing::Unchecked,
                     typed_at: Vec::new(),
+                    from_hook: false,
                 });
             }
         }

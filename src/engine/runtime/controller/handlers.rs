@@ -24,6 +24,7 @@ impl RuleController {
                 let key = ObjKey::of(obj);
                 lock(&self.states).remove(&key);
                 lock(&self.reverse).forget(&key);
+                lock(&self.asked).remove(&key);
                 let touched = lock(&self.claims).forget(&key);
                 for other in touched {
                     self.enqueue(other);
