@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run kiln-debug test fuzz bench bench-conversion bench-webhook bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
+.PHONY: help build run kiln-debug test schemas fuzz bench bench-conversion bench-webhook bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ docs: ## The book (docs/) with mdBook, into docs/book/ (mdBook installed from cr
 
 chart: ## helm lint of charts/kiln (Helm built from its Go module, cached; the chart's tests use it too)
 	@helm="$$(bash tests/tools/helm.sh)" && "$$helm" lint --strict charts/kiln
+
+schemas: controlplane ## Regenerate src/typing/kubernetes.json (built-in kinds' schemas) from the OpenAPI v3 documents of the control plane's Kubernetes module
+	KILN_WRITE_SCHEMAS=1 $(CARGO) test --locked --lib typing::generate
 
 fuzz: ## Long property-based fuzzing of YAML, rule loading and templates (FUZZ_CASES, default 20000)
 	PROPTEST_CASES=$${FUZZ_CASES:-20000} $(CARGO) test --locked --profile fuzz --test fuzz

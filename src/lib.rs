@@ -11,6 +11,7 @@
 //! - [`yaml_out`]: YAML text kiln writes, read back by any reader as written.
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
+//! - [`typing`]: each child kind's schema, and the typing pass every rendered child goes through.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
 //! - [`egress`]: requests to systems outside the cluster, guarded (SSRF, size, time).
 //! - [`hook`]: Metacontroller's hook request and answer JSON (pure).
@@ -51,6 +52,7 @@ pub mod rules;
 pub mod serve;
 pub mod shard;
 pub mod template;
+pub mod typing;
 pub mod version;
 pub mod yaml;
 pub mod yaml_out;

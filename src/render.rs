@@ -175,6 +175,15 @@ pub enum RenderFailure {
         /// What is wrong.
         message: String,
     },
+    /// A rendered child cannot be shaped to its kind's schema
+    /// ([`crate::typing`]): the API server would refuse it.
+    #[error("child `{id}`: {message}")]
+    Typed {
+        /// The child's id.
+        id: String,
+        /// What cannot be shaped, and where its template is.
+        message: String,
+    },
     /// A rendered child is not acceptable.
     #[error("child `{id}`: {message}")]
     Child {

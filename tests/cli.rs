@@ -1309,3 +1309,112 @@ fn test_says_once_that_cel_validations_are_not_evaluated_offline() {
     let (_, out, _) = kiln_test(&[&format!("{rules}/webapp.test.yaml")]);
     assert!(!out.contains("not evaluated offline"), "{out}");
 }
+
+/// A rule on WebApps with the `children` given, written in `dir`.
+fn typed_rule(dir: &std::path::Path, children: &str) -> String {
+    let rule = dir.join("rule.yaml");
+    let text = format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: typed}}\nspec:\n  for: {{apiVersion: demo.kiln.dev/v1, kind: WebApp}}\n  children:\n{children}"
+    );
+    std::fs::write(&rule, text).unwrap();
+    rule.to_str().unwrap().to_string()
+}
+
+#[test]
+fn validate_refuses_a_field_the_child_kind_does_not_have_at_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = typed_rule(
+        dir.path(),
+        "    - id: app\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        spec:\n          replicsa: \"{{ self.spec.replicas }}\"\n",
+    );
+    let (ok, _, err) = kiln(&["validate", &rule]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains(&format!("{rule}:13:11"))
+            && err.contains(
+                "apps/v1/Deployment: unknown field `replicsa` (did you mean `replicas`?)"
+            ),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_warns_when_an_immutable_field_is_templated_from_the_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = typed_rule(
+        dir.path(),
+        "    - id: svc\n      template:\n        apiVersion: v1\n        kind: Service\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        spec:\n          clusterIP: \"{{ self.spec.address }}\"\n          ports: [{port: \"{{ self.spec.port }}\"}]\n",
+    );
+    let (ok, out, err) = kiln(&["validate", &rule]);
+    assert!(ok, "a warning does not refuse the rule: {err}");
+    assert!(out.starts_with("ok: 1 rule"), "{out}");
+    assert!(
+        err.contains("warning: v1/Service: `spec.clusterIP` is immutable")
+            && err.contains(&format!("{rule}:13:11")),
+        "{err}"
+    );
+    assert!(!err.contains("spec.ports"), "ports may change: {err}");
+}
+
+#[test]
+fn validate_says_once_which_child_kinds_it_cannot_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = |id: &str| {
+        format!(
+            "    - id: {id}\n      template:\n        apiVersion: example.com/v1\n        kind: Gadget\n        metadata: {{name: \"{{{{ self.metadata.name }}}}-{id}\"}}\n        spec: {{anything: 1}}\n"
+        )
+    };
+    let rule = typed_rule(dir.path(), &(child("a") + &child("b")));
+    let (ok, out, err) = kiln(&["validate", &rule]);
+    assert!(ok, "{err}");
+    let note = "note: example.com/v1/Gadget is unchecked: kiln has no schema for it";
+    assert_eq!(out.matches(note).count(), 1, "{out}");
+}
+
+/// `kiln render` of the rule in `dir` for a WebApp with `spec`.
+fn render_typed(dir: &std::path::Path, rule: &str, spec: &str) -> (bool, String, String) {
+    let object = dir.join("webapp.yaml");
+    std::fs::write(
+        &object,
+        format!("apiVersion: demo.kiln.dev/v1\nkind: WebApp\nmetadata: {{name: shop, namespace: team}}\nspec: {spec}\n"),
+    )
+    .unwrap();
+    kiln(&[
+        "render",
+        "--rules",
+        rule,
+        "--object",
+        object.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn render_writes_an_integer_into_a_configmap_value_as_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = typed_rule(
+        dir.path(),
+        "    - id: config\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        data: {replicas: \"{{ self.spec.replicas }}\"}\n",
+    );
+    let (ok, out, err) = render_typed(dir.path(), &rule, "{replicas: 2}");
+    assert!(ok, "{err}");
+    assert!(out.contains("replicas: '2'\n"), "{out}");
+}
+
+#[test]
+fn render_refuses_a_value_its_field_cannot_take_and_names_the_template_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = typed_rule(
+        dir.path(),
+        "    - id: app\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        spec:\n          replicas: \"{{ self.spec.size }}\"\n",
+    );
+    let (ok, _, err) = render_typed(dir.path(), &rule, "{size: large}");
+    assert!(!ok);
+    assert!(
+        err.contains("spec.replicas: expected an integer, got the string \"large\"")
+            && err.contains(&format!("(at {rule}:13:11)")),
+        "{err}"
+    );
+    let (ok, out, err) = render_typed(dir.path(), &rule, "{size: \"3\"}");
+    assert!(ok, "{err}");
+    assert!(out.contains("replicas: 3\n"), "{out}");
+}

@@ -56,19 +56,7 @@ pub fn for_mismatch(api: &RawApi, for_: &RawFor) -> Option<String> {
 
 /// The schema of `group/version` `kind` among CRDs given to check rules
 /// against (`kiln validate --crd FILE`), with the CRD's name.
-pub fn schema_among<'a>(
-    crds: &'a [Value],
-    group: &str,
-    version: &str,
-    kind: &str,
-) -> Option<(&'a str, &'a Value)> {
-    let crd = crds
-        .iter()
-        .filter(|c| c["kind"] == "CustomResourceDefinition")
-        .find(|c| c["spec"]["group"] == group && c["spec"]["names"]["kind"] == kind)?;
-    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
-    Some((name, super::version_schema(crd, version)?))
-}
+pub use crate::typing::schema_among;
 
 /// Why `rule` may not define its API: a rule before it defines the same CRD.
 pub fn defined_twice(before: &[Arc<Rule>], rule: &Rule) -> Option<String> {

@@ -209,7 +209,7 @@ fn primary_diff(
         return Ok(out);
     }
     for v in &plan.children {
-        out.push_str(&child_diff(reading, v)?);
+        out.push_str(&child_diff(rule, reading, v)?);
     }
     for r in &plan.reown {
         out.push_str(&format!(
@@ -262,7 +262,7 @@ async fn live_status(
 }
 
 /// One child's change, as text (empty: none).
-fn child_diff(reading: &Reading, v: &ChildVerdict) -> anyhow::Result<String> {
+fn child_diff(rule: &Rule, reading: &Reading, v: &ChildVerdict) -> anyhow::Result<String> {
     let head =
         |sign: &str, what: &str| format!("{sign} {} {} ({}): {what}\n", v.gvk.kind, v.name, v.id);
     Ok(match &v.verdict {
@@ -281,11 +281,36 @@ fn child_diff(reading: &Reading, v: &ChildVerdict) -> anyhow::Result<String> {
             let before =
                 serde_norway::to_string(&live_diff::sent_fields_of(&live, &desired.object))?;
             let after = serde_norway::to_string(&desired.object)?;
-            head("~", &format!("changed ({what})")) + &live_diff::line_diff(&before, &after)
+            let refused = immutable_changes(rule, &v.id, &desired.object, &live);
+            head("~", &format!("changed ({what})"))
+                + &refused
+                + &live_diff::line_diff(&before, &after)
         }
         Verdict::Prune => head("-", "pruned"),
         _ => String::new(),
     })
+}
+
+/// A line for each immutable field (as the child kind's schema says) the
+/// change would set otherwise: the API server refuses such an apply.
+fn immutable_changes(rule: &Rule, id: &str, desired: &Value, live: &Value) -> String {
+    let Some(node) = rule
+        .children
+        .iter()
+        .find(|c| c.id == id)
+        .and_then(|c| c.typing.node())
+    else {
+        return String::new();
+    };
+    kiln::typing::immutable::changed(node, desired, live)
+        .iter()
+        .map(|path| {
+            format!(
+                "  ! {}: immutable: the API server will refuse this; recreate the child or keep the field\n",
+                kiln::yaml::path_string(path)
+            )
+        })
+        .collect()
 }
 
 /// The primary's status as kiln would write it against the live one

@@ -16,7 +16,15 @@ use crate::cli::RenderArgs;
 
 /// Loads the rules, or prints every diagnostic and fails.
 pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet> {
-    rules::load(paths).or_else(|diagnostics| {
+    load_rules_against(paths, &[])
+}
+
+/// Loads the rules, typing the children of the kinds `crds` define too.
+pub fn load_rules_against(
+    paths: &[std::path::PathBuf],
+    crds: &[Value],
+) -> anyhow::Result<rules::RuleSet> {
+    rules::load_against(paths, crds).or_else(|diagnostics| {
         for d in &diagnostics {
             eprintln!("{d}");
         }
@@ -29,13 +37,13 @@ pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet
 
 /// Renders every matching rule and prints children (and status patches) as YAML.
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
-    let set = load_rules(&args.rules)?;
-    let primary = read_one(&args.object)?;
-    let matching = matching(&set, &primary, args.rule.as_deref())?;
     let mut crds = Vec::new();
     for file in &args.crds {
         crds.extend(documents(file)?);
     }
+    let set = load_rules_against(&args.rules, &crds)?;
+    let primary = read_one(&args.object)?;
+    let matching = matching(&set, &primary, args.rule.as_deref())?;
     if primary["metadata"]["uid"].is_null() {
         eprintln!(
             "note: {} has no metadata.uid, so ownerReferences are left out (the engine sets them)",

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::offline;
-use super::render::{documents, load_rules};
+use super::render::{documents, load_rules_against};
 use super::test_match::{Failure, compare, find_condition};
 use crate::cli::TestArgs;
 
@@ -264,7 +264,11 @@ fn run_file(
     } else {
         spec.rules.iter().map(|p| dir.join(p)).collect()
     };
-    let set = load_rules(&rules)?;
+    let mut crds = Vec::new();
+    for crd in &spec.crds {
+        crds.extend(documents(&dir.join(crd))?);
+    }
+    let set = load_rules_against(&rules, &crds)?;
     for rule in &set.rules {
         if rule
             .api
@@ -273,10 +277,6 @@ fn run_file(
         {
             unevaluated.insert(rule.name.clone());
         }
-    }
-    let mut crds = Vec::new();
-    for crd in &spec.crds {
-        crds.extend(documents(&dir.join(crd))?);
     }
     let snapshots = match update {
         true => None,

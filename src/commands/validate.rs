@@ -30,6 +30,12 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
                 count(files.len(), "file"),
                 names.join(", ")
             );
+            for warning in set.rules.iter().flat_map(|r| &r.warnings) {
+                eprintln!("{warning}");
+            }
+            for note in unchecked(&set) {
+                println!("note: {note}");
+            }
             for note in set.rules.iter().flat_map(|r| rules::reach::notes(r)) {
                 println!("note: {note}");
             }
@@ -57,4 +63,20 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Each child kind kiln has no schema for, once: its children are applied
+/// as rendered, untyped.
+fn unchecked(set: &rules::RuleSet) -> Vec<String> {
+    let kinds: std::collections::BTreeSet<String> = set
+        .rules
+        .iter()
+        .flat_map(|r| &r.children)
+        .filter(|c| c.typing.node().is_none())
+        .map(|c| c.gvk.to_string())
+        .collect();
+    kinds
+        .into_iter()
+        .map(|k| format!("{k} is unchecked: kiln has no schema for it (give its CRD with --crd); its children are applied as rendered"))
+        .collect()
 }

@@ -69,6 +69,7 @@ pub(super) fn finish_child(
     scope_of: ScopeOf<'_>,
 ) -> Result<(Value, Option<String>, String), RenderFailure> {
     let (id, gvk) = (child.id.as_str(), &child.gvk);
+    typed(rule, child, &mut object)?;
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(RenderFailure::child(id, "metadata must render to a map"));
     };
@@ -136,6 +137,52 @@ pub(super) fn finish_child(
     check_names(id, gvk, namespace.as_deref(), &name)?;
     stamp(&mut object).map_err(|message| RenderFailure::child(id, message))?;
     Ok((object, namespace, name))
+}
+
+/// The typing pass: the object shaped to its kind's schema, or every field
+/// it cannot be.
+fn typed(
+    rule: &Rule,
+    child: &crate::rules::Child,
+    object: &mut Value,
+) -> Result<(), RenderFailure> {
+    let Some(node) = child.typing.node() else {
+        return Ok(());
+    };
+    let problems = crate::typing::shape(object, node);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(RenderFailure::Typed {
+        id: child.id.clone(),
+        message: typed_message(rule, child, &problems),
+    })
+}
+
+/// Each problem of the typing pass, with where its template is written.
+fn typed_message(
+    rule: &Rule,
+    child: &crate::rules::Child,
+    problems: &[crate::typing::Problem],
+) -> String {
+    let shown: Vec<String> = problems
+        .iter()
+        .map(|p| {
+            // The nearest templated value at or above the field.
+            let at = (0..=p.path.len()).rev().find_map(|n| {
+                let above = &p.path[..n];
+                child
+                    .typed_at
+                    .iter()
+                    .find_map(|(path, pos)| (path.as_slice() == above).then_some(pos))
+            });
+            match at {
+                Some(at) => format!("{p} (at {}:{at})", rule.file.display()),
+                None => p.to_string(),
+            }
+        })
+        .collect();
+    format!("{} {}", child.gvk, shown.join("; "))
 }
 
 /// A child a hook returned for `primary`, finished as a rendered one:

@@ -261,7 +261,8 @@ fn for_each_renders_one_child_per_item_and_refuses_duplicates() {
         .map(|c| &c.object["metadata"]["name"])
         .collect();
     assert_eq!(names, [&json!("a"), &json!("b")]);
-    assert_eq!(out.children[1].object["data"]["i"], json!(1));
+    // Typed by ConfigMap's schema: the index is written as a string.
+    assert_eq!(out.children[1].object["data"]["i"], json!("1"));
     let err = render(
         &r,
         &primary(Some("t"), json!({"items": ["a", "a"]})),
@@ -455,7 +456,7 @@ fn ready_of_a_for_each_child_holds_when_every_item_is_ready() {
         .insert("items".into(), json!([live("a", "yes"), live("b", "yes")]));
     let out = render(&r, &inputs, &well_known_scope).unwrap();
     assert!(out.waiting.is_empty());
-    assert_eq!(out.children[2].object["data"]["all"], true);
+    assert_eq!(out.children[2].object["data"]["all"], "true");
 }
 
 #[test]

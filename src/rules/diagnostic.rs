@@ -30,6 +30,8 @@ pub struct Diagnostic {
     pub message: String,
     /// The source line at `pos`, for context.
     pub source_line: Option<String>,
+    /// A warning: the rule loads, but the problem shows when it runs.
+    pub warning: bool,
 }
 
 impl Diagnostic {
@@ -45,7 +47,14 @@ impl Diagnostic {
             rule: None,
             message,
             source_line,
+            warning: false,
         }
+    }
+
+    /// The same problem, as a warning.
+    pub fn as_warning(mut self) -> Self {
+        self.warning = true;
+        self
     }
 
     /// The same problem, attributed to a rule.
@@ -65,7 +74,8 @@ impl Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "error: {}", self.message)?;
+        let level = if self.warning { "warning" } else { "error" };
+        writeln!(f, "{level}: {}", self.message)?;
         let gutter = self.pos.map_or(1, |p| p.line.to_string().len());
         let pad = " ".repeat(gutter);
         writeln!(f, "{pad}--> {}", self.location())?;

@@ -324,6 +324,11 @@ pub struct Child {
     pub when_first: bool,
     /// Which children no longer rendered stay (`history`).
     pub history: Vec<history::HistoryClass>,
+    /// Its kind's schema, which every rendered child is shaped to.
+    pub typing: crate::typing::Typing,
+    /// Where each templated value is written in the rule's file, by its
+    /// path in the object, for the messages of the typing pass.
+    pub typed_at: Vec<(Vec<crate::yaml::Step>, crate::yaml::Pos)>,
     /// Returned by the rule's sync hook (`spec.hooks.children`), not
     /// rendered: any number of objects of its kind, none from a template.
     pub from_hook: bool,
@@ -333,6 +338,8 @@ impl Child {
     /// A kind the rule's hook may return (`spec.hooks.children`): owned (or
     /// orphaned), in the primary's namespace, any number of them.
     pub fn from_hook(id: String, gvk: Gvk, deletion_policy: DeletionPolicy) -> Self {
+        // Typed like a rendered child of its kind.
+        let typing = crate::typing::Typing::of(&gvk.group, &gvk.version, &gvk.kind, &[]);
         // `metadata` with no name or namespace: `engine::placed` then finds
         // such a child only in its primary's namespace (or cluster-scoped).
         let template = Tree::Value(serde_json::json!({
@@ -359,6 +366,8 @@ impl Child {
             when_first: true,
             history: Vec::new(),
             from_hook: true,
+            typing,
+            typed_at: Vec::new(),
         }
     }
 }
@@ -488,6 +497,8 @@ pub struct Rule {
     pub templates: TemplateSet,
     /// The API the rule defines (`spec.api`): its CRD.
     pub api: Option<Arc<crate::api::Api>>,
+    /// What loads but will fail when it runs (`kiln validate` prints them).
+    pub warnings: Vec<Diagnostic>,
     /// `spec.hooks`: the sync and finalize hooks.
     pub hook: Option<hook::Hook>,
 }

@@ -34,6 +34,7 @@ mod order;
 mod requeue;
 mod status;
 mod templates;
+mod typing;
 mod watches;
 
 /// Functions minijinja provides; they show up as variables when analysing templates.
@@ -166,6 +167,8 @@ struct Checker<'a> {
     crds: &'a [Value],
     /// Every template compiled, with where it is (for the schema check).
     compiled: Vec<(Vec<Step>, TemplateId)>,
+    /// What loads but will fail when it runs.
+    warnings: Vec<Diagnostic>,
 }
 
 /// A reference from a child's templates to another child.
@@ -199,6 +202,7 @@ impl<'a> Checker<'a> {
             edges: Vec::new(),
             crds,
             compiled: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -233,6 +237,8 @@ impl<'a> Checker<'a> {
         let decorators = self.decorators(&watch_names, &child_ids);
         let requeue = self.requeue();
         self.schema_references(api.as_ref(), primary.as_ref());
+        let primary_schema = self.primary_schema(api.as_ref(), primary.as_ref());
+        self.type_children(&mut children, primary_schema.as_ref().map(|s| &s.0));
         let requeue_at = self.requeue_at(&watch_names, &child_ids);
         for (at, why) in super::read_only::refusals(&raw.spec) {
             self.error(&at, why);
@@ -268,6 +274,7 @@ impl<'a> Checker<'a> {
             read_only: super::read_only::is_read_only(&raw.spec),
             templates: self.set,
             api: api.map(Arc::new),
+            warnings: self.warnings,
             hook,
         })
     }

@@ -328,3 +328,44 @@ async fn kiln_diff_diffs_every_rule_it_can_and_shows_the_crds_it_would_create_or
     );
     scene.end().await;
 }
+
+/// A RoleBinding per Widget; its `roleRef` cannot change once set.
+const BOUND: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: bound}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget}
+  children:
+    - id: binding
+      template:
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: RoleBinding
+        metadata: {name: "{{ self.metadata.name }}"}
+        roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+        subjects: [{kind: User, name: reader, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_diff_says_the_api_server_will_refuse_a_change_of_an_immutable_field() {
+    let scene = Scene::new("diff-immutable").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[rule_from_yaml(BOUND)]).await;
+    scene.ready("w").await;
+    scene.engine().shutdown().await;
+
+    let edited = BOUND.replace("name: view}", "name: edit}");
+    let (code, out) = kiln_diff(&edited, scene.ns(), &[]);
+    assert_eq!(code, Some(1), "{out}");
+    let line = "  ! roleRef: immutable: the API server will refuse this; recreate the child or keep the field";
+    assert!(out.contains(line), "no `{line}` in:\n{out}");
+    // A change of a field that may change says nothing of the kind.
+    let edited = BOUND.replace("name: reader", "name: writer");
+    let (code, out) = kiln_diff(&edited, scene.ns(), &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains("immutable: the API server"), "{out}");
+    scene.end().await;
+}

@@ -68,6 +68,7 @@ mod status_schema;
 mod stopping;
 mod stored_data;
 mod stranded;
+mod typed_children;
 mod unwatched;
 mod validations;
 mod verdicts;

@@ -392,7 +392,9 @@ pub fn draft(
         }
         Err(e) => {
             let reason = match e {
-                render::RenderFailure::Name { .. } => reasons::INVALID,
+                render::RenderFailure::Name { .. } | render::RenderFailure::Typed { .. } => {
+                    reasons::INVALID
+                }
                 _ => reasons::TEMPLATE_ERROR,
             };
             let outcome = Outcome::Failed {

@@ -106,6 +106,8 @@ impl<'a> Checker<'a> {
                     needs,
                     when_first,
                     history,
+                    typing: crate::typing::Typing::Unchecked,
+                    typed_at: Vec::new(),
                     from_hook: false,
                 });
             }

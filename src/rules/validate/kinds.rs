@@ -40,19 +40,7 @@ impl<'a> Checker<'a> {
         api: Option<&crate::api::Api>,
         primary: Option<&Primary>,
     ) {
-        let Some(gvk) = primary.map(|p| &p.gvk) else {
-            return;
-        };
-        let (schema, whose) = match api {
-            Some(api) => (api.schema(&gvk.version), format!("{} (spec.api)", gvk.kind)),
-            None => {
-                let found =
-                    crate::api::rule::schema_among(self.crds, &gvk.group, &gvk.version, &gvk.kind);
-                let whose = format!("{} ({})", gvk.kind, found.map_or("", |f| f.0));
-                (found.map(|f| f.1), whose)
-            }
-        };
-        let Some(schema) = schema.cloned() else {
+        let Some((schema, whose)) = self.primary_schema(api, primary) else {
             return;
         };
         for (at, id) in std::mem::take(&mut self.compiled) {
@@ -74,6 +62,26 @@ impl<'a> Checker<'a> {
                 );
             }
         }
+    }
+
+    /// The primary's schema (the rule's own API, or a CRD given to check
+    /// against), and whose it is, for messages.
+    pub(super) fn primary_schema(
+        &self,
+        api: Option<&crate::api::Api>,
+        primary: Option<&Primary>,
+    ) -> Option<(Value, String)> {
+        let gvk = &primary?.gvk;
+        let (schema, whose) = match api {
+            Some(api) => (api.schema(&gvk.version), format!("{} (spec.api)", gvk.kind)),
+            None => {
+                let found =
+                    crate::api::rule::schema_among(self.crds, &gvk.group, &gvk.version, &gvk.kind);
+                let whose = format!("{} ({})", gvk.kind, found.map_or("", |f| f.0));
+                (found.map(|f| f.1), whose)
+            }
+        };
+        Some((schema?.clone(), whose))
     }
 
     /// `spec.for`, or what `spec.api` implies.

@@ -864,7 +864,8 @@ fn a_child_that_reads_another_s_readiness_waits_until_it_is_ready() {
     world.live_mut("app")["data"]["up"] = json!("yes");
     let plan = world.plan();
     assert_eq!(applied_ids(&plan), ["web"]);
-    assert_eq!(plan.apply[0].object["data"]["app_ready"], true);
+    // A ConfigMap's data holds strings: the boolean is written as one.
+    assert_eq!(plan.apply[0].object["data"]["app_ready"], "true");
     assert_eq!(plan.apply[0].object["data"]["db"], "shop-db");
     assert!(waiting_of(&plan).is_empty());
     assert_eq!(plan.status.fields.unwrap()["appReady"], true);
