@@ -370,8 +370,8 @@ impl TemplateSet {
 
     /// The expression `id` was compiled from, as written (for messages).
     pub fn source_of(&self, id: &TemplateId) -> Option<String> {
-        let tmpl = self.env.get_template(&id.name).ok()?;
-        let expr = tmpl.source().split_once(" = (")?.1;
+        let source = id.source();
+        let expr = source.split_once(" = (")?.1;
         Some(expr.trim_end_matches("\n) %}").trim().to_string())
     }
 
