@@ -1021,3 +1021,16 @@ fn the_conversion_webhook_needs_to_know_where_the_api_server_reaches_it() {
     assert!(!ok);
     assert!(err.contains("expected NAMESPACE/NAME"), "{err}");
 }
+
+/// A child field that renders `none` is left out of what `kiln render`
+/// prints (and the engine applies), not rendered as `null`.
+#[test]
+fn kiln_render_leaves_out_a_child_field_that_renders_none() {
+    let (ok, out, err, _) = render_widget(
+        "    - id: d\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        spec:\n          replicas: \"{{ self.spec.replicas if self.spec.replicas is defined else none }}\"\n          selector: {matchLabels: {app: w}}\n",
+    );
+    assert!(ok, "{err}");
+    assert!(!out.contains("replicas"), "{out}");
+    assert!(!out.contains("null"), "{out}");
+    assert!(out.contains("matchLabels"), "{out}");
+}

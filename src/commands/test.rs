@@ -260,6 +260,7 @@ fn run_case(
         observed: case.observed.clone(),
         draw: Draw::Placeholder,
         now: Some(now),
+        unserved: Vec::new(),
     };
     let namespace = inputs.primary["metadata"]["namespace"].as_str();
     let labels: std::collections::BTreeMap<String, String> =

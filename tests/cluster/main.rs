@@ -64,6 +64,7 @@ mod sharding;
 mod status_schema;
 mod stopping;
 mod stored_data;
+mod unserved_kinds;
 mod unwatched;
 mod verdicts;
 mod webhook_secret;

@@ -362,6 +362,7 @@ impl Draft {
         let kept = super::history::kept(&rendered.history, &observed.children);
         let prune = prunes(rule, observed, &rendered, &kept);
         let (not_ready, waiting, next) = progress(rule, &rendered);
+        let unserved = unserved(rule, observed, &rendered);
         let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
@@ -415,7 +416,11 @@ impl Draft {
             prune,
             touch,
             status: Part {
-                outcome: Outcome::Applied { not_ready, waiting },
+                outcome: Outcome::Applied {
+                    not_ready,
+                    waiting,
+                    unserved,
+                },
                 fields: Some(rendered.status),
                 conditions: rendered.conditions,
                 generation,
@@ -474,6 +479,21 @@ fn progress(rule: &Rule, rendered: &render::Rendered) -> (Vec<String>, Vec<Strin
     }
     .no_later_than(rendered.wake.map(|w| w.after));
     (not_ready, waiting, next)
+}
+
+/// The kinds the children waiting wait for the API server to serve.
+fn unserved(rule: &Rule, observed: &Observed, rendered: &render::Rendered) -> Vec<String> {
+    let mut kinds: Vec<String> = Vec::new();
+    for w in &rendered.waiting {
+        let Some(child) = policy(rule, &w.id) else {
+            continue;
+        };
+        let kind = child.gvk.to_string();
+        if observed.inputs.unserved.contains(&child.gvk) && !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
 }
 
 /// Whether the rendered child `c` is the live child `live`.

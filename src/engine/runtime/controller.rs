@@ -79,6 +79,9 @@ pub struct Wiring {
     pub refused: bool,
     /// Only primaries created after this are taken (`takeExisting: false`).
     pub since: Option<jiff::Timestamp>,
+    /// Child kinds not served: their children wait (the rule starts over
+    /// once one is served).
+    pub unserved: Vec<Gvk>,
 }
 
 /// A running rule.
