@@ -1034,3 +1034,33 @@ fn kiln_render_leaves_out_a_child_field_that_renders_none() {
     assert!(!out.contains("null"), "{out}");
     assert!(out.contains("matchLabels"), "{out}");
 }
+
+/// The schemas of KRO's examples (kubernetes-sigs/kro at
+/// 0302e659ede72a24c62f9faa666b0045ebf39731, `examples/**`), each pasted
+/// into `spec.api` unchanged (`tests/fixtures/kro/`), pass `kiln validate`;
+/// those KRO's own parser refuses (a `default=` of several unquoted words),
+/// kiln refuses too.
+#[test]
+fn kro_example_schemas_pasted_into_spec_api_validate_as_in_kro() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kro");
+    let yaml_in = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        files
+    };
+    let accepted = yaml_in(&dir);
+    assert!(accepted.len() >= 50, "{} examples", accepted.len());
+    for file in accepted {
+        let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+        assert!(ok, "{}: {err}", file.display());
+    }
+    for file in yaml_in(&dir.join("refused")) {
+        let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+        assert!(!ok, "{} is refused by KRO", file.display());
+        assert!(err.contains("has no value"), "{}: {err}", file.display());
+    }
+}
