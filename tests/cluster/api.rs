@@ -114,6 +114,22 @@ pub(crate) fn fix_version(mut obj: DynamicObject, group: &str) -> DynamicObject 
     obj
 }
 
+/// Creates a Site of each spec and checks the API server refuses it with
+/// its message (each case: the marker, the spec, the message).
+async fn each_refused(api: &Api<DynamicObject>, group: &str, refused: Vec<(&str, Value, &str)>) {
+    for (i, (marker, spec, message)) in refused.into_iter().enumerate() {
+        let obj = fix_version(site(&format!("bad-{i}"), spec), group);
+        let err = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(&format!("{marker}: a bad object was accepted"));
+        assert!(
+            err.to_string().contains(message),
+            "{marker}: expected {message:?} in {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_rule_defined_api_enforces_its_markers_defaults_and_immutability() {
     let client = support::admin_client().await;
@@ -202,17 +218,7 @@ async fn a_rule_defined_api_enforces_its_markers_defaults_and_immutability() {
             "spec.pages[0].name: Required value",
         ),
     ];
-    for (i, (marker, spec, message)) in refused.into_iter().enumerate() {
-        let obj = fix_version(site(&format!("bad-{i}"), spec), &group);
-        let err = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect_err(&format!("{marker}: a bad object was accepted"));
-        assert!(
-            err.to_string().contains(message),
-            "{marker}: expected {message:?} in {err}"
-        );
-    }
+    each_refused(&api, &group, refused).await;
     let created = api
         .create(
             &PostParams::default(),
@@ -308,17 +314,7 @@ async fn kro_simple_schema_pasted_unchanged_is_enforced_as_in_kro() {
             "validation failed",
         ),
     ];
-    for (i, (marker, spec, message)) in refused.into_iter().enumerate() {
-        let obj = fix_version(site(&format!("bad-{i}"), spec), &group);
-        let err = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect_err(&format!("{marker}: a bad object was accepted"));
-        assert!(
-            err.to_string().contains(message),
-            "{marker}: expected {message:?} in {err}"
-        );
-    }
+    each_refused(&api, &group, refused).await;
     let created = api
         .create(
             &PostParams::default(),
