@@ -11,6 +11,7 @@ use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
 mod condition;
+pub mod events;
 mod finish;
 pub mod history;
 

@@ -1064,3 +1064,30 @@ fn kro_example_schemas_pasted_into_spec_api_validate_as_in_kro() {
         assert!(err.contains("has no value"), "{}: {err}", file.display());
     }
 }
+
+/// A rule's own Events and finalizer are checked at validate time: a
+/// literal CamelCase reason, `Normal` or `Warning`, templates that compile
+/// on `self`, `rule` and `outcome`; a finalizer that is a qualified name,
+/// neither one the API server acts on nor in a domain Kubernetes or kiln
+/// keeps (another controller's name is the author's to avoid).
+#[test]
+fn rule_events_and_finalizer_names_are_checked_at_validate_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: test.kiln.dev/v1, kind: Widget}\n  deletion: {finalizer: orphan}\n  events:\n    - {reason: 'not camel', message: x}\n    - {reason: Synced, type: Info, message: x}\n    - {reason: Synced, message: '{{ children.x }}', when: related.y}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+    assert!(!ok);
+    for said in [
+        "finalizer `orphan` is one the API server acts on itself",
+        "reason `not camel` must be literal CamelCase",
+        "type `Info`: `Normal` or `Warning`",
+        "spec.events[2].when",
+        "spec.events[2].message",
+    ] {
+        assert!(err.contains(said), "{said}:\n{err}");
+    }
+}

@@ -17,7 +17,8 @@ use super::spec::{
 };
 use super::{
     Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector, Need,
-    Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
+    Operator, Primary, Requeue, Requirement, Rule, RuleEvent, RuleSet, Watch, WatchTarget,
+    duration,
 };
 use crate::template::known::{Callable, Unknown};
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
@@ -26,6 +27,7 @@ use crate::yaml::{Pos, Step, path_string};
 mod adoption;
 mod children;
 mod decorators;
+mod events;
 mod history;
 mod kinds;
 mod order;
@@ -224,6 +226,8 @@ impl<'a> Checker<'a> {
         let requeue = self.requeue();
         self.schema_references(api.as_ref(), primary.as_ref());
         let requeue_at = self.requeue_at(&watch_names, &child_ids);
+        let events = self.events();
+        let finalizer = self.finalizer();
         for (at, why) in super::read_only::refusals(&raw.spec) {
             self.error(&at, why);
         }
@@ -255,6 +259,8 @@ impl<'a> Checker<'a> {
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
             read_only: super::read_only::is_read_only(&raw.spec),
+            finalizer,
+            events,
             templates: self.set,
             api: api.map(Arc::new),
         })

@@ -51,6 +51,7 @@ mod lifecycle;
 mod missing_information;
 mod no_status;
 mod outside;
+mod own_events;
 mod ownership;
 mod projection;
 mod read_only;

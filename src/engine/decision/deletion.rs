@@ -11,16 +11,20 @@ use super::live::LiveChild;
 use super::plan::{Next, Prune, orphaned};
 use crate::rules::{DeletionPolicy, Rule};
 
-/// The finalizer a rule with ordered deletion keeps on its primaries.
-pub(crate) fn finalizer(rule: &str) -> String {
-    format!("{rule}.kiln.dev/ordered-deletion")
+/// The finalizer a rule keeps on its primaries: the one it names, else
+/// `<rule>.kiln.dev/ordered-deletion`.
+pub(crate) fn finalizer(rule: &Rule) -> String {
+    rule.finalizer
+        .clone()
+        .unwrap_or_else(|| format!("{}.kiln.dev/ordered-deletion", rule.name))
 }
 
-/// Whether the rule holds its finalizer on primaries: it deletes its
-/// children in order, or it has `outside` children it deletes (no owner
-/// reference lets the garbage collector delete those; kiln does).
+/// Whether the rule holds its finalizer on primaries: it names it, it
+/// deletes its children in order, or it has `outside` children it deletes
+/// (no owner reference lets the garbage collector delete those; kiln does).
 pub(crate) fn needed(rule: &Rule) -> bool {
-    rule.ordered_deletion
+    rule.finalizer.is_some()
+        || rule.ordered_deletion
         || rule
             .children
             .iter()
@@ -29,7 +33,7 @@ pub(crate) fn needed(rule: &Rule) -> bool {
 
 /// Whether a primary with these `finalizers` carries the rule's.
 pub(crate) fn holds(rule: &Rule, finalizers: &[String]) -> bool {
-    let finalizer = finalizer(&rule.name);
+    let finalizer = finalizer(rule);
     finalizers.contains(&finalizer)
 }
 
@@ -267,11 +271,17 @@ spec:
 
     #[test]
     fn a_primary_holds_the_rule_s_finalizer_not_another_rule_s() {
-        let rule = one_rule(RULE);
-        let ours = finalizer("shop");
+        let mut rule = one_rule(RULE);
+        let ours = finalizer(&rule);
         assert_eq!(ours, "shop.kiln.dev/ordered-deletion");
         assert!(holds(&rule, &[String::from("x"), ours]));
-        assert!(!holds(&rule, &[finalizer("other")]));
+        assert!(!holds(&rule, &["other.kiln.dev/ordered-deletion".into()]));
         assert!(!holds(&rule, &[]));
+        // A finalizer the rule names is the one it holds, always.
+        rule.finalizer = Some("finalizers.example.com".into());
+        rule.ordered_deletion = false;
+        assert_eq!(finalizer(&rule), "finalizers.example.com");
+        assert!(holds(&rule, &["finalizers.example.com".into()]));
+        assert!(needed(&rule));
     }
 }

@@ -232,6 +232,19 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
     }
 }
 
+/// How a reconcile ended, as a rule's Events read it (`outcome.*`): whether
+/// it applied every child not waiting (`reconciled`), whether the primary
+/// is `ready`, and the `Ready` condition's reason and message.
+pub(crate) fn summary(outcome: &Outcome) -> Value {
+    let [ready, ..] = triple(outcome);
+    json!({
+        "reconciled": matches!(outcome, Outcome::Applied { .. }),
+        "ready": ready.is_true(),
+        "reason": ready.reason,
+        "message": ready.message,
+    })
+}
+
 const TYPES: [&str; 3] = [types::READY, types::RECONCILED, types::WAITING];
 
 /// The condition type a rule owns on an object it shares with other rules.

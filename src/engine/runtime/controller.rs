@@ -26,6 +26,7 @@ mod finalizer;
 mod handlers;
 mod observe;
 mod state;
+mod told;
 mod writes;
 
 use crate::engine::backoff;
@@ -94,6 +95,8 @@ pub struct RuleController {
     states: Mutex<HashMap<ObjKey, PrimaryState>>,
     /// Which primary decorates which related object.
     claims: Mutex<Claims>,
+    /// Per primary, per rule Event: what was last told (`told.rs`).
+    told: Mutex<HashMap<ObjKey, Vec<Option<u64>>>>,
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
 }
 
@@ -134,6 +137,7 @@ impl RuleController {
             reverse: Mutex::default(),
             states: Mutex::default(),
             claims: Mutex::default(),
+            told: Mutex::default(),
             subscriptions: Mutex::default(),
         });
         let weak = Arc::downgrade(&this);

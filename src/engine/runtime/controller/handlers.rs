@@ -23,6 +23,7 @@ impl RuleController {
             Change::Deleted(obj) => {
                 let key = ObjKey::of(obj);
                 lock(&self.states).remove(&key);
+                lock(&self.told).remove(&key);
                 lock(&self.reverse).forget(&key);
                 let touched = lock(&self.claims).forget(&key);
                 for other in touched {
