@@ -7,7 +7,7 @@ N                ?= 100
 TARGET_DIR       := $(or $(CARGO_TARGET_DIR),target)
 BENCH_BIN_DIR    := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kiln/bench
 
-.PHONY: help build run test fuzz bench bench-conversion bench-webhook bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
+.PHONY: help build run kiln-debug test fuzz bench bench-conversion bench-webhook bench-rules lint docs chart controlplane node cluster-up cluster-down deploy-manifests image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -15,13 +15,21 @@ help: ## List the targets
 build: ## Build the kiln binary
 	$(CARGO) build --locked
 
-run: controlplane ## The demo: example rules, CRDs and objects on $KUBECONFIG's cluster, or on a local control plane
-	@echo "make run: building kiln (cargo build)"
-	$(CARGO) build --locked --bin kiln
+# What the demo's cluster needs built: nothing with $KUBECONFIG set (the demo
+# builds the control plane itself should that cluster not answer), the
+# control plane and, as root, its node otherwise.
+DEMO_CLUSTER := $(if $(KUBECONFIG),,$(if $(filter 0,$(shell id -u)),node,controlplane))
+
+run: ## The demo: example rules, CRDs and objects on $KUBECONFIG's cluster, or on a local control plane
+	@echo "make run: building kiln (cargo) beside the local control plane (Go); first time only"
+	@$(MAKE) --no-print-directory -j2 kiln-debug $(DEMO_CLUSTER)
 	$(TARGET_DIR)/debug/kiln demo
 
+kiln-debug:
+	$(CARGO) build --locked --bin kiln
+
 test: lint docs chart controlplane node ## Lints, the book, the chart, unit tests and integration tests against a real local control plane (and, as root, its node)
-	$(CARGO) test --locked
+	$(CARGO) test --locked --no-fail-fast
 
 docs: ## The book (docs/) with mdBook, into docs/book/ (mdBook installed from crates.io, cached)
 	@mdbook="$$(bash tests/tools/mdbook.sh)" && "$$mdbook" build docs

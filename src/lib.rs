@@ -22,6 +22,9 @@
 //! - [`ownership`]: the mark kiln stamps on its children, and reading it back.
 //! - [`redact`]: Secret values kept out of messages.
 //! - [`request_timeout`]: a request to the API server unanswered too long is given up.
+//! - [`shard`]: active-active sharding: which replica acts on which primary.
+//! - [`gate`]: the one door every write to the API server goes through, with its warrant.
+//! - [`listener`]: the bounded TCP/TLS listener behind every port kiln serves.
 //! - [`version`]: what this build is.
 
 pub mod api;

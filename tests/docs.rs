@@ -343,3 +343,133 @@ fn anchors_follow_github_and_mdbook() {
     let a = anchors("# A\n## A\n```\n# not a heading\n```\n");
     assert!(a.contains("a") && a.contains("a-1") && !a.contains("not-a-heading"));
 }
+
+/// Every file of the repository, as paths relative to its root (build
+/// outputs and hidden directories left out).
+fn repository_files() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy();
+            if name == ".git" || name == "target" || name == "book" {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out);
+            }
+            let relative = path.strip_prefix(root()).unwrap();
+            out.push(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    let mut out = Vec::new();
+    walk(root(), &mut out);
+    out
+}
+
+/// The code ARCHITECTURE.md points at, in backticks: a path with a `/` or
+/// ending in `.rs` (`src/gate.rs`, or `decision/plan.rs` under some folder),
+/// or a Rust path `module::item` whose module is a file or folder and whose
+/// item is declared somewhere in `src/`.
+fn architecture_pointers(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, part) in text.split('`').enumerate() {
+        let looks_like_path = part.ends_with(".rs")
+            || (part.contains('/')
+                && !part.contains(' ')
+                && part
+                    .split('/')
+                    .all(|s| !s.is_empty() || part.ends_with('/')));
+        let looks_like_item = part.contains("::")
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        if i % 2 == 1 && (looks_like_path || looks_like_item) {
+            out.push(part.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_path_architecture_md_names_exists() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let files = repository_files();
+    let sources: String = files
+        .iter()
+        .filter(|f| f.starts_with("src/") && f.ends_with(".rs"))
+        .map(|f| std::fs::read_to_string(root().join(f)).unwrap())
+        .collect();
+    let file_exists = |p: &str| {
+        let p = p.trim_end_matches('/');
+        files
+            .iter()
+            .any(|f| f == p || f.ends_with(&format!("/{p}")))
+    };
+    let declared = |item: &str| {
+        [
+            "fn",
+            "struct",
+            "enum",
+            "mod",
+            "const",
+            "static",
+            "trait",
+            "type",
+            "macro_rules!",
+        ]
+        .iter()
+        .any(|kw| sources.contains(&format!("{kw} {item}")))
+            || sources.contains(&format!("pub {item}: "))
+            || sources.contains(&format!("    {item}("))
+            || sources.contains(&format!("    {item},"))
+            || sources.contains(&format!("    {item} {{"))
+    };
+    // A path is checked when it starts at a folder of the repository (so
+    // `kubernetes.io/tls` is not one); a Rust path when it starts at a
+    // module (a file or folder) or a type declared in `src/`.
+    let folder = |name: &str| {
+        files
+            .iter()
+            .any(|f| f == name || f.ends_with(&format!("/{name}")))
+    };
+    let mut stale = Vec::new();
+    for pointer in architecture_pointers(&text) {
+        let found = if pointer.contains("::") {
+            let segments: Vec<&str> = pointer.split("::").filter(|s| !s.is_empty()).collect();
+            let head = segments[0];
+            let item = segments[segments.len() - 1];
+            let head_exists = if head.starts_with(char::is_uppercase) {
+                declared(head)
+            } else {
+                head == "kiln" || file_exists(&format!("{head}.rs")) || file_exists(head)
+            };
+            head_exists && declared(item)
+        } else if pointer.ends_with(".rs") || folder(pointer.split('/').next().unwrap_or_default())
+        {
+            file_exists(&pointer)
+        } else {
+            true
+        };
+        if !found {
+            stale.push(pointer);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "ARCHITECTURE.md names code that is not there: {stale:#?}"
+    );
+}
+
+#[test]
+fn the_crate_table_of_contents_names_every_top_level_module() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let missing: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .filter(|m| !lib.contains(&format!("//! - [`{m}`]")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "src/lib.rs's list leaves out {missing:?}"
+    );
+}

@@ -2,7 +2,9 @@
 //! CustomResourceDefinition kiln generates, prints (`kiln crd`) and applies
 //! (`kiln run`); the schema checks templates read (`self.spec.<path>`),
 //! fills in defaults for `kiln render`, and tells which CRD changes would
-//! break stored objects. Pure: no API calls here.
+//! break stored objects. Pure except two rooms: [`install`] applies the
+//! CRDs and `webhook` serves their conversion; everything else makes no API
+//! call.
 //!
 //! ```text
 //! spec.api ─compile─▶ Api (CRD JSON) ─▶ refs::check   (templates vs schema)

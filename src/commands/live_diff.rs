@@ -116,33 +116,23 @@ pub fn sent_fields_of(live: &Value, desired: &Value) -> Value {
 }
 
 /// A line diff of two texts: unchanged lines start with two spaces,
-/// removed ones with `- `, added ones with `+ `.
+/// removed ones with `- `, added ones with `+ `. Myers' algorithm, in
+/// memory linear in the two texts, with a deadline so a pathological pair
+/// degrades to a coarser diff rather than a long wait.
 pub fn line_diff(before: &str, after: &str) -> String {
-    let a: Vec<&str> = before.lines().collect();
-    let b: Vec<&str> = after.lines().collect();
-    // Longest common subsequence, from the end.
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j, mut out) = (0, 0, String::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            out.push_str(&format!("  {}\n", a[i]));
-            (i, j) = (i + 1, j + 1);
-        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            out.push_str(&format!("- {}\n", a[i]));
-            i += 1;
-        } else {
-            out.push_str(&format!("+ {}\n", b[j]));
-            j += 1;
-        }
+    let diff = similar::TextDiff::configure()
+        .algorithm(similar::Algorithm::Myers)
+        .timeout(std::time::Duration::from_secs(2))
+        .diff_lines(before, after);
+    let mut out = String::with_capacity(before.len() + after.len());
+    for change in diff.iter_all_changes() {
+        out.push_str(match change.tag() {
+            similar::ChangeTag::Equal => "  ",
+            similar::ChangeTag::Delete => "- ",
+            similar::ChangeTag::Insert => "+ ",
+        });
+        out.push_str(change.value().trim_end_matches(['\n', '\r']));
+        out.push('\n');
     }
     out
 }
@@ -184,5 +174,21 @@ mod tests {
     fn a_line_diff_marks_removed_and_added_lines() {
         let diff = line_diff("a: 1\nb: 2\nc: 3\n", "a: 1\nb: 5\nc: 3\nd: 4\n");
         assert_eq!(diff, "  a: 1\n- b: 2\n+ b: 5\n  c: 3\n+ d: 4\n");
+    }
+
+    #[test]
+    fn a_line_diff_of_ten_thousand_lines_needs_no_table_of_their_product() {
+        // A quadratic table for 10,000 × 10,000 lines is 800 MB; the diff
+        // must come back with every line accounted for and nothing else.
+        let before: String = (0..10_000).map(|i| format!("k{i}: {i}\n")).collect();
+        let after: String = (0..10_000)
+            .map(|i| match i % 100 {
+                0 => format!("k{i}: changed\n"),
+                _ => format!("k{i}: {i}\n"),
+            })
+            .collect();
+        let diff = line_diff(&before, &after);
+        let count = |prefix: &str| diff.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!((count("- "), count("+ "), count("  ")), (100, 100, 9_900));
     }
 }

@@ -2,6 +2,7 @@
 //! the rules that take an object, its defaults, the snapshot filled from
 //! files, and the engine's own plan over it.
 
+use futures::FutureExt;
 use std::convert::Infallible;
 
 use kiln::engine::ObjKey;
@@ -66,7 +67,7 @@ pub fn decide(rule: &Rule, inputs: &Inputs) -> Decided {
     let source = Files { inputs };
     let known = Known::new();
     let read = decision::read(&source, rule, &this, inputs.clone(), &known, true);
-    let Some(Ok(reading)) = decision::at_once(read) else {
+    let Some(Ok(reading)) = read.now_or_never() else {
         let why = "the files given were not read at once".to_string();
         return Err(Box::new(Plan::refused(
             decision::reasons::INVALID,

@@ -38,7 +38,7 @@ pub use decorate::{
 };
 pub use diff::{equal, satisfied};
 pub use live::LiveChild;
-pub use observe::{Live, Reading, Source, at_once, child_mark, decide, read, snapshot};
+pub use observe::{Live, Reading, Source, child_mark, decide, read, snapshot};
 pub use placed::{believed as placed_believed, identity as placed_identity};
 pub use plan::{ChildVerdict, Draft, Known, Observed, Occupants, Plan, Verdict, draft};
 pub use related::{Found, Refusal, Target, seen as related_seen, target as related_target};

@@ -10,12 +10,10 @@
 //!
 //! A source's reads are futures: the API server's wait on the network,
 //! the caches' and files' are ready at once and are driven without a
-//! runtime ([`at_once`]), so a reconcile reads and renders on one stack.
+//! runtime (`FutureExt::now_or_never`), so a reconcile reads and renders on one stack.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use minijinja::Value as JinjaValue;
 use serde_json::Value;
@@ -286,17 +284,6 @@ pub fn child_mark<M: Meta + ?Sized>(
     placed::believed(rule, &mark, at, identity).then_some(mark)
 }
 
-/// Drives a read whose source answers at once (the caches, files) to its
-/// end without a runtime; `None` if it waits for something (a source that
-/// answers at once never does).
-pub fn at_once<T>(read: impl Future<Output = T>) -> Option<T> {
-    let mut read = pin!(read);
-    match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => Some(out),
-        Poll::Pending => None,
-    }
-}
-
 /// A primary's namespace and name, from its JSON.
 fn key_of(primary: &Value) -> ObjKey {
     ObjKey {
@@ -331,6 +318,7 @@ impl Refusal {
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
     use std::cell::RefCell;
     use std::convert::Infallible;
 
@@ -456,7 +444,9 @@ spec:
         };
         let known = Known::new();
         let reading = read(source, &rule, &this, inputs, &known, true);
-        let Ok(reading) = at_once(reading).expect("a memory source answers at once");
+        let Ok(reading) = reading
+            .now_or_never()
+            .expect("a memory source answers at once");
         reading
     }
 

@@ -3,6 +3,7 @@
 //! decides, as `kiln explain` does from the API server and `kiln render`
 //! from files.
 
+use futures::FutureExt;
 use std::convert::Infallible;
 
 use super::*;
@@ -110,7 +111,7 @@ impl RuleController {
             primary: obj,
         };
         let read = observe::read(&source, &self.rule, this, inputs, &known, false);
-        let Some(Ok(reading)) = observe::at_once(read) else {
+        let Some(Ok(reading)) = read.now_or_never() else {
             let why = "a read of the caches did not complete at once";
             return Err(Failure::new(Category::Transient, why));
         };
