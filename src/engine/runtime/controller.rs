@@ -79,7 +79,7 @@ pub struct Wiring {
     /// children and letting go of its finalizer needs no status.
     pub refused: bool,
     /// Only primaries created after this are taken (`takeExisting: false`).
-    pub since: Option<jiff::Timestamp>,
+    pub since: Option<crate::engine::decision::existing::Since>,
     /// Child kinds not served: their children wait (the rule starts over
     /// once one is served).
     pub unserved: Vec<Gvk>,
@@ -127,7 +127,7 @@ impl RuleController {
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
         // A refused rule writes no status: it has no part in any.
         if !wiring.refused {
-            shared.board.register(&rule, wiring.since);
+            shared.board.register(&rule, wiring.since.clone());
         }
         let this = Arc::new(Self {
             rule,
@@ -314,8 +314,9 @@ impl RuleController {
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels())
             && crate::engine::decision::existing::takes(
-                self.wiring.since,
+                self.wiring.since.as_ref(),
                 obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                obj.metadata.uid.as_deref().unwrap_or_default(),
             );
         let wanted = deletion::needed(&self.rule) && selected;
         // Never act on missing information: while the Namespace cache cannot
