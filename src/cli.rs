@@ -475,6 +475,11 @@ pub struct TestArgs {
     /// Write the results as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Write what each case makes (every child whole, the status, the
+    /// pruned children and errors) to `NAME.test.snap` beside its test
+    /// file; once that file exists, a case fails on any difference from it.
+    #[arg(long)]
+    pub update: bool,
 }
 
 /// `kiln render`

@@ -4,7 +4,12 @@
 //! invalid value the API server quotes back). The API server quotes values
 //! Go-style (`"line\n"`, `\"`) and JSON escapes them, so each value is
 //! redacted as it is, trimmed (a file's trailing newline), and in both of
-//! those escaped forms.
+//! those escaped forms. A value that is also a string the message's reader
+//! sees anyway (the primary's name, namespace or a value of its spec, the
+//! name of an object the reconcile reads in the primary's namespace) is
+//! left alone: redacting it
+//! protects nothing and hides which object a message is about
+//! ([`except_public`]).
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -106,6 +111,37 @@ pub fn with_drawn<'a>(
         push_forms(&mut secrets, value);
     }
     longest_first(secrets)
+}
+
+/// `secrets` without the values equal to one of `public`: strings whoever
+/// reads kiln's messages about the primary sees anyway (its own fields, the
+/// names of the objects it names), such as a database user `orders` that
+/// is also the name of the primary and its children.
+pub fn except_public<'a>(
+    mut secrets: Vec<String>,
+    public: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let public: std::collections::HashSet<&str> = public.into_iter().collect();
+    secrets.retain(|s| !public.contains(s.as_str()));
+    secrets
+}
+
+/// Every string of `value` (keys and leaves), for [`except_public`].
+pub fn strings(value: &Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => out.push(s.as_str()),
+            Value::Array(items) => stack.extend(items),
+            Value::Object(m) => {
+                out.extend(m.keys().map(String::as_str));
+                stack.extend(m.values());
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// `message` with every one of `secrets` replaced by [`REDACTED`].

@@ -314,6 +314,45 @@ fn render_applies_the_defaults_of_a_rule_defined_api() {
 }
 
 #[test]
+fn render_reads_a_primary_given_at_another_version_through_the_rules_conversions() {
+    let out = kiln_in_repo(&[
+        "render",
+        "--rules",
+        "rules/webapp-api.yaml",
+        "--object",
+        "examples/webapp-api/webapp-v1alpha1.yaml",
+    ]);
+    assert!(
+        out.contains("reads examples/webapp-api/webapp-v1alpha1.yaml at apps.demo.kiln.dev/v1"),
+        "{out}"
+    );
+    // v1alpha1's `nginx:1.27`, split into v1's repository and tag and
+    // joined again by the rule's `vars.image`.
+    assert!(out.contains("image: nginx:1.27\n"), "{out}");
+    assert!(out.contains("containerPort: 80\n"), "{out}");
+    // A version the API does not have is named with those it has.
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = dir.path().join("v2.yaml");
+    std::fs::write(
+        &v2,
+        "apiVersion: apps.demo.kiln.dev/v2\nkind: WebApp\nmetadata: {name: x, namespace: default}\nspec: {}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = kiln(&[
+        "render",
+        "--rules",
+        "rules/webapp-api.yaml",
+        "--object",
+        v2.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("webapps.apps.demo.kiln.dev has no version `v2` (versions: v1alpha1, v1)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn render_applies_the_defaults_of_a_crd_given() {
     let args = [
         "render",
@@ -1090,4 +1129,224 @@ fn rule_events_and_finalizer_names_are_checked_at_validate_time() {
     ] {
         assert!(err.contains(said), "{said}:\n{err}");
     }
+}
+
+/// Every shipped test file (under `rules/` and `examples/`), each with
+/// its rule file; each must have its snapshot.
+fn snapshotted_tests() -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut dirs = vec![root.join("rules"), root.join("examples")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            let Some(stem) = name.strip_suffix(".test.yaml") else {
+                continue;
+            };
+            assert!(
+                path.with_file_name(format!("{stem}.test.snap")).exists(),
+                "{} has no snapshot: run `kiln test --update`",
+                path.display()
+            );
+            out.push((path.clone(), path.with_file_name(format!("{stem}.yaml"))));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The paths of every scalar under `value`, as JSON pointers from `at`.
+fn leaves(value: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                leaves(
+                    v,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                leaves(v, format!("{at}/{i}"), out);
+            }
+        }
+        serde_json::Value::Null => {}
+        _ => out.push(at),
+    }
+}
+
+/// `value` changed: a string gets a character more, a number one more, a
+/// boolean the other value.
+fn mutated(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::String(s) => serde_json::Value::String(format!("{s}x")),
+        serde_json::Value::Bool(b) => serde_json::Value::Bool(!b),
+        serde_json::Value::Number(n) => serde_json::json!(n.as_f64().unwrap() as i64 + 1),
+        other => other.clone(),
+    }
+}
+
+/// The test file, with every path it names made absolute and its rule
+/// the one at `rule`, written into `dir` beside a copy of its snapshot.
+fn relocated_test(
+    test: &std::path::Path,
+    rule: &std::path::Path,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let here = test.parent().unwrap();
+    let mut spec: serde_json::Value =
+        serde_norway::from_str(&std::fs::read_to_string(test).unwrap()).unwrap();
+    let absolute = |v: &serde_json::Value| serde_json::json!(here.join(v.as_str().unwrap()));
+    spec["rules"] = serde_json::json!([rule]);
+    if let Some(crds) = spec.get_mut("crds").and_then(|c| c.as_array_mut()) {
+        for c in crds.iter_mut() {
+            *c = absolute(c);
+        }
+    }
+    for case in spec["cases"].as_array_mut().unwrap() {
+        if case.get("primaryFile").is_some() {
+            case["primaryFile"] = absolute(&case["primaryFile"]);
+        }
+    }
+    let name = test.file_name().unwrap();
+    let out = dir.join(name);
+    std::fs::write(&out, serde_norway::to_string(&spec).unwrap()).unwrap();
+    let snap = test.with_extension("snap");
+    std::fs::copy(&snap, out.with_extension("snap")).unwrap();
+    out
+}
+
+#[test]
+fn mutating_any_rendered_field_of_a_shipped_rule_fails_its_tests() {
+    let mut survived = Vec::new();
+    let mut tried = 0;
+    for (test, rule_file) in snapshotted_tests() {
+        let dir = tempfile::tempdir().unwrap();
+        let rule: serde_json::Value =
+            serde_norway::from_str(&std::fs::read_to_string(&rule_file).unwrap()).unwrap();
+        let copy = dir.path().join("rule.yaml");
+        std::fs::write(&copy, serde_norway::to_string(&rule).unwrap()).unwrap();
+        let relocated = relocated_test(&test, &copy, dir.path());
+        // Unchanged, the relocated copy passes: each failure below is the
+        // mutation's.
+        let (code, out, err) = kiln_test(&[relocated.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{}: {out}{err}", test.display());
+        let mut paths = Vec::new();
+        for (i, _) in rule["spec"]["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let at = format!("/spec/children/{i}/template");
+            leaves(
+                rule.pointer(&at).unwrap_or(&serde_json::Value::Null),
+                at,
+                &mut paths,
+            );
+        }
+        leaves(
+            &rule["spec"]["status"]["fields"],
+            "/spec/status/fields".into(),
+            &mut paths,
+        );
+        for path in paths {
+            let mut changed = rule.clone();
+            let leaf = changed.pointer_mut(&path).unwrap();
+            *leaf = mutated(leaf);
+            std::fs::write(&copy, serde_norway::to_string(&changed).unwrap()).unwrap();
+            let (code, _, _) = kiln_test(&[relocated.to_str().unwrap()]);
+            tried += 1;
+            if code == Some(0) {
+                survived.push(format!("{}: {path}", rule_file.display()));
+            }
+        }
+    }
+    assert!(tried > 100, "only {tried} leaves mutated");
+    assert!(
+        survived.is_empty(),
+        "these rendered fields can change with every test still passing:\n{}",
+        survived.join("\n")
+    );
+}
+
+#[test]
+fn test_update_writes_a_snapshot_and_a_case_then_fails_on_any_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = webapp_test(dir.path(), "      children: []\n");
+    let (code, out, err) = kiln_test(&[file.to_str().unwrap(), "--update"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let snap = dir.path().join("webapp.test.snap");
+    assert!(
+        out.contains(&format!("UPDATED {}", snap.display())),
+        "{out}"
+    );
+    let (code, out, err) = kiln_test(&[file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "the snapshot holds:\n{out}{err}");
+    let text = std::fs::read_to_string(&snap).unwrap();
+    assert!(
+        text.contains("    - name: http\n      port: 80\n"),
+        "{text}"
+    );
+    std::fs::write(&snap, text.replace("      port: 80\n", "      port: 81\n")).unwrap();
+    let (code, out, _) = kiln_test(&[file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("children[Service default/shop].spec.ports[0].port: expected 81, got 80"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_sample_secret_given_with_string_data_is_read_as_stored_and_a_missing_operand_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: shop-credentials, namespace: default}}\n{body}"),
+        )
+        .unwrap();
+        path
+    };
+    let render = |secret: &std::path::Path| {
+        kiln(&[
+            "render",
+            "--rules",
+            "rules/webapp.yaml",
+            "--crd",
+            "examples/webapp/crd.yaml",
+            "--object",
+            "examples/webapp/webapp.yaml",
+            "--related",
+            &format!("credentials={}", secret.display()),
+        ])
+    };
+    let hash = |out: &str| {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("kiln.dev/credentials-hash: "))
+            .map(str::to_string)
+    };
+    let (ok, data, err) = render(&secret("data.yaml", "data: {password: aHVudGVyMg==}\n"));
+    assert!(ok, "{err}");
+    let (ok, string_data, err) =
+        render(&secret("string.yaml", "stringData: {password: hunter2}\n"));
+    assert!(ok, "stringData is stored as data:\n{err}");
+    assert!(hash(&data).is_some());
+    assert_eq!(hash(&data), hash(&string_data));
+    let (ok, _, err) = render(&secret("empty.yaml", ""));
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "undefined value: `related.credentials.data` is undefined (the input of `hmac_sha256`)"
+        ),
+        "{err}"
+    );
 }

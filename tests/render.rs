@@ -204,7 +204,7 @@ fn webapp_without_its_required_secret_waits() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
         stderr.contains(
-            "waiting: nothing is rendered until these exist: related.credentials (pass --related credentials=FILE)"
+            "waiting: nothing is rendered until these exist: Secret default/shop-credentials (related.credentials: not given; pass --related credentials=FILE, or give it under `related:` in a test case)"
         ),
         "{stderr}"
     );

@@ -23,6 +23,7 @@ pub mod refs;
 pub mod roundtrip;
 pub mod rule;
 pub mod served;
+pub mod served_at;
 mod simple;
 pub mod spec;
 pub mod webhook;

@@ -176,7 +176,7 @@ pub fn lost(
 /// An object as the API server keeps it under `schema` (its whole
 /// `openAPIV3Schema`): `apiVersion`, `kind` and `metadata` as they are,
 /// every other field pruned to what the schema declares.
-fn prune_object(object: &Value, schema: &Value) -> Value {
+pub(super) fn prune_object(object: &Value, schema: &Value) -> Value {
     let mut out = prune(object, schema);
     if let (Some(out), Some(object)) = (out.as_object_mut(), object.as_object()) {
         for k in ["apiVersion", "kind", "metadata"] {

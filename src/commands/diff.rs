@@ -45,27 +45,45 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         args.kubeconfig.as_deref(),
         args.context.as_deref(),
         async |client| {
-            let mut out = String::new();
-            let mut changed = false;
+            let at = Target {
+                namespace: args.namespace.as_deref(),
+                field_manager: &args.field_manager,
+            };
+            let mut totals = Totals::default();
+            // One rule that cannot be diffed (a read refused, a kind not
+            // served) leaves every other rule diffed.
             for rule in &set.rules {
-                let at = Target {
-                    namespace: args.namespace.as_deref(),
-                    field_manager: &args.field_manager,
-                };
-                changed |= diff_rule(&client, rule, &at, &mut out).await?;
+                let mut out = String::new();
+                match diff_rule(&client, rule, &at, &mut out).await {
+                    Ok(changed) => totals.changed |= changed,
+                    Err(e) => {
+                        eprintln!("error: rule {}: {e:#}", rule.name);
+                        totals.failed = true;
+                    }
+                }
+                print!("{out}");
             }
-            print!("{out}");
-            anyhow::Ok(changed)
+            anyhow::Ok(totals)
         },
     );
     Ok(match outcome {
-        Ok(false) => ExitCode::SUCCESS,
-        Ok(true) => ExitCode::from(CHANGES),
+        Ok(Totals { failed: true, .. }) => ExitCode::from(ERROR),
+        Ok(Totals { changed: false, .. }) => ExitCode::SUCCESS,
+        Ok(Totals { changed: true, .. }) => ExitCode::from(CHANGES),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(ERROR)
         }
     })
+}
+
+/// What the rules diffed came to.
+#[derive(Default)]
+struct Totals {
+    /// Something would change.
+    changed: bool,
+    /// A rule could not be diffed.
+    failed: bool,
 }
 
 /// Where a diff reads: the namespace (`None`: all), and the field manager
@@ -75,14 +93,62 @@ struct Target<'a> {
     field_manager: &'a str,
 }
 
-/// Appends what `rule` would change to `out`; true when anything would.
+/// Appends what `rule` would change to `out` (its CRD first, when it
+/// defines its API); true when anything would.
 async fn diff_rule(
     client: &Client,
     rule: &Rule,
     at: &Target<'_>,
     out: &mut String,
 ) -> anyhow::Result<bool> {
-    let (ar, caps) = observe::capabilities(client, &rule.primary.gvk).await?;
+    let crd = super::diff_crd::crd_diff(client, rule, at.field_manager).await?;
+    out.push_str(&crd);
+    let gvk = &rule.primary.gvk;
+    let Some((ar, caps)) = observe::served(client, gvk).await? else {
+        // As the engine does: the rule waits until its kind is served.
+        let why = match &rule.api {
+            Some(_) => "kind not served yet: kiln creates its CRD, then the rule runs",
+            None => "kind not served: the rule will wait",
+        };
+        out.push_str(&format!("# {gvk} (rule {}): {why}\n", rule.name));
+        return Ok(!crd.is_empty());
+    };
+    let waiting = unserved(client, rule).await?;
+    if !waiting.is_empty() {
+        out.push_str(&format!(
+            "# {gvk} (rule {}): kind not served: {}: the rule will wait\n",
+            rule.name,
+            waiting.join(", ")
+        ));
+        return Ok(!crd.is_empty());
+    }
+    let changed = diff_primaries(client, rule, at, (ar, caps), out).await?;
+    Ok(changed || !crd.is_empty())
+}
+
+/// The kinds of the rule's children and watches the cluster does not
+/// serve (the engine starts a rule once all its kinds are served).
+async fn unserved(client: &Client, rule: &Rule) -> anyhow::Result<Vec<String>> {
+    let kinds = rule.children.iter().map(|c| &c.gvk);
+    let mut out: Vec<String> = Vec::new();
+    for gvk in kinds.chain(rule.watches.iter().map(|w| &w.gvk)) {
+        let name = gvk.to_string();
+        if !out.contains(&name) && observe::served(client, gvk).await?.is_none() {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// Appends what `rule` would change for each primary it selects; true
+/// when anything would.
+async fn diff_primaries(
+    client: &Client,
+    rule: &Rule,
+    at: &Target<'_>,
+    (ar, caps): (kube::core::ApiResource, kube::discovery::ApiCapabilities),
+    out: &mut String,
+) -> anyhow::Result<bool> {
     let status = live_status(client, &rule.primary.gvk, &ar.plural, &caps).await?;
     let namespace = at.namespace.filter(|_| caps.scope == Scope::Namespaced);
     let listed = observe::api(client, &ar, &caps.scope, namespace)

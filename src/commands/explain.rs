@@ -65,10 +65,12 @@ async fn explain(
         .as_str()
         .unwrap_or_default();
     let mut out = format!("{} {} (uid {uid})\n", found.gvk.kind, found.key);
+    // A rule on another version of the kind reads the object as the API
+    // server serves it at that version (`rules_section`).
     let taking: Vec<&Rule> = rules
         .iter()
         .map(AsRef::as_ref)
-        .filter(|r| r.primary.gvk == found.gvk)
+        .filter(|r| r.primary.gvk.group == found.gvk.group && r.primary.gvk.kind == found.gvk.kind)
         .collect();
     out.push_str(&rules_section(client, &found, &taking, &args.field_manager).await?);
     let no_status = found.gvk.may_be_crd() && !found.status_subresource && !taking.is_empty();
@@ -161,11 +163,32 @@ async fn rules_section(
                 if rule.read_only {
                     out.push_str(&format!("  {}: spec.for.readOnly: kiln writes nothing on this object (no condition, observedGeneration, status field, finalizer, label or annotation)\n", rule.name));
                 }
-                out.push_str(&children(client, rule, primary, field_manager).await?);
+                match at_version(client, found, &rule.primary.gvk).await {
+                    Ok(primary) => {
+                        out.push_str(&children(client, rule, &primary, field_manager).await?);
+                    }
+                    Err(e) => out.push_str(&format!("    cannot be read: {e:#}\n")),
+                }
             }
         }
     }
     Ok(out)
+}
+
+/// The object explained as the API server serves it at `gvk`'s version
+/// (the version a rule reads it at): read again when that is not the
+/// version it was named at, so the API server converts it.
+async fn at_version(client: &Client, found: &Found, gvk: &Gvk) -> anyhow::Result<Value> {
+    if gvk.version == found.gvk.version {
+        return Ok(found.primary.clone());
+    }
+    let (ar, caps) = capabilities(client, gvk).await?;
+    let key = &found.key;
+    let object = api(client, &ar, &caps.scope, key.namespace.as_deref())
+        .get_opt(&key.name)
+        .await?
+        .with_context(|| format!("{} {key} not found at {}", gvk.kind, gvk.api_version()))?;
+    Ok(serde_json::to_value(&object)?)
 }
 
 /// The object's conditions, and why kiln writes none when `no_status`.

@@ -228,10 +228,26 @@ pub async fn capabilities(
     client: &Client,
     gvk: &Gvk,
 ) -> anyhow::Result<(ApiResource, discovery::ApiCapabilities)> {
-    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
-    discovery::pinned_kind(client, &wanted)
-        .await
+    served(client, gvk)
+        .await?
         .with_context(|| format!("the cluster does not serve {gvk}"))
+}
+
+/// The kind's resource and capabilities; `None` when the API server does
+/// not serve it (discovery does not list it, or its group is not found),
+/// as the engine tells a kind that is not served yet
+/// (`engine::cache::Kinds`). Any other failure is an error.
+pub async fn served(
+    client: &Client,
+    gvk: &Gvk,
+) -> anyhow::Result<Option<(ApiResource, discovery::ApiCapabilities)>> {
+    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+    match discovery::pinned_kind(client, &wanted).await {
+        Ok(found) => Ok(Some(found)),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("discovering {gvk}")),
+    }
 }
 
 pub fn api(

@@ -15,39 +15,67 @@ use kiln::render::{self, Inputs, Rendered};
 use kiln::rules::{Gvk, Rule, RuleSet, Watch};
 use serde_json::Value;
 
-/// The rules whose primary kind is the object's (only `only`, if given).
+/// The rules whose primary kind is the object's, at any version (only
+/// `only`, if given): each reads it at its own version ([`read_by`]).
 pub fn matching<'a>(set: &'a RuleSet, primary: &Value, only: Option<&str>) -> Vec<&'a Rule> {
     let api_version = primary["apiVersion"].as_str().unwrap_or_default();
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let kind = primary["kind"].as_str().unwrap_or_default();
     set.rules
         .iter()
         .map(AsRef::as_ref)
         .filter(|r| only.is_none_or(|n| r.name == n))
-        .filter(|r| r.primary.gvk.api_version() == api_version && r.primary.gvk.kind == kind)
+        .filter(|r| r.primary.gvk.group == group && r.primary.gvk.kind == kind)
         .collect()
 }
 
-/// Fills in the defaults of the primary's schema, as the API server does
-/// before anyone reads the object: a rule that defines its API uses its
-/// own, otherwise the CRDs given.
-pub fn apply_defaults(matching: &[&Rule], crds: &[Value], primary: &mut Value) {
-    let schema = matching.iter().find_map(|r| {
-        let gvk = &r.primary.gvk;
-        match &r.api {
-            Some(api) => api.schema(&gvk.version).cloned(),
-            None => kiln::api::rule::schema_among(crds, &gvk.group, &gvk.version, &gvk.kind)
-                .map(|(_, schema)| schema.clone()),
+/// The primary as `rule` reads it, as the API server serves it: at the
+/// rule's version (converted from the version it is given at through the
+/// API's own conversions, or a CRD's `strategy: None`), with the schema's
+/// defaults filled in, as the API server fills them before anyone reads
+/// the object. The schema is the API's of the rule that defines it,
+/// otherwise the CRDs given.
+pub fn read_by(set: &RuleSet, rule: &Rule, crds: &[Value], given: &Value) -> Result<Value, String> {
+    let gvk = &rule.primary.gvk;
+    let defined = set
+        .rules
+        .iter()
+        .filter_map(|r| r.api.as_ref())
+        .find(|a| a.group == gvk.group && a.kind == gvk.kind);
+    let crd = match defined {
+        Some(api) => Some((&api.crd, api.conversions.as_deref())),
+        None => primary_crd_among(gvk, crds).map(|c| (c, None)),
+    };
+    match crd {
+        Some((crd, conversions)) => {
+            kiln::api::served_at::served_at(crd, conversions, given, &gvk.version)
+                .map_err(|e| e.to_string())
         }
-    });
-    if let Some(schema) = schema {
-        kiln::api::defaults::apply(&schema, primary);
+        None if given["apiVersion"] == gvk.api_version().as_str() => Ok(given.clone()),
+        None => Err(format!(
+            "rule `{}` reads {} at {}: give its CustomResourceDefinition (--crd FILE, or `crds:` in a test file) to convert it as the API server does",
+            rule.name,
+            given["apiVersion"].as_str().unwrap_or_default(),
+            gvk.api_version()
+        )),
     }
 }
 
-/// `inputs` with an empty list for each selector watch not given, as the
-/// engine gives one that selects nothing.
+/// `inputs` as the engine reads them: an empty list for each selector
+/// watch not given, as the engine gives one that selects nothing, and each
+/// Secret given with `stringData` as the API server stores it.
 pub fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
     let mut inputs = inputs.clone();
+    for given in inputs
+        .related
+        .values_mut()
+        .chain(inputs.observed.values_mut())
+    {
+        match given {
+            Value::Array(items) => items.iter_mut().for_each(stored_secret),
+            one => stored_secret(one),
+        }
+    }
     for watch in &rule.watches {
         if matches!(watch.target, kiln::rules::WatchTarget::Selector { .. }) {
             inputs
@@ -57,6 +85,30 @@ pub fn with_empty_selections(rule: &Rule, inputs: &Inputs) -> Inputs {
         }
     }
     inputs
+}
+
+/// A Secret as the API server stores it: each `stringData` key moved to
+/// `data`, base64-encoded (over a `data` key of the same name), as a
+/// written sample Secret would be read back.
+fn stored_secret(object: &mut Value) {
+    use base64::Engine as _;
+    if object["kind"] != "Secret" || object["apiVersion"] != "v1" {
+        return;
+    }
+    let Some(Value::Object(strings)) = object.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !object["data"].is_object() {
+        object["data"] = Value::Object(serde_json::Map::new());
+    }
+    for (key, value) in strings {
+        let text = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+        object["data"][key] = Value::String(encoded);
+    }
 }
 
 /// The engine's plan for one rule over the objects given (`inputs` as
@@ -251,9 +303,18 @@ impl Source for Files<'_> {
         Ok(None)
     }
 
-    fn missing(&self, watch: &Watch, _described: String) -> String {
+    /// The engine's words for the object (kind, name or labels, and the
+    /// watch: what its condition says, and what a user searches for), and
+    /// how to give it offline.
+    fn missing(&self, watch: &Watch, described: String) -> String {
         let w = &watch.name;
-        format!("related.{w} (pass --related {w}=FILE)")
+        let how = format!(
+            "related.{w}: not given; pass --related {w}=FILE, or give it under `related:` in a test case"
+        );
+        match described.strip_suffix(&format!(" (related.{w})")) {
+            Some(object) => format!("{object} ({how})"),
+            None => format!("{described} ({how})"),
+        }
     }
 }
 
@@ -263,7 +324,11 @@ fn primary_crd<'a>(rule: &'a Rule, crds: &'a [Value]) -> Option<&'a Value> {
     if let Some(api) = &rule.api {
         return Some(&api.crd);
     }
-    let gvk = &rule.primary.gvk;
+    primary_crd_among(&rule.primary.gvk, crds)
+}
+
+/// The CustomResourceDefinition of `gvk`'s kind among the CRDs given.
+fn primary_crd_among<'a>(gvk: &Gvk, crds: &'a [Value]) -> Option<&'a Value> {
     crds.iter()
         .filter(|c| c["kind"] == "CustomResourceDefinition")
         .find(|c| c["spec"]["group"] == gvk.group && c["spec"]["names"]["kind"] == gvk.kind)

@@ -30,15 +30,12 @@ pub fn load_rules(paths: &[std::path::PathBuf]) -> anyhow::Result<rules::RuleSet
 /// Renders every matching rule and prints children (and status patches) as YAML.
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let set = load_rules(&args.rules)?;
-    let mut primary = read_one(&args.object)?;
+    let primary = read_one(&args.object)?;
     let matching = matching(&set, &primary, args.rule.as_deref())?;
-    // The API server fills in the schema's defaults before anyone reads
-    // the object; so does render.
     let mut crds = Vec::new();
     for file in &args.crds {
         crds.extend(documents(file)?);
     }
-    offline::apply_defaults(&matching, &crds, &mut primary);
     if primary["metadata"]["uid"].is_null() {
         eprintln!(
             "note: {} has no metadata.uid, so ownerReferences are left out (the engine sets them)",
@@ -66,6 +63,29 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         selected += 1;
+        // The API server fills in the schema's defaults, and converts an
+        // object given at another version, before anyone reads it; so
+        // does render.
+        let read = match offline::read_by(&set, rule, &crds, &inputs.primary) {
+            Ok(read) => read,
+            Err(e) => {
+                eprintln!("rule `{}`: {e}", rule.name);
+                failed = true;
+                continue;
+            }
+        };
+        if read["apiVersion"] != inputs.primary["apiVersion"] {
+            println!(
+                "# note: rule `{}` reads {} at {}: converted as the API server serves it",
+                rule.name,
+                args.object.display(),
+                rule.primary.gvk.api_version()
+            );
+        }
+        let inputs = Inputs {
+            primary: read,
+            ..inputs.clone()
+        };
         if let (Some(ns), Some(_)) = (namespace, &rule.primary.namespace_selector) {
             eprintln!(
                 "note: rule `{}` takes objects only in namespaces matching spec.for.namespaceSelector; the labels of `{ns}` are not known offline, so that is not checked",

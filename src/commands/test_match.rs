@@ -72,6 +72,62 @@ pub fn compare(at: &str, field: &str, want: &Value, got: &Value, out: &mut Vec<F
     }
 }
 
+/// Compares `want` (a snapshot) with `got` exactly under `at` + `field`:
+/// every field either has and the other lacks, and every value that
+/// differs, is a failure; lists compare item by item.
+pub fn exact(at: &str, field: &str, want: &Value, got: &Value, out: &mut Vec<Failure>) {
+    let path = joined(at, field);
+    let sub = |k: &str| {
+        if field.is_empty() {
+            k.to_string()
+        } else {
+            format!("{field}.{k}")
+        }
+    };
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, v) in w {
+                exact(at, &sub(k), v, g.get(k).unwrap_or(&Value::Null), out);
+            }
+            for (k, v) in g.iter().filter(|(k, _)| !w.contains_key(*k)) {
+                out.push(Failure::new(
+                    &joined(at, &sub(k)),
+                    format!("not in the snapshot, got {}", show(v)),
+                ));
+            }
+        }
+        (Value::Array(w), Value::Array(g)) => {
+            for (i, (wv, gv)) in w.iter().zip(g).enumerate() {
+                exact(at, &format!("{field}[{i}]"), wv, gv, out);
+            }
+            if w.len() != g.len() {
+                out.push(Failure::new(
+                    &path,
+                    format!("expected {} items, got {}", w.len(), g.len()),
+                ));
+            }
+        }
+        (w, g) if kiln::engine::decision::equal(w, g) => {}
+        (w, Value::Null) => out.push(Failure::new(
+            &path,
+            format!("expected {}, got nothing", show(w)),
+        )),
+        (w, g) => out.push(Failure::new(
+            &path,
+            format!("expected {}, got {}", show(w), show(g)),
+        )),
+    }
+}
+
+/// `at` and a field path under it (`a.b`, or `a[0]` for a list item).
+fn joined(at: &str, field: &str) -> String {
+    match field {
+        "" => at.to_string(),
+        f if f.starts_with('[') => format!("{at}{f}"),
+        f => format!("{at}.{f}"),
+    }
+}
+
 /// The condition of `type_` in a status.
 pub fn find_condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
     status["conditions"]

@@ -189,10 +189,27 @@ pub fn guarded(
         if estimate(name, &args).is_some_and(|n| n > VALUE_LIMIT) {
             return Err(Exceeded::Size.into_error(&format!("the result of `{name}`")));
         }
-        let out = filter.call(state, &args)?;
+        let out = filter
+            .call(state, &args)
+            .map_err(|e| undefined_operand(e, name, &args))?;
         check(&out, &format!("the result of `{name}`"))?;
         Ok(out)
     }
+}
+
+/// An undefined-value error of filter `name` said of the operand that was
+/// undefined (its input, or argument `i`), so the message can name the
+/// expression the template wrote for it.
+fn undefined_operand(e: Error, name: &str, args: &[Value]) -> Error {
+    if e.kind() != ErrorKind::UndefinedError {
+        return e;
+    }
+    let detail = match args.iter().position(Value::is_undefined) {
+        Some(0) => super::undefined::input_detail(name),
+        Some(i) => super::undefined::argument_detail(name, i),
+        None => return e,
+    };
+    Error::new(ErrorKind::UndefinedError, detail)
 }
 
 /// The size of what filter `name` would return for `args`, for the filters

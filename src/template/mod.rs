@@ -31,6 +31,7 @@ pub mod known;
 pub mod limits;
 pub mod time;
 pub mod tree;
+mod undefined;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
@@ -382,32 +383,11 @@ fn to_render_error(path: &str, source: &str, e: &minijinja::Error) -> RenderErro
         (ErrorKind::InvalidOperation, Some("recursion limit exceeded")) => format!(
             "recursion limit exceeded: macro calls, includes and recursive loops nest at most {RECURSION_LIMIT} deep (a macro call counts 4)"
         ),
-        (ErrorKind::UndefinedError, _) => {
-            match e.range().and_then(|r| enclosing_expression(source, r)) {
-                Some(expr) => format!("undefined value: `{expr}` is undefined"),
-                None => "undefined value".to_string(),
-            }
-        }
+        (ErrorKind::UndefinedError, detail) => undefined::message(source, e.range(), detail),
         (kind, Some(detail)) => format!("{kind}: {detail}"),
         (kind, None) => kind.to_string(),
     };
     RenderError::new(path, message)
-}
-
-/// The text of the `{{ ... }}` around a byte range of a template's source.
-fn enclosing_expression(source: &str, range: std::ops::Range<usize>) -> Option<&str> {
-    let start = source
-        .get(..range.start)?
-        .rfind("{{")
-        .map_or(range.start, |i| i + 2);
-    let end = source
-        .get(range.end..)?
-        .find("}}")
-        .map_or(range.end, |i| range.end + i);
-    let expr = source
-        .get(start..end)?
-        .trim_matches(|c: char| c.is_whitespace() || c == '-' || c == '+');
-    Some(expr.split('|').next().unwrap_or(expr).trim())
 }
 
 fn approximate_size(v: &Value) -> usize {

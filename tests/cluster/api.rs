@@ -629,3 +629,182 @@ async fn the_staticsite_example_is_defaulted_by_its_committed_crd_and_its_childr
     assert_eq!(rendered.children.len(), 3);
     ns.delete().await;
 }
+
+/// A CRD of `Gadget` in `group`, whose spec has `size` and, `with_color`,
+/// `color` defaulting to `blue`.
+fn gadget_crd(group: &str, with_color: bool) -> Value {
+    let mut spec = json!({"size": {"type": "integer"}});
+    if with_color {
+        spec["color"] = json!({"type": "string", "default": "blue"});
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": spec},
+                }}},
+            }],
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_gaining_a_defaulted_field_refreshes_what_kiln_holds_of_its_objects() {
+    use crate::support::scene::Scene;
+    let scene = Scene::new("crd-default").await.projecting();
+    let group = format!("refresh{}.api.kiln.dev", std::process::id());
+    support::apply(&scene.client, gadget_crd(&group, false), None).await;
+    let gvk = kube::api::GroupVersionKind::gvk(&group, "v1", "Gadget");
+    support::wait_for_kind(&scene.client, &gvk, CONVERGE).await;
+    let api_version = format!("{group}/v1");
+    for name in ["g", "h"] {
+        scene
+            .apply(json!({"apiVersion": api_version, "kind": "Gadget",
+                "metadata": {"name": name}, "spec": {"size": 1}}))
+            .await;
+    }
+    let rule = support::rule_from_yaml(&format!(
+        r#"apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: gadgets}}
+spec:
+  for: {{apiVersion: {api_version}, kind: Gadget}}
+  children:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: "{{{{ self.metadata.name }}}}-gadget"}}
+        data: {{color: "{{{{ self.spec.color | default('unset') }}}}"}}
+"#
+    ));
+    let scene = scene.running(&[rule]).await;
+    let cm = ("v1", "ConfigMap", "g-gadget");
+    scene
+        .until("the child of the first schema", cm, |c| {
+            c["data"]["color"] == "unset"
+        })
+        .await;
+    // The CRD gains a defaulted field: the API server now gives it on every
+    // read of `g`, which is not written again.
+    support::apply(&scene.client, gadget_crd(&group, true), None).await;
+    // Another object written meanwhile: kiln's watch moves past the
+    // schema change, so resuming it needs no list again.
+    for size in 2..6 {
+        support::edit(
+            &scene.client,
+            (&api_version, "Gadget"),
+            Some(scene.ns()),
+            "h",
+            json!({"spec": {"size": size}}),
+        )
+        .await;
+    }
+    scene
+        .until("the child sees the default the API server gives", cm, |c| {
+            c["data"]["color"] == "blue"
+        })
+        .await;
+    scene.end().await;
+}
+
+/// A rule defining `Part` in `group` (one version), its spec the
+/// SimpleSchema `fields`, with a ConfigMap child whose data is `data`.
+fn part_rule(group: &str, fields: &str, data: &str) -> String {
+    format!(
+        r#"apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {{name: parts}}
+spec:
+  api:
+    group: {group}
+    kind: Part
+    versions:
+      - name: v1
+        schema:
+          spec:
+{fields}  children:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: "{{{{ self.metadata.name }}}}-part"}}
+        data: {data}
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_rule_defined_api_gaining_a_defaulted_field_is_read_with_it_after_the_reload() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "api-default").await;
+    let group = format!("parts{}.api.kiln.dev", std::process::id());
+    let size = "            size: integer\n";
+    let kiln = KilnProcess::start(
+        &part_rule(&group, size, r#"{size: "{{ self.spec.size | string }}"}"#),
+        &["--namespace", ns.name()],
+    );
+    let gvk = kube::api::GroupVersionKind::gvk(&group, "v1", "Part");
+    let ar = support::wait_for_kind(&client, &gvk, CONVERGE).await;
+    let parts: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns.name(), &ar);
+    for name in ["a", "b"] {
+        let part = json!({"apiVersion": format!("{group}/v1"), "kind": "Part",
+            "metadata": {"name": name}, "spec": {"size": 1}});
+        parts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(part).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let cm = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.name().to_string();
+        async move { support::get(&client, "v1", "ConfigMap", &ns, name).await }
+    };
+    eventually("the child of the first version", CONVERGE, || async {
+        cm("a-part").await.filter(|c| c["data"]["size"] == "1")
+    })
+    .await;
+    // The rule gains `color` (default blue) and reads it.
+    kiln.rewrite_rule(&part_rule(
+        &group,
+        &format!("{size}            color: string | default=\"blue\"\n"),
+        r#"{color: "{{ self.spec.color }}"}"#,
+    ));
+    let name = format!("parts.{group}");
+    eventually("kiln applied the new CRD", CONVERGE, || async {
+        let crd = crd(&client, &name).await?;
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["color"]
+            .is_object()
+            .then_some(())
+    })
+    .await;
+    // Another object written meanwhile: kiln's watch moves past the
+    // schema change, so resuming it needs no list again.
+    for size in 2..6 {
+        support::edit(
+            &client,
+            (&format!("{group}/v1"), "Part"),
+            Some(ns.name()),
+            "b",
+            json!({"spec": {"size": size}}),
+        )
+        .await;
+    }
+    eventually(
+        "the child of `a` has the default the API server gives",
+        CONVERGE,
+        || async { cm("a-part").await.filter(|c| c["data"]["color"] == "blue") },
+    )
+    .await;
+    drop(kiln);
+    ns.delete().await;
+}

@@ -239,6 +239,16 @@ async fn an_object_written_at_one_version_is_read_at_the_other() {
         },
     )
     .await;
+    // `kiln explain` of the object named at v1alpha1: the rule reads it
+    // at v1, as the API server serves it there.
+    let explained = support::kiln_explain(
+        &format!("{group}/v1alpha1"),
+        "App",
+        &format!("{}/shop", ns.name()),
+        &[("apps.yaml", &rule(&group, "v1"))],
+    );
+    assert!(explained.contains("apps: selects it"), "{explained}");
+    assert!(explained.contains("shop-app"), "{explained}");
 }
 
 /// Creates one unmanaged App at v1alpha1 (once, not retried).

@@ -40,15 +40,29 @@ fn after() -> String {
         .replace("extra", "fresh")
 }
 
-/// `kiln diff --rules DIR -n NS EXTRA…`: exit code and stdout.
+/// `kiln diff --rules FILE -n NS EXTRA…`: exit code and stdout.
 fn kiln_diff(rule: &str, namespace: &str, extra: &[&str]) -> (Option<i32>, String) {
+    kiln_diff_files(&[("rule.yaml", rule)], namespace, extra)
+}
+
+/// `kiln diff --rules DIR -n NS EXTRA…` of the rule files `(name, text)`:
+/// exit code, stdout and stderr.
+fn kiln_diff_files(
+    rules: &[(&str, &str)],
+    namespace: &str,
+    extra: &[&str],
+) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("rule.yaml"), rule).unwrap();
+    let rules_dir = dir.path().join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    for (name, text) in rules {
+        std::fs::write(rules_dir.join(name), text).unwrap();
+    }
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, support::kubeconfig_yaml()).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["diff", "--rules"])
-        .arg(dir.path().join("rule.yaml"))
+        .arg(&rules_dir)
         .args(["-n", namespace, "--kubeconfig"])
         .arg(&kubeconfig)
         .args(extra)
@@ -229,6 +243,88 @@ async fn explain_and_diff_judge_decorations_by_the_field_manager_kiln_runs_as() 
     assert!(
         out.contains(&format!("~ {line}would set the fields it lacks")),
         "{out}"
+    );
+    scene.end().await;
+}
+
+/// A rule defining `Gear` in `group` with the `spec` fields given.
+fn gear_api(name: &str, group: &str, fields: &str) -> String {
+    format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  api:\n    group: {group}\n    kind: Gear\n    versions:\n      - name: v1\n        schema:\n          spec:\n{fields}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kiln_diff_diffs_every_rule_it_can_and_shows_the_crds_it_would_create_or_refuse() {
+    let scene = Scene::new("diff-crds").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let pid = std::process::id();
+    // A rule on a kind no CRD serves yet: it waits.
+    let waiting = format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: waiting}}\nspec:\n  for: {{apiVersion: later{pid}.diff.kiln.dev/v1, kind: Gadget}}\n"
+    );
+    // A rule whose API is new: kiln would create its CRD.
+    let fresh_group = format!("fresh{pid}.diff.kiln.dev");
+    let fresh = gear_api("fresh", &fresh_group, "            size: integer\n");
+    // A rule whose API kiln installed, edited to drop a field: refused.
+    let narrowed_group = format!("narrowed{pid}.diff.kiln.dev");
+    let both = "            size: integer\n            color: string\n";
+    let installed = kiln::rules::load_sources(vec![kiln::rules::load::Source {
+        file: "rule.yaml".into(),
+        text: gear_api("narrowed", &narrowed_group, both),
+    }])
+    .unwrap_or_else(|d| panic!("{}", d[0]));
+    kiln::api::install::install_set(&scene.client, None, &installed)
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    let narrowed = gear_api("narrowed", &narrowed_group, "            size: integer\n");
+    // A rule on a served kind whose child kind is not served yet: it waits.
+    let parts = format!(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: parts}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}\n  children:\n    - id: part\n      template: {{apiVersion: later{pid}.diff.kiln.dev/v1, kind: Part, metadata: {{name: p}}}}\n"
+    );
+
+    let (code, out) = kiln_diff_files(
+        &[
+            ("a-waiting.yaml", &waiting),
+            ("b-fresh.yaml", &fresh),
+            ("c-narrowed.yaml", &narrowed),
+            ("d-widgets.yaml", BEFORE),
+            ("e-parts.yaml", &parts),
+        ],
+        scene.ns(),
+        &[],
+    );
+    assert_eq!(code, Some(1), "changes, no error:\n{out}");
+    for line in [
+        format!(
+            "# later{pid}.diff.kiln.dev/v1/Gadget (rule waiting): kind not served: the rule will wait"
+        ),
+        format!(
+            "+ CustomResourceDefinition gears.{fresh_group} (rule fresh): kiln would create this CRD"
+        ),
+        format!(
+            "# {fresh_group}/v1/Gear (rule fresh): kind not served yet: kiln creates its CRD, then the rule runs"
+        ),
+        format!(
+            "! CustomResourceDefinition gears.{narrowed_group} (rule narrowed): kiln would refuse this change"
+        ),
+        "!   breaking: v1 `spec.color`: ".to_string(),
+        format!("# Widget {}/w (rule diffed)", scene.ns()),
+        "+ ConfigMap w-main (main): created".to_string(),
+        format!(
+            "# test.kiln.dev/v1/Widget (rule parts): kind not served: later{pid}.diff.kiln.dev/v1/Part: the rule will wait"
+        ),
+    ] {
+        assert!(out.contains(&line), "no `{line}` in:\n{out}");
+    }
+    assert!(
+        crate::api::crd(&scene.client, &format!("gears.{fresh_group}"))
+            .await
+            .is_none(),
+        "kiln diff created no CRD"
     );
     scene.end().await;
 }

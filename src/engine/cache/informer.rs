@@ -31,6 +31,11 @@ use crate::engine::key::ObjKey;
 
 mod ingest;
 
+/// How long after a CRD's schema changes its objects are listed again: the
+/// API server serves the new schema once its own watch of the CRD has the
+/// change, which may come just after kiln's.
+pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A change to a cached object.
 #[derive(Debug)]
 pub enum Change<'a> {
@@ -88,6 +93,9 @@ pub struct Informer {
     dropped: AtomicU64,
     /// The names of the objects the scope left out (and not deleted since).
     elsewhere: Mutex<Elsewhere>,
+    /// The CRD schema the objects were listed under
+    /// ([`schema_is`](Informer::schema_is)), as a fingerprint.
+    listed_under: Mutex<Option<u64>>,
 }
 
 /// The share of a kind to ask the API server for (its shard selector),
@@ -172,6 +180,7 @@ impl Informer {
             served: Arc::default(),
             dropped: AtomicU64::new(0),
             elsewhere,
+            listed_under: Mutex::default(),
         })
     }
 
@@ -273,6 +282,41 @@ impl Informer {
         self.epoch.store(epoch, Ordering::SeqCst);
         self.quiet_relist.store(true, Ordering::SeqCst);
         self.relist(false);
+    }
+
+    /// Tells the cache which schema its kind's CRD has now (that of the
+    /// version watched; each rule on the kind tells it when it starts and
+    /// when the CRD changes). The first schema told is the one the cache
+    /// was listed under; a different one means the API server now defaults
+    /// and prunes the kind's objects by another schema when it reads them,
+    /// while the cache holds them as read before: the cache reads as
+    /// unsynced at once and lists again [`SETTLE`] later (when the API
+    /// server serves the new schema), handing every object on (a default
+    /// the API server adds leaves the resource version as it was). Once
+    /// per schema, however many rules tell it.
+    pub fn schema_is(self: &Arc<Self>, schema: &Option<serde_json::Value>) {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_string(schema)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        let before = self
+            .listed_under
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(fingerprint);
+        if before.is_none_or(|b| b == fingerprint) || self.apis.is_empty() {
+            return;
+        }
+        self.synced_tx.send_replace(false);
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(SETTLE).await;
+            if let Some(informer) = weak.upgrade() {
+                informer.relist(true);
+            }
+        });
     }
 
     /// Stops the watch streams and starts them again, from a fresh list;

@@ -78,10 +78,34 @@ impl Observed {
     }
 
     /// The Secret values this reconcile can see (related objects and live
-    /// children of kind Secret), to keep out of every message.
+    /// children of kind Secret), to keep out of every message; but for
+    /// those equal to a string the reader of its messages sees anyway: the
+    /// primary's own fields, and the names of the objects the reconcile
+    /// reads in the primary's namespace (never of objects elsewhere, whose
+    /// names that reader may not see).
     pub fn secrets(&self, rule: &Rule) -> Vec<String> {
         let inputs = &self.inputs;
-        crate::redact::secret_values(
+        let mut public = crate::redact::strings(&inputs.primary);
+        let here = self.primary_namespace();
+        for given in inputs.related.values().chain(inputs.observed.values()) {
+            let objects = match given {
+                serde_json::Value::Array(items) => items.iter().collect(),
+                one => vec![one],
+            };
+            let beside = |o: &&serde_json::Value| {
+                here.is_some()
+                    && o["metadata"]["namespace"]
+                        .as_str()
+                        .is_none_or(|n| Some(n) == here)
+            };
+            public.extend(
+                objects
+                    .into_iter()
+                    .filter(beside)
+                    .filter_map(|o| o["metadata"]["name"].as_str()),
+            );
+        }
+        let values = crate::redact::secret_values(
             rule.watches
                 .iter()
                 .filter(|w| is_secret(&w.gvk))
@@ -92,7 +116,8 @@ impl Observed {
                         .filter(|c| is_secret(&c.gvk))
                         .filter_map(|c| inputs.observed.get(&c.id)),
                 ),
-        )
+        );
+        crate::redact::except_public(values, public)
     }
 }
 

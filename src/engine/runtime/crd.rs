@@ -1,11 +1,16 @@
 //! The status schema of a rule's primary kind, read from its
 //! CustomResourceDefinition, and a watch of that one CRD that says when
-//! its schema changed.
+//! its status schema changed and lists the kind's objects again when its
+//! schema did.
+
+use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
+use serde_json::Value;
 
 use super::shared::Shared;
+use crate::engine::cache::informer::Informer;
 use crate::engine::cache::kinds;
 use crate::engine::decision::schema::{SchemaError, StatusSchema, StatusWrites, status_writes};
 use crate::rules::Rule;
@@ -42,11 +47,20 @@ pub(crate) async fn status_schema(
     } else {
         None
     };
+    let version = &primary.gvk.version;
+    let defined = crd.as_ref().map(|crd| Defined {
+        name: name.clone(),
+        version: version.clone(),
+        served: crate::api::version_schema(crd, version).cloned(),
+    });
     match status_writes(&primary.gvk, primary.has_status, crd.is_some()) {
         StatusWrites::Builtin => return Ok(Schema::none(StatusWrites::Builtin)),
         StatusWrites::NoSubresource => {
             tracing::warn!(rule = %rule.name, kind = %primary.gvk, "the primary's kind has no status subresource: kiln writes no status (no conditions, no fields) on its objects");
-            return Ok(Schema::none(StatusWrites::NoSubresource));
+            return Ok(Schema {
+                defined,
+                ..Schema::none(StatusWrites::NoSubresource)
+            });
         }
         StatusWrites::Yes => {}
     }
@@ -54,7 +68,6 @@ pub(crate) async fn status_schema(
         tracing::warn!(rule = %rule.name, crd = %name, "the primary kind has no CustomResourceDefinition (an aggregated API?); its status schema is not checked");
         return Ok(Schema::open());
     };
-    let version = &primary.gvk.version;
     let status = StatusSchema::from_crd(&crd, version).map_err(SchemaRead::Refused)?;
     status
         .check(
@@ -66,7 +79,8 @@ pub(crate) async fn status_schema(
         .map_err(SchemaRead::Refused)?;
     Ok(Schema {
         status,
-        crd: Some((name, version.clone())),
+        compare_status: true,
+        defined,
         refused: None,
         writes: StatusWrites::Yes,
     })
@@ -76,10 +90,13 @@ fn crds(client: &Client) -> kube::Api<CustomResourceDefinition> {
     kube::Api::all(client.clone())
 }
 
-/// The primary's status schema, and the CRD (name, version) it was read from.
+/// The primary's status schema, and the CRD it was read from.
 pub(crate) struct Schema {
     pub(crate) status: StatusSchema,
-    pub(crate) crd: Option<(String, String)>,
+    /// Whether `status` comes from the CRD (a change of it restarts the rule).
+    pub(crate) compare_status: bool,
+    /// The CRD that defines the primary kind, when one does.
+    pub(crate) defined: Option<Defined>,
     /// Why the rule is refused, if it is: it then only tears down the
     /// primaries being deleted, and checks the schema again every
     /// `kind_retry`.
@@ -92,7 +109,8 @@ impl Schema {
     pub(crate) fn open() -> Self {
         Self {
             status: StatusSchema::open(),
-            crd: None,
+            compare_status: false,
+            defined: None,
             refused: None,
             writes: StatusWrites::Yes,
         }
@@ -114,19 +132,34 @@ impl Schema {
     }
 }
 
-/// Returns once the status schema of the CRD differs from `current` (the
-/// CRD was edited in place), watching that one CRD; never without a CRD.
-pub(crate) async fn schema_change(
-    shared: &Shared,
-    crd: Option<(String, String)>,
-    current: StatusSchema,
-) {
-    let Some((name, version)) = crd else {
+/// The CustomResourceDefinition of a rule's primary kind, as read when
+/// the rule started.
+pub(crate) struct Defined {
+    name: String,
+    version: String,
+    /// The `openAPIV3Schema` of the rule's version.
+    served: Option<Value>,
+}
+
+/// Watches the primary kind's CRD (never returns without one), telling
+/// `primary` the schema of the rule's version as the rule starts and as it
+/// changes (a field, a default): the API server defaults and prunes the
+/// kind's objects by it when it reads them, and the cache lists them again
+/// when it is not the one they were listed under ([`Informer::schema_is`]),
+/// so templates see what the API server now gives, also when the CRD
+/// changed while no rule ran on it (a rule-defined API's CRD is applied
+/// before the rule's new version starts). Returns when the status schema
+/// differs from `status` (`compare_status`): the rule then starts over.
+pub(crate) async fn schema_change(shared: &Shared, schema: &Schema, primary: Arc<Informer>) {
+    let Some(defined) = &schema.defined else {
         return std::future::pending().await;
     };
-    let mut crd = shared.crds.subscribe(&shared.client, &name);
+    primary.schema_is(&defined.served);
+    let mut crd = shared.crds.subscribe(&shared.client, &defined.name);
     while let Some(json) = crd.next().await {
-        if StatusSchema::from_crd(&json, &version).ok().as_ref() != Some(&current) {
+        primary.schema_is(&crate::api::version_schema(&json, &defined.version).cloned());
+        let status = StatusSchema::from_crd(&json, &defined.version).ok();
+        if schema.compare_status && status.as_ref() != Some(&schema.status) {
             return;
         }
     }

@@ -409,8 +409,8 @@ async fn run_resolved(
         refused: schema.refused.is_some(),
         unserved: unserved.clone(),
     };
-    let refused = schema.refused;
-    let changed = schema_change(shared, schema.crd, schema.status);
+    let refused = schema.refused.clone();
+    let changed = schema_change(shared, &schema, primary.clone());
     tokio::pin!(changed);
     let controller = RuleController::new(rule.clone(), shared.clone(), wiring);
     if let Err(ended) = synced(rule, shared, &acquired_all, stop).await {

@@ -960,3 +960,31 @@ fn a_child_whose_dependency_is_left_out_is_left_out_too() {
     gone.sort_unstable();
     assert_eq!(gone, ["shop-after-opt", "shop-opt"]);
 }
+
+#[test]
+fn a_secret_value_that_is_also_a_name_the_reader_sees_is_not_redacted() {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let mut w = an_app(base());
+    // The database user is `shop`, the primary's own name; `team` its namespace.
+    w.observed.inputs.related.insert(
+        "creds".into(),
+        json!({"metadata": {"name": "creds"},
+            "data": {"user": b64("shop"), "ns": b64("team"), "password": b64("hunter2-pass"),
+                "host": b64("vault-db")}}),
+    );
+    // An object elsewhere named like a value: its name is not public.
+    w.observed.inputs.related.insert(
+        "other".into(),
+        json!({"metadata": {"name": "vault-db", "namespace": "infra"}}),
+    );
+    let secrets = w.observed.secrets(&w.rule);
+    assert!(secrets.contains(&"vault-db".to_string()), "{secrets:?}");
+    assert!(secrets.contains(&"hunter2-pass".to_string()), "{secrets:?}");
+    assert!(!secrets.contains(&"shop".to_string()), "{secrets:?}");
+    assert!(!secrets.contains(&"team".to_string()), "{secrets:?}");
+    assert_eq!(
+        crate::redact::redact("ConfigMap team/shop: password hunter2-pass", &secrets),
+        "ConfigMap team/shop: password [redacted]"
+    );
+}
