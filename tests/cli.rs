@@ -1129,6 +1129,18 @@ fn rule_events_and_finalizer_names_are_checked_at_validate_time() {
     ] {
         assert!(err.contains(said), "{said}:\n{err}");
     }
+    let rule = |name: &str| {
+        format!(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}\n  deletion: {{finalizer: finalizers.example.com}}\n"
+        )
+    };
+    std::fs::write(&file, format!("{}---\n{}", rule("a"), rule("b"))).unwrap();
+    let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("finalizer `finalizers.example.com` is already named by rule `a` on Widget"),
+        "{err}"
+    );
 }
 
 /// Every shipped test file (under `rules/` and `examples/`), each with

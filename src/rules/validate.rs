@@ -90,6 +90,11 @@ pub(super) fn validate_all(
                     diagnostics.push(doc.diagnostic(&[key("spec"), key("api")], why));
                     continue;
                 }
+                if let Some(why) = finalizer_twice(&rules, &rule) {
+                    let at = [key("spec"), key("deletion"), key("finalizer")];
+                    diagnostics.push(doc.diagnostic(&at, why));
+                    continue;
+                }
                 let clashes = status_field_clashes(&rules, &rule);
                 for (at, what, other) in &clashes {
                     diagnostics.push(doc.diagnostic(
@@ -384,6 +389,22 @@ pub fn is_condition_reason(r: &str) -> bool {
         && r.starts_with(|c: char| c.is_ascii_alphabetic())
         && r.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
         && r.chars().all(inner)
+}
+
+/// Why `rule` may not name its finalizer: a rule before it on the same
+/// kind names the same one (each would take the other's hold for its own,
+/// and tear down while the other still holds the primary).
+fn finalizer_twice(before: &[Arc<Rule>], rule: &Rule) -> Option<String> {
+    let name = rule.finalizer.as_deref()?;
+    let other = before.iter().find(|r| {
+        r.finalizer.as_deref() == Some(name)
+            && r.primary.gvk.group == rule.primary.gvk.group
+            && r.primary.gvk.kind == rule.primary.gvk.kind
+    })?;
+    Some(format!(
+        "finalizer `{name}` is already named by rule `{}` on {}: each rule holds a finalizer of its own",
+        other.name, rule.primary.gvk.kind
+    ))
 }
 
 /// `apiVersion` and `kind` as a kind, unchecked (checked elsewhere).
