@@ -12,6 +12,8 @@
 //! - [`rules`]: the rule format, loading and validation.
 //! - [`template`]: typed templates (minijinja), compiled once per rule.
 //! - [`engine`]: `kiln run`: shared informers, per-rule queues and workers, reconcile.
+//! - [`egress`]: requests to systems outside the cluster, guarded (SSRF, size, time).
+//! - [`hook`]: Metacontroller's hook request and answer JSON (pure).
 //! - [`lease`]: leader election on a Lease (client-go's algorithm).
 //! - [`metrics`]: Prometheus metrics (controller-runtime names, kiln's own).
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
@@ -29,8 +31,10 @@
 
 pub mod api;
 pub mod controlplane;
+pub mod egress;
 pub mod engine;
 pub mod gate;
+pub mod hook;
 pub mod lease;
 pub mod listener;
 pub mod metrics;

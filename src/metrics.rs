@@ -70,6 +70,11 @@ pub struct Metrics {
     /// `kiln_write_budget_exhausted_total{rule}`: a primary's children were
     /// rewritten too often (a fight with another controller), writes paused.
     pub budget_exhausted: Family<Labels, Counter>,
+    /// `kiln_hook_requests_total{rule,result}`: calls of a rule's hook, by
+    /// result (`ok`, or the egress error's class: `timeout`, `status`, ...).
+    pub hook_requests: Family<Labels, Counter>,
+    /// `kiln_hook_duration_seconds{rule}`: how long a hook took to answer.
+    pub hook_duration: Family<Labels, Histogram, fn() -> Histogram>,
     /// `kiln_undecodable_objects_total{gvk}`: objects left out of the cache
     /// because they cannot be decoded (each counted once).
     pub undecodable: Family<Labels, Counter>,
@@ -172,6 +177,8 @@ impl Metrics {
             apply_total: Family::default(),
             writes: Family::default(),
             budget_exhausted: Family::default(),
+            hook_requests: Family::default(),
+            hook_duration: Family::new_with_constructor(histogram),
             undecodable: Family::default(),
             watches: Gauge::default(),
             cached_objects: Family::default(),
@@ -203,6 +210,7 @@ impl Metrics {
         m.register_controller_runtime(&mut registry);
         m.register_writes(&mut registry);
         m.register_cache(&mut registry);
+        m.register_hooks(&mut registry);
         m.register_rules(&mut registry);
         m.register_election(&mut registry);
         m.register_conversion(&mut registry);
@@ -269,6 +277,20 @@ impl Metrics {
             "kiln_write_budget_exhausted",
             "Times a primary's children were rewritten too often and kiln paused its writes",
             self.budget_exhausted.clone(),
+        );
+    }
+
+    /// The calls of rules' hooks.
+    fn register_hooks(&self, registry: &mut Registry) {
+        registry.register(
+            "kiln_hook_requests",
+            "Calls of a rule's hook per rule and result (ok, or the error's class)",
+            self.hook_requests.clone(),
+        );
+        registry.register(
+            "kiln_hook_duration_seconds",
+            "How long a rule's hook took to answer (or fail)",
+            self.hook_duration.clone(),
         );
     }
 
@@ -417,6 +439,16 @@ impl Metrics {
             "Children looked up on the API server before being written, because the cache left out (as another replica's) an object of their name",
             self.shard_lookups.clone(),
         );
+    }
+
+    /// A hook of `rule` was called: its `result` and how long it took.
+    pub fn hook_called(&self, rule: &str, result: &str, took: std::time::Duration) {
+        self.hook_requests
+            .get_or_create(&labels2(("rule", rule), ("result", result)))
+            .inc();
+        self.hook_duration
+            .get_or_create(&label("rule", rule))
+            .observe(took.as_secs_f64());
     }
 
     /// A write of `verb` is sent for `rule` (`kiln_writes_total`).

@@ -99,8 +99,9 @@ impl Grants {
         if let Some(api) = &rule.api {
             self.grant_named(CRDS, api.name(), &["get", "create", "patch"]);
         }
-        if rule.ordered_deletion {
-            // Its ordered-deletion finalizer, applied to the primary itself.
+        if rule.ordered_deletion || rule.hook.as_ref().is_some_and(|h| h.finalize.is_some()) {
+            // Its finalizer (ordered deletion, a finalize hook), applied to
+            // the primary itself.
             self.grant(p, plural(p), &["patch"]);
         }
         // blockOwnerDeletion on children's owner references.
@@ -535,6 +536,9 @@ mod tests {
         };
         assert!(may_patch("true"));
         assert!(!may_patch("false"), "only what the rules need");
+        // A finalize hook holds the primary with the same finalizer.
+        let hook = "false}\n  hooks:\n    finalize: {url: 'http://h.example/f'";
+        assert!(may_patch(hook));
     }
 
     #[test]

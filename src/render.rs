@@ -12,7 +12,7 @@ use crate::template::{Budget, RenderError, to_jinja};
 
 mod condition;
 pub mod events;
-mod finish;
+pub(crate) mod finish;
 pub mod history;
 
 use condition::{render_condition, wake_at};
@@ -64,6 +64,8 @@ pub struct Inputs {
     pub now: Option<jiff::Timestamp>,
     /// Child kinds the API server does not serve (yet): their children wait.
     pub unserved: Vec<Gvk>,
+    /// A hook's answer recorded for `kiln test` (`None`: none given).
+    pub hook: Option<crate::hook::Called>,
 }
 
 /// Whether a kind is namespaced. The engine answers from discovery; without a

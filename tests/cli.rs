@@ -751,6 +751,14 @@ fn test_runs_the_cases_of_the_ported_chaospod() {
     assert!(out.contains("3 passed, 0 failed"), "{out}");
 }
 
+#[test]
+fn test_runs_the_recorded_hook_answers_of_the_ported_hello_world() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ported/hello-hook");
+    let (code, out, err) = kiln_test(&[dir]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("3 passed, 0 failed"), "{out}");
+}
+
 /// A test file beside a copy of the webapp rule, with `expect` as given.
 fn webapp_test(dir: &std::path::Path, expect: &str) -> std::path::PathBuf {
     let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/webapp.yaml");

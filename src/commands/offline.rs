@@ -316,6 +316,20 @@ impl Source for Files<'_> {
             None => format!("{described} ({how})"),
         }
     }
+
+    /// The answer the case recorded; no network.
+    async fn hook(
+        &self,
+        _rule: &Rule,
+        _endpoint: &kiln::rules::hook::Endpoint,
+        _request: &Value,
+    ) -> Result<kiln::hook::Called, Infallible> {
+        Ok(self
+            .inputs
+            .hook
+            .clone()
+            .unwrap_or(kiln::hook::Called::NotCalled))
+    }
 }
 
 /// The primary kind's CustomResourceDefinition as the files tell it: the

@@ -232,8 +232,19 @@ fn engine_options(args: &RunArgs) -> Options {
         concurrency: args.engine.concurrency,
         shutdown_grace: args.engine.shutdown_timeout,
         state_namespace: lease_place(&args.election).0,
+        egress: kiln::egress::Client::new(kiln::egress::AddressPolicy::new(api_server())),
         ..Options::default()
     }
+}
+
+/// The API server's address as a pod sees it (the `kubernetes` Service),
+/// refused to every hook; outside a cluster the API server kiln talks to
+/// is on loopback or a host a rule names, and loopback is refused anyway.
+fn api_server() -> Vec<std::net::IpAddr> {
+    ["KUBERNETES_SERVICE_HOST", "KUBERNETES_PORT_443_TCP_ADDR"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok()?.parse().ok())
+        .collect()
 }
 
 /// What a `kiln run` process serves besides the engine, each when asked for.

@@ -55,8 +55,41 @@ struct Case {
     related: Map<String, Value>,
     #[serde(default)]
     observed: Map<String, Value>,
+    /// What the rule's hook answers (no network): `response`, the JSON it
+    /// returns, or `error`, why the call fails.
+    hook: Option<Recorded>,
     #[serde(default)]
     expect: Expect,
+}
+
+/// A hook's recorded answer.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Recorded {
+    /// The body the hook answers (`status`, `children`, `resyncAfterSeconds`,
+    /// `finalized`).
+    response: Option<Value>,
+    /// Why the call fails (a timeout, a refused connection, a 500).
+    error: Option<String>,
+}
+
+impl Recorded {
+    /// What the engine makes of it, read as an answer from the network is.
+    fn called(&self) -> anyhow::Result<kiln::hook::Called> {
+        use kiln::hook::Called;
+        use kiln::rules::hook::{MAX_BODY, MAX_CHILDREN};
+        match (&self.response, &self.error) {
+            (Some(response), None) => {
+                let body = serde_json::to_vec(response)?;
+                Ok(match kiln::hook::answer(&body, MAX_BODY, MAX_CHILDREN) {
+                    Ok(answer) => Called::Answered(answer),
+                    Err(e) => Called::Failed(format!("the hook answered: {e}")),
+                })
+            }
+            (None, Some(error)) => Ok(Called::Failed(error.clone())),
+            _ => bail!("hook: give exactly one of `response` and `error`"),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -283,6 +316,7 @@ fn run_case(
         Some(s) => kiln::template::time::parse(s).map_err(|e| anyhow::anyhow!("now: {e}"))?,
         None => kiln::template::time::current(),
     };
+    let hook = case.hook.as_ref().map(Recorded::called).transpose()?;
     let namespace = given["metadata"]["namespace"].as_str();
     let labels: std::collections::BTreeMap<String, String> =
         serde_json::from_value(given["metadata"]["labels"].clone()).unwrap_or_default();
@@ -311,6 +345,7 @@ fn run_case(
             draw: Draw::Placeholder,
             now: Some(now),
             unserved: Vec::new(),
+            hook: hook.clone(),
         };
         got.add(rule, &inputs, crds);
     }

@@ -22,6 +22,11 @@ pub struct Options {
     /// kiln's own namespace, where it keeps what tenants may not write
     /// (the first load of a rule with `takeExisting: false`: `since.rs`).
     pub state_namespace: String,
+    /// The guarded client every hook is called through
+    /// (`crate::egress`): loopback, link-local, cloud metadata and the API
+    /// server are refused; only tests allow a server on loopback
+    /// (`AddressPolicy::allowing_loopback_for_tests`).
+    pub egress: crate::egress::Client,
 }
 
 impl Default for Options {
@@ -34,6 +39,7 @@ impl Default for Options {
             shutdown_grace: Duration::from_secs(30),
             project_cache: std::env::var_os("KILN_CACHE_PROJECTION").is_none_or(|v| v != "0"),
             state_namespace: own_namespace(),
+            egress: crate::egress::Client::new(crate::egress::AddressPolicy::default()),
         }
     }
 }

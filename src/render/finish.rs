@@ -138,6 +138,27 @@ pub(super) fn finish_child(
     Ok((object, namespace, name))
 }
 
+/// A child a hook returned for `primary`, finished as a rendered one:
+/// placed, marked with `child`'s id, named as the API server takes names.
+pub(crate) fn hooked(
+    rule: &Rule,
+    child: &crate::rules::Child,
+    object: Value,
+    primary: &Value,
+    scope_of: ScopeOf<'_>,
+) -> Result<super::DesiredChild, RenderFailure> {
+    let owner = Owner::of(primary, &rule.primary.gvk);
+    let (object, namespace, name) = finish_child(rule, child, object, &owner, scope_of)?;
+    Ok(super::DesiredChild {
+        id: child.id.clone(),
+        gvk: child.gvk.clone(),
+        namespace,
+        name,
+        object,
+        generated: Vec::new(),
+    })
+}
+
 /// Refuses a name or namespace the API server would not take, before it
 /// becomes part of a URL.
 fn check_names(

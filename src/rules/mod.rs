@@ -11,6 +11,7 @@ mod child_options;
 pub mod diagnostic;
 pub mod duration;
 pub mod history;
+pub mod hook;
 pub mod load;
 pub mod names;
 pub mod observed;
@@ -327,6 +328,43 @@ pub struct Child {
     pub when_first: bool,
     /// Which children no longer rendered stay (`history`).
     pub history: Vec<history::HistoryClass>,
+    /// Returned by the rule's sync hook (`spec.hooks.children`), not
+    /// rendered: any number of objects of its kind, none from a template.
+    pub from_hook: bool,
+}
+
+impl Child {
+    /// A kind the rule's hook may return (`spec.hooks.children`): owned (or
+    /// orphaned), in the primary's namespace, any number of them.
+    pub fn from_hook(id: String, gvk: Gvk, deletion_policy: DeletionPolicy) -> Self {
+        // `metadata` with no name or namespace: `engine::placed` then finds
+        // such a child only in its primary's namespace (or cluster-scoped).
+        let template = Tree::Value(serde_json::json!({
+            "apiVersion": gvk.api_version(),
+            "kind": gvk.kind,
+            "metadata": {},
+        }));
+        Self {
+            id,
+            gvk,
+            when: None,
+            for_each: None,
+            template,
+            ready_when: None,
+            ready_on_exists: false,
+            adopt: false,
+            adopt_names: Vec::new(),
+            update_policy: UpdatePolicy::Always,
+            recreate: true,
+            replace: Vec::new(),
+            deletion_policy,
+            outside: false,
+            needs: Vec::new(),
+            when_first: true,
+            history: Vec::new(),
+            from_hook: true,
+        }
+    }
 }
 
 /// What a decorator patches.
@@ -469,6 +507,8 @@ pub struct Rule {
     pub templates: TemplateSet,
     /// The API the rule defines (`spec.api`): its CRD.
     pub api: Option<Arc<crate::api::Api>>,
+    /// `spec.hooks`: the sync and finalize hooks.
+    pub hook: Option<hook::Hook>,
 }
 
 /// A validated set of rules with unique names.

@@ -90,6 +90,78 @@ pub struct RawSpec {
     /// sample-controller records `Synced`), each when its `when` holds.
     #[serde(default)]
     pub events: Vec<RawEvent>,
+    /// A sync and a finalize hook speaking Metacontroller's
+    /// CompositeController JSON: what the sync hook returns is applied as
+    /// the primary's children and status.
+    #[serde(default)]
+    pub hooks: Option<RawHooks>,
+}
+
+/// `spec.hooks` as written.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHooks {
+    /// Called on every reconcile with Metacontroller's sync request
+    /// (`controller`, `parent`, `children`, `related`, `finalizing`); its
+    /// answer (`status`, `children`, `resyncAfterSeconds`) is what kiln
+    /// applies for the primary.
+    #[serde(default)]
+    pub sync: Option<RawEndpoint>,
+    /// Called while a primary is being deleted (`finalizing: true`), until it
+    /// answers `finalized: true`: kiln holds a finalizer on the primary
+    /// until then, or until `giveUpAfter`.
+    #[serde(default)]
+    pub finalize: Option<RawFinalize>,
+    /// The kinds the hook may return, each under an id of its own (the id
+    /// kiln marks those children with). An answer holding any other kind
+    /// is refused whole.
+    #[serde(default)]
+    pub children: Vec<RawHookChild>,
+}
+
+/// Where a hook is, as written.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawEndpoint {
+    /// The hook's URL, literal (`http://` or `https://`): kiln POSTs the
+    /// request there.
+    pub url: String,
+    /// How long kiln waits for the answer (default `10s`, at most `60s`).
+    #[serde(default)]
+    pub timeout: Option<DurationText>,
+}
+
+/// The finalize hook, as written.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawFinalize {
+    /// The hook's URL, literal (`http://` or `https://`).
+    pub url: String,
+    /// How long kiln waits for one answer (default `10s`, at most `60s`).
+    #[serde(default)]
+    pub timeout: Option<DurationText>,
+    /// How long after the primary's deletion kiln keeps calling (default
+    /// `1h`, at most `168h`); then it gives up, says so in a Warning Event,
+    /// and lets go of its finalizer.
+    #[serde(default)]
+    pub give_up_after: Option<DurationText>,
+}
+
+/// A kind the hook may return.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHookChild {
+    /// The id kiln marks these children with; unique among the rule's
+    /// children.
+    pub id: String,
+    /// `group/version` of the kind.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// `Delete` (default): owned by the primary, pruned when the hook stops
+    /// returning it. `Orphan`: left behind.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
 }
 
 /// An Event the rule records on the primary when a reconcile ends.

@@ -29,6 +29,7 @@ mod children;
 mod decorators;
 mod events;
 mod history;
+mod hooks;
 mod kinds;
 mod order;
 mod requeue;
@@ -223,8 +224,12 @@ impl<'a> Checker<'a> {
         let child_ids: Vec<String> = raw.spec.children.iter().map(|c| c.id.clone()).collect();
         let watches = self.watches();
         let vars = self.vars(&watch_names, &child_ids);
-        let children = self.children(&watch_names, &child_ids);
+        let mut children = self.children(&watch_names, &child_ids);
         let order = self.order(&children);
+        // A hook's children come after the rendered ones: they are not
+        // rendered, so not in `order`.
+        let (hook, hooked) = self.hooks(&child_ids);
+        children.extend(hooked);
         let status_fields = self.status_fields(&watch_names, &child_ids);
         let conditions = self.conditions(&watch_names, &child_ids);
         let decorators = self.decorators(&watch_names, &child_ids);
@@ -268,6 +273,7 @@ impl<'a> Checker<'a> {
             events,
             templates: self.set,
             api: api.map(Arc::new),
+            hook,
         })
     }
 

@@ -37,6 +37,7 @@ mod forged_children;
 mod foundation;
 mod generate;
 mod history;
+mod hooks;
 mod hostile_fights;
 mod hostile_generated;
 mod hostile_leases;

@@ -346,7 +346,8 @@ fn apply(keep: &Keep, object: &mut Value) {
 /// What `rule` needs cached of each kind it uses: its primary whole; each
 /// child what its template sets, what its `readyWhen` reads of `child` and
 /// what any template reads of `children.<id>`; each watched kind what any
-/// template reads of `related.<name>`; a kind a decorator patches, whole.
+/// template reads of `related.<name>`; a kind a decorator patches, a kind a
+/// hook returns and, for a rule with hooks, each watched kind: whole.
 /// A kind named twice gets the union.
 pub(crate) fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
     let references: Vec<String> = templates_of(rule)
@@ -361,6 +362,12 @@ pub(crate) fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
     let mut out: Vec<(Gvk, Projection)> =
         vec![(rule.primary.gvk.clone(), Projection::everything())];
     for child in &rule.children {
+        // A hook is sent its children whole, and its answer is compared
+        // with all of the live child.
+        if child.from_hook {
+            out.push((child.gvk.clone(), Projection::everything()));
+            continue;
+        }
         let mut keep = Projection::identity();
         keep.keep_set_by_tree(&child.template);
         reads(&format!("children.{}", child.id), &mut keep);
@@ -395,7 +402,8 @@ pub(crate) fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
             .decorators
             .iter()
             .any(|d| matches!(&d.target, DecoratorTarget::Related(n) if *n == watch.name));
-        let mut keep = if decorated {
+        // A hook is sent the related objects whole.
+        let mut keep = if decorated || rule.hook.is_some() {
             Projection::everything()
         } else {
             Projection::identity()

@@ -20,11 +20,13 @@ pub(crate) fn finalizer(rule: &Rule) -> String {
 }
 
 /// Whether the rule holds its finalizer on primaries: it names it, it
-/// deletes its children in order, or it has `outside` children it deletes
-/// (no owner reference lets the garbage collector delete those; kiln does).
+/// deletes its children in order, it has a finalize hook to call first, or
+/// it has `outside` children it deletes (no owner reference lets the
+/// garbage collector delete those; kiln does).
 pub(crate) fn needed(rule: &Rule) -> bool {
     rule.finalizer.is_some()
         || rule.ordered_deletion
+        || rule.hook.as_ref().is_some_and(|h| h.finalize.is_some())
         || rule
             .children
             .iter()

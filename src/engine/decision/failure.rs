@@ -24,6 +24,9 @@ pub enum Category {
     Transient,
     /// This replica no longer holds the lease: it must not write.
     LeaseLost,
+    /// The rule's hook failed or its answer was refused: nothing was
+    /// applied; retried with backoff.
+    Hook,
 }
 
 impl Category {
@@ -35,6 +38,7 @@ impl Category {
             Self::Invalid => reasons::INVALID,
             Self::Denied => reasons::DENIED,
             Self::Transient | Self::LeaseLost => reasons::APPLY_FAILED,
+            Self::Hook => reasons::HOOK_FAILED,
         }
     }
 
@@ -47,6 +51,7 @@ impl Category {
             Self::Denied => "denied",
             Self::Transient => "error",
             Self::LeaseLost => "lease_lost",
+            Self::Hook => "hook",
         }
     }
 
@@ -56,8 +61,15 @@ impl Category {
         match self {
             Self::Conflict | Self::Forbidden => Some(Next::After(slow)),
             Self::Invalid => Some(Next::Done),
-            Self::Transient | Self::LeaseLost | Self::Denied => None,
+            Self::Transient | Self::LeaseLost | Self::Denied | Self::Hook => None,
         }
+    }
+
+    /// Whether a failure retried with backoff is still told in a Warning
+    /// Event (once per distinct message): nothing kiln watches may change
+    /// when it is lifted (an admission denial, a hook's own trouble).
+    pub fn told(self) -> bool {
+        matches!(self, Self::Denied | Self::Hook)
     }
 }
 

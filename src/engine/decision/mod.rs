@@ -18,6 +18,7 @@ pub(crate) mod diff;
 pub(crate) mod existing;
 pub(crate) mod failure;
 mod history;
+pub(crate) mod hooked;
 mod live;
 pub(crate) mod observe;
 pub(crate) mod outcome;

@@ -94,6 +94,18 @@ pub trait Source {
     fn missing(&self, _watch: &Watch, described: String) -> String {
         described
     }
+
+    /// What `rule`'s hook at `endpoint` answers `request` (Metacontroller's
+    /// JSON, [`crate::hook::request`]). A source that does not call hooks
+    /// says so (the default).
+    fn hook(
+        &self,
+        _rule: &Rule,
+        _endpoint: &crate::rules::hook::Endpoint,
+        _request: &Value,
+    ) -> impl Future<Output = Result<crate::hook::Called, Self::Error>> {
+        async { Ok(crate::hook::Called::NotCalled) }
+    }
 }
 
 /// One reconcile as read from a source: the snapshot, the plan, and (when
@@ -132,12 +144,44 @@ pub async fn read<S: Source>(
             });
         }
     };
+    if let Some((endpoint, request)) = hook_request(rule, &observed) {
+        observed.hook = Some(source.hook(rule, endpoint, &request).await?);
+    }
     let (plan, rendered) = decide(source, rule, this, &mut observed, known, keep).await?;
     Ok(Reading {
         observed,
         plan,
         rendered,
     })
+}
+
+/// The hook a reconcile calls and its request, once the snapshot is
+/// complete (no cache blind, no required object missing: a hook is never
+/// asked about what kiln cannot see): the finalize hook while the primary
+/// goes (none without one), else the sync hook.
+pub(crate) fn hook_request<'r>(
+    rule: &'r Rule,
+    observed: &Observed,
+) -> Option<(&'r crate::rules::hook::Endpoint, Value)> {
+    if !observed.blind.is_empty() || !observed.missing.is_empty() {
+        return None;
+    }
+    let hook = rule.hook.as_ref()?;
+    let inputs = &observed.inputs;
+    let finalizing = !inputs.primary["metadata"]["deletionTimestamp"].is_null();
+    let endpoint = if finalizing {
+        &hook.finalize.as_ref()?.endpoint
+    } else {
+        hook.sync.as_ref()?
+    };
+    let request = crate::hook::request(
+        rule,
+        &inputs.primary,
+        &inputs.observed,
+        &inputs.related,
+        finalizing,
+    );
+    Some((endpoint, request))
 }
 
 /// What a decision reads, but for the names' holders (they need the
@@ -178,7 +222,7 @@ pub async fn snapshot<S: Source>(
         let Some(mut live) = by_id.remove(spec.id.as_str()) else {
             continue;
         };
-        let value = if spec.for_each.is_some() {
+        let value = if spec.for_each.is_some() || spec.from_hook {
             live.sort_by(|a, b| {
                 a["metadata"]["name"]
                     .as_str()

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::failure::{Category, Failure};
+use super::failure::Failure;
 use super::plan::{self, Next, Plan, Raise};
 use super::status::Part;
 use crate::rules::Requeue;
@@ -86,7 +86,7 @@ pub(crate) fn failed(
     let reason = failure.category.reason();
     let slow = requeue.on_error.max;
     let retry = failure.category.retry(slow);
-    let report = if retry.is_some() || failure.category == Category::Denied {
+    let report = if retry.is_some() || failure.category.told() {
         Report::Raise(Raise {
             warning: true,
             reason,
@@ -126,6 +126,7 @@ impl Failed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::decision::failure::Category;
     use crate::engine::decision::status::{Outcome, reasons};
 
     const SLOW: Duration = Duration::from_secs(300);
@@ -149,6 +150,8 @@ mod tests {
             next: Next::After(Duration::from_secs(600)),
             children: Vec::new(),
             suspended: false,
+            hook_failed: None,
+            finalized: false,
         }
     }
 

@@ -69,6 +69,9 @@ pub struct Observed {
     /// Where each watch looked (watch name, target): what the primary's
     /// reconcile depends on besides its children.
     pub targets: Vec<(String, super::related::Target)>,
+    /// What the rule's sync (or, while the primary goes, finalize) hook
+    /// answered (`None`: not called).
+    pub hook: Option<crate::hook::Called>,
 }
 
 impl Observed {
@@ -169,6 +172,11 @@ pub struct Plan {
     /// engine writes nothing for it, not even status; `status` is never
     /// written.
     pub suspended: bool,
+    /// The rule's hook failed or its answer is refused (why): nothing is
+    /// applied or pruned, and the engine retries with backoff.
+    pub hook_failed: Option<String>,
+    /// The finalize hook answered `finalized: true`.
+    pub finalized: bool,
 }
 
 /// What a plan does with one child.
@@ -229,6 +237,36 @@ impl Plan {
             next,
             children: Vec::new(),
             suspended: false,
+            hook_failed: None,
+            finalized: false,
+        }
+    }
+
+    /// The plan when the hook's answer cannot be applied: nothing written
+    /// but status.
+    fn hook_refused(refused: super::hooked::Refused, rule: &Rule, generation: Option<i64>) -> Self {
+        use super::hooked::Refused;
+        match refused {
+            Refused::Failed(message) => Self {
+                hook_failed: Some(message.clone()),
+                ..Self::only(
+                    unrendered(
+                        Outcome::Failed {
+                            reason: reasons::HOOK_FAILED,
+                            message,
+                        },
+                        generation,
+                    ),
+                    Next::Done,
+                )
+            },
+            // Not asked (a command that calls no hook; or the engine's
+            // snapshot was completed between its two reads): looked at
+            // again shortly.
+            Refused::NotCalled => {
+                let missing = vec!["the sync hook's answer (not asked here)".into()];
+                Self::waits(rule, Outcome::Waiting { missing }, generation)
+            }
         }
     }
 
@@ -324,10 +362,26 @@ pub fn draft(
         return Err(Box::new(plan));
     }
     match render::render_with(rule, this, &observed.inputs, scope_of) {
-        Ok(rendered) => Ok(Draft {
-            rendered,
-            generation,
-        }),
+        Ok(mut rendered) => {
+            let inputs = &observed.inputs;
+            let hooked = rule.hook.as_ref().is_some_and(|h| h.sync.is_some());
+            if (hooked || observed.hook.is_some())
+                && let Err(refused) = super::hooked::merge(
+                    rule,
+                    observed.hook.as_ref(),
+                    &inputs.primary,
+                    &inputs.observed,
+                    &mut rendered,
+                    scope_of,
+                )
+            {
+                return Err(Box::new(Plan::hook_refused(refused, rule, generation)));
+            }
+            Ok(Draft {
+                rendered,
+                generation,
+            })
+        }
         Err(e) => {
             let reason = match e {
                 render::RenderFailure::Name { .. } => reasons::INVALID,
@@ -377,17 +431,13 @@ impl Draft {
     /// Decides the reconcile: what to apply, re-own and prune, the status
     /// and when to look again.
     pub fn decide(self, rule: &Rule, observed: &Observed, known: &Known) -> Plan {
-        let Self {
-            rendered,
-            generation,
-        } = self;
+        let (rendered, generation) = (self.rendered, self.generation);
         if let Some(plan) = collisions(rule, observed, &rendered.children, generation) {
             return plan;
         }
         let kept = super::history::kept(&rendered.history, &observed.children);
         let prune = prunes(rule, observed, &rendered, &kept);
         let (not_ready, waiting, next) = progress(rule, &rendered);
-        let unserved = unserved(rule, observed, &rendered);
         let rest = verdicts_of_live(rule, observed, &rendered, &prune, &kept);
         let mut children = Vec::with_capacity(rendered.children.len() + rest.len());
         let mut reown = Vec::new();
@@ -435,17 +485,19 @@ impl Draft {
         children.extend(rest);
         let primary = &observed.inputs.primary;
         touch.extend(super::remember::update(rule, primary, &observed.children));
+        let (finalized, waiting, next) = finalizing(rule, observed, waiting, next);
+        let outcome = Outcome::Applied {
+            not_ready,
+            waiting,
+            unserved: unserved(rule, observed, &rendered.waiting),
+        };
         Plan {
             apply,
             reown,
             prune,
             touch,
             status: Part {
-                outcome: Outcome::Applied {
-                    not_ready,
-                    waiting,
-                    unserved,
-                },
+                outcome,
                 fields: Some(rendered.status),
                 conditions: rendered.conditions,
                 generation,
@@ -453,8 +505,31 @@ impl Draft {
             next,
             children,
             suspended: false,
+            hook_failed: None,
+            finalized,
         }
     }
+}
+
+/// Whether the finalize hook answered `finalized: true`; until it does,
+/// the primary waits for it (also in its status), asked again at the
+/// rule's waiting interval (or its `resyncAfterSeconds`).
+fn finalizing(
+    rule: &Rule,
+    observed: &Observed,
+    mut waiting: Vec<String>,
+    next: Next,
+) -> (bool, Vec<String>, Next) {
+    let finalized = matches!(&observed.hook, Some(crate::hook::Called::Answered(a)) if a.finalized);
+    if !crate::hook::finalizing(rule, &observed.inputs.primary) || finalized {
+        return (finalized, waiting, next);
+    }
+    waiting.push("the finalize hook to answer `finalized: true`".to_string());
+    (
+        false,
+        waiting,
+        next.no_later_than(Some(rule.requeue.waiting)),
+    )
 }
 
 /// The live children to delete: no longer rendered, and neither orphaned,
@@ -507,9 +582,9 @@ fn progress(rule: &Rule, rendered: &render::Rendered) -> (Vec<String>, Vec<Strin
 }
 
 /// The kinds the children waiting wait for the API server to serve.
-fn unserved(rule: &Rule, observed: &Observed, rendered: &render::Rendered) -> Vec<String> {
+fn unserved(rule: &Rule, observed: &Observed, waiting: &[render::ChildWait]) -> Vec<String> {
     let mut kinds: Vec<String> = Vec::new();
-    for w in &rendered.waiting {
+    for w in waiting {
         let Some(child) = policy(rule, &w.id) else {
             continue;
         };

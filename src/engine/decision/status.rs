@@ -56,6 +56,9 @@ pub mod reasons {
     pub const DENIED: &str = "Denied";
     /// A rule has not reconciled the object since kiln started.
     pub const NOT_RECONCILED_YET: &str = "NotReconciledYet";
+    /// The rule's hook failed (an error, a timeout, a status not 2xx, a
+    /// body too large or not its JSON), or its answer was refused.
+    pub const HOOK_FAILED: &str = "HookFailed";
 }
 
 /// How a reconcile went, as far as status is concerned.

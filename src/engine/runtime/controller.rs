@@ -24,6 +24,7 @@ use super::unwatched;
 mod execute;
 mod finalizer;
 mod handlers;
+mod hook;
 mod observe;
 mod state;
 mod told;
@@ -97,6 +98,8 @@ pub struct RuleController {
     claims: Mutex<Claims>,
     /// Per primary, per rule Event: what was last told (`told.rs`).
     told: Mutex<HashMap<ObjKey, Vec<Option<u64>>>>,
+    /// When each primary's hook was last asked (rules with hooks only).
+    asked: Mutex<HashMap<ObjKey, std::time::Instant>>,
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
 }
 
@@ -139,6 +142,7 @@ impl RuleController {
             claims: Mutex::default(),
             told: Mutex::default(),
             subscriptions: Mutex::default(),
+            asked: Mutex::default(),
         });
         let weak = Arc::downgrade(&this);
         let mut subs = Vec::new();
@@ -326,7 +330,7 @@ impl RuleController {
         let wanted = (!unsure).then_some(wanted);
         let going = obj.metadata.deletion_timestamp.is_some();
         match deletion::finalizing(holds, wanted, going) {
-            Finalizing::TearDown => return self.tear_down(&obj).await,
+            Finalizing::TearDown => return self.finalize(key, &obj).await,
             Finalizing::Release => return self.hold(&obj, false).await.map(|()| Next::Done),
             Finalizing::Stop => return Ok(Next::Done),
             Finalizing::Set(hold) => self.hold(&obj, hold).await?,
@@ -335,19 +339,31 @@ impl RuleController {
         if !selected {
             return Ok(Next::Done);
         }
-        let primary = serde_json::to_value(&*obj)
+        self.sync(key, &obj).await.map(|(next, _)| next)
+    }
+
+    /// Observes, asks the rule's hook, plans and carries the plan out;
+    /// with whether the finalize hook answered `finalized: true`.
+    async fn sync(&self, key: &ObjKey, obj: &DynamicObject) -> Result<(Next, bool), Failure> {
+        if let Some(wait) = self.too_soon(key) {
+            return Ok((Next::After(wait), false));
+        }
+        let primary = serde_json::to_value(obj)
             .map_err(|e| Failure::new(Category::Transient, e.to_string()))?;
         // Converted for templates once, for the watch references and the render.
         let this = to_jinja(&primary);
+        let called = self.call_hook(obj, &primary, &this).await;
         // Reading the watches and rendering run on one big stack (template limits).
-        let decided =
-            crate::template::limits::render_stack(|| self.decide(key, &obj, primary, &this))?;
+        let decided = crate::template::limits::render_stack(|| {
+            self.decide(key, obj, primary, &this, called)
+        })?;
         let observe::Decided {
             plan,
             secrets,
             decorations,
         } = decided;
-        self.execute(&obj, &plan, &decorations, &secrets).await
+        let next = self.execute(obj, &plan, &decorations, &secrets).await?;
+        Ok((next, plan.finalized))
     }
 }
 

@@ -104,6 +104,7 @@ impl<'a> Checker<'a> {
                     needs,
                     when_first,
                     history,
+                    from_hook: false,
                 });
             }
         }

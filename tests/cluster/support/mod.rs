@@ -21,6 +21,7 @@ use kube::{Api, Client, discovery};
 use serde::Deserialize;
 
 pub mod counts;
+pub mod hook_server;
 pub mod scene;
 pub mod stall;
 

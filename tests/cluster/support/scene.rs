@@ -27,6 +27,8 @@ pub struct Scene {
     also: Vec<String>,
     /// Whether the engine caches only what rules set and read.
     project: bool,
+    /// Whether hooks may be served on loopback (the test-only setting).
+    loopback: bool,
 }
 
 impl Scene {
@@ -41,6 +43,7 @@ impl Scene {
             writes: WriteCounter::default(),
             also: Vec::new(),
             project: false,
+            loopback: false,
         }
     }
 
@@ -68,11 +71,20 @@ impl Scene {
         self
     }
 
+    /// The engine's egress client will connect to a server on loopback
+    /// (a hook the test serves): the explicit test-only setting, never a
+    /// default.
+    pub fn allowing_loopback(mut self) -> Self {
+        self.loopback = true;
+        self
+    }
+
     /// With an engine running `rules` in this namespace (each rule running).
     pub async fn running(mut self, rules: &[Arc<Rule>]) -> Self {
         let mut namespaces = vec![self.ns().to_string()];
         namespaces.extend(self.also.iter().cloned());
-        let (engine, writes) = start_engine_with(&namespaces, rules, self.project).await;
+        let (engine, writes) =
+            start_engine_with(&namespaces, rules, self.project, self.loopback).await;
         self.engine = Some(engine);
         self.writes = writes;
         self
@@ -200,7 +212,7 @@ pub async fn start_engine(
     namespaces: &[String],
     rules: &[Arc<Rule>],
 ) -> (Arc<Engine>, WriteCounter) {
-    start_engine_with(namespaces, rules, Options::default().project_cache).await
+    start_engine_with(namespaces, rules, Options::default().project_cache, false).await
 }
 
 /// [`start_engine`], caching only what rules set and read when `project`.
@@ -208,8 +220,13 @@ async fn start_engine_with(
     namespaces: &[String],
     rules: &[Arc<Rule>],
     project: bool,
+    loopback: bool,
 ) -> (Arc<Engine>, WriteCounter) {
     let (client, writes) = super::counting_client().await;
+    let mut policy = kiln::egress::AddressPolicy::default();
+    if loopback {
+        policy = policy.allowing_loopback_for_tests();
+    }
     let options = Options {
         namespaces: namespaces.to_vec(),
         concurrency: 2,
@@ -217,6 +234,7 @@ async fn start_engine_with(
         project_cache: project,
         // What kiln keeps of its own stays in the test's namespace.
         state_namespace: namespaces[0].clone(),
+        egress: kiln::egress::Client::new(policy),
         ..Options::default()
     };
     let engine = Arc::new(Engine::new(client, options));

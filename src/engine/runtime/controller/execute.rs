@@ -18,6 +18,13 @@ impl RuleController {
         decorations: &Result<Decorations, String>,
         secrets: &[String],
     ) -> Result<Next, Failure> {
+        // The hook failed or its answer is refused: nothing is applied,
+        // pruned or decorated; the status and a Warning say why, and the
+        // primary is retried with backoff.
+        if let Some(why) = &plan.hook_failed {
+            let failure = Failure::new(Category::Hook, why.clone());
+            return self.failed(obj, plan, failure, secrets).await;
+        }
         // Decorating an object another primary of the rule decorates too
         // fails, once the children went through.
         let shared = self.claim(obj, decorations);

@@ -25,6 +25,7 @@ impl RuleController {
                 lock(&self.states).remove(&key);
                 lock(&self.told).remove(&key);
                 lock(&self.reverse).forget(&key);
+                lock(&self.asked).remove(&key);
                 let touched = lock(&self.claims).forget(&key);
                 for other in touched {
                     self.enqueue(other);

@@ -12,9 +12,13 @@ use crate::render::Rendered;
 use crate::rules::Watch;
 
 /// This rule's caches, read for one primary.
-struct Caches<'a> {
-    controller: &'a RuleController,
-    primary: &'a DynamicObject,
+pub(super) struct Caches<'a> {
+    pub(super) controller: &'a RuleController,
+    pub(super) primary: &'a DynamicObject,
+    /// What the rule's hook answered, asked before the read
+    /// (`RuleController::call_hook`): the caches answer at once, a hook
+    /// does not.
+    pub(super) hook: Option<crate::hook::Called>,
 }
 
 impl Source for Caches<'_> {
@@ -74,6 +78,18 @@ impl Source for Caches<'_> {
     fn unseen(&self, rule: &Rule, rendered: &Rendered) -> Option<String> {
         unwatched::unseen(rule, rendered, &self.controller.shared.options.namespaces)
     }
+
+    async fn hook(
+        &self,
+        _rule: &Rule,
+        _endpoint: &crate::rules::hook::Endpoint,
+        _request: &Value,
+    ) -> Result<crate::hook::Called, Infallible> {
+        // Not asked before the read (what it saw then did not call for
+        // it): the change that completed the snapshot queues the primary
+        // again, and that reconcile asks.
+        Ok(self.hook.clone().unwrap_or(crate::hook::Called::NotCalled))
+    }
 }
 
 /// What a reconcile decided from the caches.
@@ -94,6 +110,7 @@ impl RuleController {
         obj: &DynamicObject,
         primary: Value,
         this: &JinjaValue,
+        hook: Option<crate::hook::Called>,
     ) -> Result<Decided, Failure> {
         let known = lock(&self.states)
             .get(key)
@@ -109,6 +126,7 @@ impl RuleController {
         let source = Caches {
             controller: self,
             primary: obj,
+            hook,
         };
         let read = observe::read(&source, &self.rule, this, inputs, &known, false);
         let Some(Ok(reading)) = read.now_or_never() else {
@@ -233,9 +251,26 @@ pub(super) fn stranger(found: &DynamicObject, rule: &str, primary_uid: &str) -> 
 }
 
 /// The rule's status field names and condition types.
-pub(super) fn status_names(rule: &Rule) -> (Vec<&str>, Vec<&str>) {
+pub(super) fn status_names<'a>(
+    rule: &'a Rule,
+    owned: &'a [String],
+    others: &[&str],
+) -> (Vec<&'a str>, Vec<&'a str>) {
+    let mut fields: Vec<&str> = rule.status_fields.iter().map(|(n, _)| n.as_str()).collect();
+    // A sync hook's fields are what it answers: those kiln wrote before
+    // (and no other rule names) are its, so a hook that fails leaves them
+    // as they are instead of taking them away.
+    if rule.hook.as_ref().is_some_and(|h| h.sync.is_some()) {
+        let engine = ["observedGeneration", "conditions"];
+        fields.extend(
+            owned
+                .iter()
+                .map(String::as_str)
+                .filter(|k| !engine.contains(k) && !others.contains(k)),
+        );
+    }
     (
-        rule.status_fields.iter().map(|(n, _)| n.as_str()).collect(),
+        fields,
         rule.conditions.iter().map(|c| c.type_.as_str()).collect(),
     )
 }

@@ -301,8 +301,9 @@ impl RuleController {
                 )
             })
             .collect();
+        let owned = owned_status::owned(&obj.metadata, &self.shared.options.field_manager);
         if rules.len() <= 1 {
-            let (fields, conditions) = status_names(&self.rule);
+            let (fields, conditions) = status_names(&self.rule, &owned, &[]);
             let me = Contributor {
                 rule: &self.rule.name,
                 fields: &fields,
@@ -317,7 +318,14 @@ impl RuleController {
         let writer = self.shared.board.writer(gvk, &key);
         let _turn = writer.lock().await;
         let parts = self.shared.board.put(gvk, &key, &self.rule.name, part);
-        let names: Vec<_> = rules.iter().map(|r| status_names(r)).collect();
+        let declared: Vec<&str> = rules
+            .iter()
+            .flat_map(|r| r.status_fields.iter().map(|(n, _)| n.as_str()))
+            .collect();
+        let names: Vec<_> = rules
+            .iter()
+            .map(|r| status_names(r, &owned, &declared))
+            .collect();
         let contributors: Vec<Contributor<'_>> = rules
             .iter()
             .zip(&names)
