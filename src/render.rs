@@ -10,9 +10,12 @@ use crate::rules::{Child, Gvk, Rule};
 use crate::template::generate::{self, Draw};
 use crate::template::{Budget, RenderError, to_jinja};
 
+mod condition;
+pub mod events;
 pub(crate) mod finish;
 pub mod history;
 
+use condition::{render_condition, wake_at};
 use finish::{Owner, finish_child};
 
 /// Label every child carries.
@@ -40,6 +43,8 @@ pub const PRIMARY_UID_ANNOTATION: &str = "kiln.dev/primary-uid";
 /// Annotation naming that primary (its name; its namespace is the child's
 /// for a namespaced primary).
 pub const PRIMARY_NAME_ANNOTATION: &str = "kiln.dev/primary-name";
+/// What a child of a kind not served waits for, after the kind's name.
+pub const UNSERVED: &str = "to be served (its CustomResourceDefinition installed)";
 /// Most children one `forEach` may render.
 pub const MAX_FOR_EACH: usize = 1000;
 
@@ -59,6 +64,8 @@ pub struct Inputs {
     /// The instant `now()` gives: set once per reconcile (or by
     /// `kiln render --now`); unset, each render reads the clock once.
     pub now: Option<jiff::Timestamp>,
+    /// Child kinds the API server does not serve (yet): their children wait.
+    pub unserved: Vec<Gvk>,
     /// A hook's answer recorded for `kiln test` (`None`: none given).
     pub hook: Option<crate::hook::Called>,
 }
@@ -465,23 +472,28 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
-    /// What `child` waits for among the children before it, for humans:
-    /// "`service` to exist", "`db` to be ready".
+    /// What `child` waits for, for humans: its kind to be served, and
+    /// among the children before it "`service` to exist", "`db` to be ready".
     fn waits_for(&self, child: &Child) -> Vec<String> {
-        child
-            .needs
-            .iter()
-            .filter(|n| {
-                if n.ready {
-                    self.ready.get(&n.id) != Some(&Value::Bool(true))
-                } else {
-                    !self.present.contains(&n.id.as_str())
-                }
-            })
-            .map(|n| {
-                let what = if n.ready { "be ready" } else { "exist" };
-                format!("`{}` to {what}", n.id)
-            })
+        let kind = self.frame.inputs.unserved.contains(&child.gvk);
+        let kind = kind.then(|| format!("{} {UNSERVED}", child.gvk));
+        kind.into_iter()
+            .chain(
+                child
+                    .needs
+                    .iter()
+                    .filter(|n| {
+                        if n.ready {
+                            self.ready.get(&n.id) != Some(&Value::Bool(true))
+                        } else {
+                            !self.present.contains(&n.id.as_str())
+                        }
+                    })
+                    .map(|n| {
+                        let what = if n.ready { "be ready" } else { "exist" };
+                        format!("`{}` to {what}", n.id)
+                    }),
+            )
             .collect()
     }
 
@@ -498,8 +510,10 @@ impl<'a> Walk<'a> {
                 .template
                 .render(&rule.templates, item_ctx, &mut self.budget)
         });
+        // A field rendering `none` is left out, as in status and conversion.
+        let object = crate::template::tree::without_nulls(object?);
         let (object, namespace, name) =
-            finish_child(rule, child, object?, &self.frame.owner, self.frame.scope_of)?;
+            finish_child(rule, child, object, &self.frame.owner, self.frame.scope_of)?;
         let live = observed_named(inputs.observed.get(&child.id), &name);
         let drew = !generated.is_empty();
         if drew {
@@ -676,76 +690,6 @@ fn is_ready(
             let c = minijinja::context! { child => to_jinja(live), ..item_ctx.clone() };
             set.eval_bool(expr, &c)?
         }
-    })
-}
-
-/// The [`Wake`] a rendered `spec.requeue.at` asks for: its earliest
-/// instant after `now`. An instant not after `now` asks for none: this
-/// render is at or after it, so it has come (it fires once, never in a loop).
-fn wake_at(value: &Value, now: jiff::Timestamp) -> Result<Option<Wake>, RenderFailure> {
-    use crate::template::time;
-    let at =
-        time::earliest_after(value, now).map_err(|why| RenderError::new("spec.requeue.at", why))?;
-    Ok(at.map(|at| Wake {
-        at,
-        after: time::wait_until(now, at),
-    }))
-}
-
-/// Renders one of the rule's conditions: its status from a boolean or the
-/// text `True`/`False`/`Unknown`, a CamelCase reason, a message.
-fn render_condition(
-    c: &crate::rules::Condition,
-    set: &crate::template::TemplateSet,
-    ctx: &JinjaValue,
-    budget: &mut Budget,
-) -> Result<RuleCondition, RenderError> {
-    let path = c.status.path();
-    let status = match set.eval(&c.status, ctx, budget)? {
-        Value::Bool(true) => "True",
-        Value::Bool(false) => "False",
-        Value::String(s) if s == "True" => "True",
-        Value::String(s) if s == "False" => "False",
-        Value::String(s) if s == "Unknown" => "Unknown",
-        other => {
-            return Err(RenderError::new(
-                path,
-                format!(
-                    "a condition's status must be true, false, `True`, `False` or `Unknown`, got {other}"
-                ),
-            ));
-        }
-    };
-    let text = |tree: &crate::template::Tree, budget: &mut Budget| -> Result<String, RenderError> {
-        match tree.render(set, ctx, budget)? {
-            Value::String(s) => Ok(s),
-            v @ (Value::Number(_) | Value::Bool(_)) => Ok(v.to_string()),
-            other => Err(RenderError::new(
-                path,
-                format!("expected text, got {other}"),
-            )),
-        }
-    };
-    let reason = text(&c.reason, budget)?;
-    if !crate::rules::is_condition_reason(&reason) {
-        return Err(RenderError::new(
-            path,
-            format!(
-                "condition `{}`: reason `{}` is not CamelCase (a letter, then letters, digits, `_`, `,` or `:`)",
-                c.type_,
-                reason.escape_debug()
-            ),
-        ));
-    }
-    let message = match &c.message {
-        Some(m) => text(m, budget)?,
-        None => String::new(),
-    };
-    Ok(RuleCondition {
-        type_: c.type_.clone(),
-        status,
-        reason,
-        message,
     })
 }
 

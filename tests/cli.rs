@@ -1069,6 +1069,88 @@ fn the_conversion_webhook_needs_to_know_where_the_api_server_reaches_it() {
     assert!(err.contains("expected NAMESPACE/NAME"), "{err}");
 }
 
+/// A child field that renders `none` is left out of what `kiln render`
+/// prints (and the engine applies), not rendered as `null`.
+#[test]
+fn kiln_render_leaves_out_a_child_field_that_renders_none() {
+    let (ok, out, err, _) = render_widget(
+        "    - id: d\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: \"{{ self.metadata.name }}\"}\n        spec:\n          replicas: \"{{ self.spec.replicas if self.spec.replicas is defined else none }}\"\n          selector: {matchLabels: {app: w}}\n",
+    );
+    assert!(ok, "{err}");
+    assert!(!out.contains("replicas"), "{out}");
+    assert!(!out.contains("null"), "{out}");
+    assert!(out.contains("matchLabels"), "{out}");
+}
+
+/// The schemas of KRO's examples (kubernetes-sigs/kro at
+/// 0302e659ede72a24c62f9faa666b0045ebf39731, `examples/**`), each pasted
+/// into `spec.api` unchanged (`tests/fixtures/kro/`), pass `kiln validate`;
+/// those KRO's own parser refuses (a `default=` of several unquoted words),
+/// kiln refuses too.
+#[test]
+fn kro_example_schemas_pasted_into_spec_api_validate_as_in_kro() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kro");
+    let yaml_in = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        files
+    };
+    let accepted = yaml_in(&dir);
+    assert!(accepted.len() >= 50, "{} examples", accepted.len());
+    for file in accepted {
+        let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+        assert!(ok, "{}: {err}", file.display());
+    }
+    for file in yaml_in(&dir.join("refused")) {
+        let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+        assert!(!ok, "{} is refused by KRO", file.display());
+        assert!(err.contains("has no value"), "{}: {err}", file.display());
+    }
+}
+
+/// A rule's own Events and finalizer are checked at validate time: a
+/// literal CamelCase reason, `Normal` or `Warning`, templates that compile
+/// on `self`, `rule` and `outcome`; a finalizer that is a qualified name,
+/// neither one the API server acts on nor in a domain Kubernetes or kiln
+/// keeps (another controller's name is the author's to avoid).
+#[test]
+fn rule_events_and_finalizer_names_are_checked_at_validate_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: test.kiln.dev/v1, kind: Widget}\n  deletion: {finalizer: orphan}\n  events:\n    - {reason: 'not camel', message: x}\n    - {reason: Synced, type: Info, message: x}\n    - {reason: Synced, message: '{{ children.x }}', when: related.y}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+    assert!(!ok);
+    for said in [
+        "finalizer `orphan` is one the API server acts on itself",
+        "reason `not camel` must be literal CamelCase",
+        "type `Info`: `Normal` or `Warning`",
+        "spec.events[2].when",
+        "spec.events[2].message",
+    ] {
+        assert!(err.contains(said), "{said}:\n{err}");
+    }
+    let rule = |name: &str| {
+        format!(
+            "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  for: {{apiVersion: test.kiln.dev/v1, kind: Widget}}\n  deletion: {{finalizer: finalizers.example.com}}\n"
+        )
+    };
+    std::fs::write(&file, format!("{}---\n{}", rule("a"), rule("b"))).unwrap();
+    let (ok, _, err) = kiln(&["validate", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("finalizer `finalizers.example.com` is already named by rule `a` on Widget"),
+        "{err}"
+    );
+}
+
 /// Every shipped test file (under `rules/` and `examples/`), each with
 /// its rule file; each must have its snapshot.
 fn snapshotted_tests() -> Vec<(std::path::PathBuf, std::path::PathBuf)> {

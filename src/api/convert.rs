@@ -302,7 +302,7 @@ fn assemble(source: &Value, fields: Map<String, Value>, api_version: &str) -> Va
     }
     for (k, v) in fields {
         if !PASSED_THROUGH.contains(&k.as_str()) && !v.is_null() {
-            out.insert(k, without_nulls(v));
+            out.insert(k, crate::template::tree::without_nulls(v));
         }
     }
     if !out.contains_key("status")
@@ -311,20 +311,6 @@ fn assemble(source: &Value, fields: Map<String, Value>, api_version: &str) -> Va
         out.insert("status".into(), status.clone());
     }
     Value::Object(out)
-}
-
-/// `value` without the fields that rendered none (a field left out).
-fn without_nulls(value: Value) -> Value {
-    match value {
-        Value::Object(m) => Value::Object(
-            m.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, without_nulls(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
-        other => other,
-    }
 }
 
 /// `namespace/name`, or `name`.

@@ -25,9 +25,19 @@ pub enum Marker {
     UniqueItems(bool),
     /// `immutable=true`.
     Immutable(bool),
+    /// `validation="CEL"`: a rule the API server checks on the field
+    /// (`self` is the field); repeatable.
+    Validation(String),
+    /// `listType=atomic|set|map`: how the API server merges the list.
+    ListType(String),
+    /// `listMapKey=field`: a key of a `listType=map` list; repeatable.
+    ListMapKey(String),
 }
 
-const NAMES: [&str; 13] = [
+/// Markers that may be given more than once (each adds one).
+const REPEATABLE: [&str; 2] = ["validation", "listMapKey"];
+
+const NAMES: [&str; 16] = [
     "required",
     "default",
     "description",
@@ -41,6 +51,9 @@ const NAMES: [&str; 13] = [
     "maxItems",
     "uniqueItems",
     "immutable",
+    "validation",
+    "listType",
+    "listMapKey",
 ];
 
 /// Splits `a=1 b="x y" c=z` into (key, value) pairs.
@@ -67,7 +80,7 @@ fn tokens(text: &str) -> Result<Vec<(String, String)>, String> {
                 .ok_or_else(|| format!("marker `{key}`: the quoted value is not closed"))?;
             (value, &body[len..])
         } else {
-            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            let end = bare_end(after).map_err(|why| format!("marker `{key}`: {why}"))?;
             (after[..end].to_string(), &after[end..])
         };
         out.push((key.to_string(), value));
@@ -77,7 +90,8 @@ fn tokens(text: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The text of a quoted value (after its opening quote) with `\"` and `\\`
-/// unescaped, and the bytes it took including the closing quote.
+/// unescaped, and the bytes it took including the closing quote. Any other
+/// backslash stays, as KRO keeps it: `pattern="^\d+$"` is `^\d+$`.
 fn quoted_string(body: &str) -> Option<(String, usize)> {
     let mut value = String::new();
     let mut chars = body.char_indices();
@@ -86,6 +100,9 @@ fn quoted_string(body: &str) -> Option<(String, usize)> {
             '"' => return Some((value, i + 1)),
             '\\' => {
                 let (_, next) = chars.next()?;
+                if !matches!(next, '"' | '\\') {
+                    value.push('\\');
+                }
                 value.push(next);
             }
             c => value.push(c),
@@ -94,12 +111,39 @@ fn quoted_string(body: &str) -> Option<(String, usize)> {
     None
 }
 
+/// Where an unquoted value ends: at whitespace outside brackets, braces and
+/// quotes, so `default={"a": "b c"}` and `default=[1, 2]` are one value.
+fn bare_end(text: &str) -> Result<usize, &'static str> {
+    let (mut depth, mut quoted, mut escaped) = (0usize, false, false);
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            _ if quoted => {}
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or("a closing bracket or brace is not matched")?;
+            }
+            c if c.is_whitespace() && depth == 0 => return Ok(i),
+            _ => {}
+        }
+    }
+    match (quoted, depth) {
+        (true, _) => Err("the quoted value is not closed"),
+        (_, 0) => Ok(text.len()),
+        _ => Err("a bracket or brace is not closed"),
+    }
+}
+
 /// Parses the markers of one field.
 pub fn parse(text: &str) -> Result<Vec<Marker>, String> {
     let mut seen: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for (key, value) in tokens(text)? {
-        if seen.contains(&key) {
+        if seen.contains(&key) && !REPEATABLE.contains(&key.as_str()) {
             return Err(format!("marker `{key}` is given twice"));
         }
         seen.push(key.clone());
@@ -138,6 +182,19 @@ fn marker(key: &str, value: String) -> Result<Marker, String> {
         "maxItems" => Marker::Count("maxItems", count(&value)?),
         "uniqueItems" => Marker::UniqueItems(flag(&value)?),
         "immutable" => Marker::Immutable(flag(&value)?),
+        "validation" if value.trim().is_empty() => {
+            return Err("marker `validation` needs a CEL expression".into());
+        }
+        "validation" => Marker::Validation(value),
+        "listType" => match value.as_str() {
+            "atomic" | "set" | "map" => Marker::ListType(value),
+            other => {
+                return Err(format!(
+                    "marker `listType` takes `atomic`, `set` or `map`, not `{other}`"
+                ));
+            }
+        },
+        "listMapKey" => Marker::ListMapKey(value),
         other => {
             return Err(format!(
                 "unknown marker `{other}`: expected one of {}",
@@ -214,23 +271,104 @@ pub fn apply(schema: &mut Value, marker: &Marker) -> Result<(), String> {
         Marker::UniqueItems(unique) => {
             fits(&["array"], "uniqueItems")?;
             if *unique {
-                let item = type_of(&schema["items"]);
-                if !matches!(item, "string" | "integer" | "number" | "boolean") {
-                    return Err("marker `uniqueItems` needs a list of strings, integers, floats or booleans (its items are compared as values)".into());
-                }
-                schema["x-kubernetes-list-type"] = json!("set");
+                set_list_type(schema, "set", "uniqueItems=true")?;
             }
         }
         Marker::Immutable(immutable) => {
             if *immutable {
-                schema["x-kubernetes-validations"] = json!([{
-                    "rule": "self == oldSelf",
-                    "message": "this field is immutable",
-                }]);
+                validate(schema, "self == oldSelf", "this field is immutable");
+            }
+        }
+        Marker::Validation(rule) => validate(schema, rule, "validation failed"),
+        Marker::ListType(list_type) => {
+            fits(&["array"], "listType")?;
+            set_list_type(schema, list_type, &format!("listType={list_type}"))?;
+        }
+        Marker::ListMapKey(key) => {
+            fits(&["array"], "listMapKey")?;
+            let keys = schema
+                .as_object_mut()
+                .map(|m| m.entry("x-kubernetes-list-map-keys").or_insert(json!([])));
+            if let Some(Value::Array(keys)) = keys {
+                if keys.iter().any(|k| k == key.as_str()) {
+                    return Err(format!("marker `listMapKey={key}` is given twice"));
+                }
+                keys.push(json!(key));
             }
         }
     }
     Ok(())
+}
+
+/// Adds a CEL rule the API server checks on the field.
+fn validate(schema: &mut Value, rule: &str, message: &str) {
+    let rules = schema
+        .as_object_mut()
+        .map(|m| m.entry("x-kubernetes-validations").or_insert(json!([])));
+    if let Some(Value::Array(rules)) = rules {
+        rules.push(json!({"rule": rule, "message": message}));
+    }
+}
+
+/// Sets the list's merge type, unless another marker set another one.
+fn set_list_type(schema: &mut Value, list_type: &str, by: &str) -> Result<(), String> {
+    match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some(before) if before != list_type => Err(format!(
+            "marker `{by}` contradicts the list type `{before}` another marker set"
+        )),
+        _ => {
+            schema["x-kubernetes-list-type"] = json!(list_type);
+            Ok(())
+        }
+    }
+}
+
+/// A list type the API server takes: a `set` of scalars; a `map` of
+/// objects keyed by `listMapKey`s, each a scalar field every item has (it
+/// is required or has a default); keys only on a `map`.
+pub fn check_list(schema: &Value) -> Result<(), String> {
+    let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let items = &schema["items"];
+    let scalar = |s: &Value| matches!(type_of(s), "string" | "integer" | "number" | "boolean");
+    match list_type {
+        _ if !keys.is_empty() && list_type != Some("map") => {
+            Err("marker `listMapKey` needs `listType=map`".into())
+        }
+        Some("set") if !scalar(items) => Err(
+            "a `set` list (`listType=set`, `uniqueItems=true`) needs items of strings, integers, floats or booleans (its items are compared as values)"
+                .into(),
+        ),
+        Some("map") if keys.is_empty() => {
+            Err("`listType=map` needs at least one `listMapKey=field`".into())
+        }
+        Some("map") => {
+            let required = |k: &str| {
+                items["required"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|f| f == k))
+            };
+            for key in keys {
+                let field = &items["properties"][key];
+                if !scalar(field) {
+                    return Err(format!(
+                        "`listMapKey={key}`: the items must be objects with a field `{key}` of a scalar type"
+                    ));
+                }
+                if !required(key) && field.get("default").is_none() {
+                    return Err(format!(
+                        "`listMapKey={key}`: every item must have it: make `{key}` required=true or give it a default"
+                    ));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn number_value(ty: &str, n: f64, name: &str) -> Result<Value, String> {
@@ -406,6 +544,64 @@ mod tests {
         let mut s = json!({"type": "integer", "minimum": 1});
         apply(&mut s, &Marker::Default("0".into())).unwrap();
         assert!(check_default(&s).unwrap_err().contains("below the minimum"));
+    }
+
+    #[test]
+    fn values_in_brackets_hold_spaces_and_backslashes_stay_as_in_kro() {
+        let m = parse(r#"default={"team": "web ops", "x": [1, 2]} pattern="^\d+\"$""#).unwrap();
+        assert_eq!(
+            m,
+            [
+                Marker::Default(r#"{"team": "web ops", "x": [1, 2]}"#.into()),
+                Marker::Pattern(r#"^\d+"$"#.into()),
+            ]
+        );
+        assert!(parse("default={").unwrap_err().contains("not closed"));
+        assert!(parse("default=}").unwrap_err().contains("not matched"));
+    }
+
+    #[test]
+    fn list_types_validations_and_map_keys_follow_kro() {
+        let list = |items: Value, marks: &str| {
+            let mut s = json!({"type": "array", "items": items});
+            for m in parse(marks)? {
+                apply(&mut s, &m)?;
+            }
+            check_list(&s).map(|()| s)
+        };
+        let item = json!({"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string"}, "port": {"type": "integer", "default": 80}, "tags": {"type": "array"}}});
+        let s = list(item.clone(), "listType=map listMapKey=name listMapKey=port").unwrap();
+        assert_eq!(s["x-kubernetes-list-map-keys"], json!(["name", "port"]));
+        let refused = [
+            ("listType=map", "at least one `listMapKey"),
+            ("listMapKey=name", "needs `listType=map`"),
+            ("listType=map listMapKey=tags", "of a scalar type"),
+            ("listType=map listMapKey=nope", "of a scalar type"),
+            ("listType=set", "strings, integers"),
+            (
+                "listType=map uniqueItems=true listMapKey=name",
+                "contradicts",
+            ),
+            ("listType=list", "`atomic`, `set` or `map`"),
+            ("listType=map listMapKey=name listMapKey=name", "twice"),
+        ];
+        for (marks, why) in refused {
+            let e = list(item.clone(), marks).unwrap_err();
+            assert!(e.contains(why), "{marks}: {e}");
+        }
+        let optional = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        assert!(
+            list(optional, "listType=map listMapKey=name")
+                .unwrap_err()
+                .contains("required=true")
+        );
+        let mut s = json!({"type": "integer"});
+        for m in parse(r#"validation="self > 1" validation="self < 9" immutable=true"#).unwrap() {
+            apply(&mut s, &m).unwrap();
+        }
+        assert_eq!(s["x-kubernetes-validations"].as_array().unwrap().len(), 3);
+        assert!(parse(r#"validation="""#).unwrap_err().contains("CEL"));
     }
 
     #[test]

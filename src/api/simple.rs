@@ -120,9 +120,15 @@ impl<'a> Compiler<'a> {
             }
             properties.insert(name.clone(), schema);
         }
+        // As KRO: an object without required fields whose fields have
+        // defaults defaults to `{}`, so an object written without it gets
+        // it, with those defaults.
+        let defaulted = properties.values().any(|p| p.get("default").is_some());
         let mut out = json!({"type": "object", "properties": properties});
         if !required.is_empty() {
             out["required"] = Value::Array(required);
+        } else if defaulted {
+            out["default"] = json!({});
         }
         out
     }
@@ -198,10 +204,11 @@ impl<'a> Compiler<'a> {
                 self.error(at, e);
             }
         }
-        if let Err(e) = markers::check_default(&schema) {
+        if let Err(e) = markers::check_default(&schema).and_then(|()| markers::check_list(&schema))
+        {
             self.error(at, e);
         }
-        (schema, required)
+        (schema, required || self.required_type(ty))
     }
 
     /// A type expression: a scalar, `[]T`, `map[string]T` or a type name.
@@ -249,6 +256,17 @@ impl<'a> Compiler<'a> {
                 json!({})
             }
         }
+    }
+
+    /// Whether `ty` names a type written `T | required=true`: a field of
+    /// it is required, as in KRO.
+    fn required_type(&self, ty: &str) -> bool {
+        let Some(Value::String(def)) = self.types.defs.get(ty) else {
+            return false;
+        };
+        def.split_once('|')
+            .and_then(|(_, marks)| markers::parse(marks).ok())
+            .is_some_and(|m| m.contains(&Marker::Required(true)))
     }
 
     /// A named type, expanded; a cycle is an error at the use that closes it.

@@ -151,7 +151,7 @@ pub struct RawApiSchema {
     /// `object`, `[]T`, `map[string]T` and names from `types`. Markers:
     /// `required`, `default`, `description`, `enum`, `minimum`, `maximum`,
     /// `pattern`, `minLength`, `maxLength`, `minItems`, `maxItems`,
-    /// `uniqueItems`, `immutable`.
+    /// `uniqueItems`, `immutable`, `validation`, `listType`, `listMapKey`.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, Value>")]
     pub spec: Map<String, Value>,

@@ -205,7 +205,10 @@ fn keeping(
     args: &RunArgs,
     client: &Client,
     probe: &Arc<RunProbe>,
-    (saved, last): (Saved, &Result<Option<reload::Accepted>, reload::saved::SavedError>),
+    (saved, last): (
+        Saved,
+        &Result<Option<reload::Accepted>, reload::saved::SavedError>,
+    ),
 ) -> Loader {
     let releaser = reload::release::Releaser::new(client.clone(), args.engine.namespaces.clone());
     loader

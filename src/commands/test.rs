@@ -372,6 +372,7 @@ fn run_case(
             external: case.external.clone(),
             draw: Draw::Placeholder,
             now: Some(now),
+            unserved: Vec::new(),
             hook: hook.clone(),
         };
         got.add(rule, &inputs, crds);

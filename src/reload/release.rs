@@ -36,9 +36,21 @@ pub struct Release {
     pub version: String,
     /// The kind.
     pub kind: String,
+    /// The finalizer the rule held, when it named one (empty: the name
+    /// kiln gives a rule's finalizer).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub finalizer: String,
 }
 
 impl Release {
+    /// The finalizer string let go of.
+    fn finalizer(&self) -> String {
+        match self.finalizer.as_str() {
+            "" => deletion::unnamed_finalizer(&self.rule),
+            named => named.to_string(),
+        }
+    }
+
     fn gvk(&self) -> Gvk {
         Gvk {
             group: self.group.clone(),
@@ -64,7 +76,7 @@ impl Release {
 
 impl std::fmt::Display for Release {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} on {}", deletion::finalizer(&self.rule), self.gvk())
+        write!(f, "{} on {}", self.finalizer(), self.gvk())
     }
 }
 
@@ -123,6 +135,7 @@ fn held(entry: &Entry) -> Option<Release> {
         group: rule.primary.gvk.group.clone(),
         version: rule.primary.gvk.version.clone(),
         kind: rule.primary.gvk.kind.clone(),
+        finalizer: rule.finalizer.clone().unwrap_or_default(),
     })
 }
 
@@ -236,7 +249,7 @@ impl Releaser {
         release: &Release,
         gvk: &Gvk,
     ) -> Result<usize, ReleaseError> {
-        let finalizer = deletion::finalizer(&release.rule);
+        let finalizer = release.finalizer();
         let mut params = ListParams::default().limit(PAGE);
         let mut patched = 0;
         loop {
@@ -333,6 +346,7 @@ mod tests {
             group: "test.kiln.dev".into(),
             version: "v1".into(),
             kind: kind.into(),
+            finalizer: String::new(),
         }
     }
 

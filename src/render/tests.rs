@@ -191,6 +191,27 @@ fn a_status_field_that_renders_none_is_left_out() {
 }
 
 #[test]
+fn a_child_field_that_renders_none_is_left_out() {
+    let r = rule(
+        "    - id: deploy\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: x}\n        spec:\n          replicas: \"{{ self.spec.replicas if self.spec.replicas is defined else none }}\"\n          template: {spec: {containers: [{name: app, image: \"{{ none }}\"}]}}\n",
+    );
+    let out = render(&r, &primary(Some("t"), json!({})), &well_known_scope).unwrap();
+    let spec = &out.children[0].object["spec"];
+    assert_eq!(spec.get("replicas"), None, "{spec}");
+    assert_eq!(
+        spec["template"]["spec"]["containers"],
+        json!([{"name": "app"}])
+    );
+    let out = render(
+        &r,
+        &primary(Some("t"), json!({"replicas": 2})),
+        &well_known_scope,
+    )
+    .unwrap();
+    assert_eq!(out.children[0].object["spec"]["replicas"], 2);
+}
+
+#[test]
 fn a_namespaced_primary_cannot_reach_another_namespace() {
     let r = rule(CM);
     let err = render(

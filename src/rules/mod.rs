@@ -454,6 +454,19 @@ pub struct Condition {
     pub message: Option<Tree>,
 }
 
+/// An Event a rule records on the primary (`spec.events`).
+#[derive(Debug)]
+pub struct RuleEvent {
+    /// CamelCase, literal.
+    pub reason: String,
+    /// A Warning (else Normal).
+    pub warning: bool,
+    /// The message (a template).
+    pub message: Tree,
+    /// When it is recorded (an expression).
+    pub when: TemplateId,
+}
+
 /// A validated rule with every template compiled.
 #[derive(Debug)]
 pub struct Rule {
@@ -493,6 +506,10 @@ pub struct Rule {
     pub ordered_deletion: bool,
     /// `spec.for.readOnly`: kiln writes nothing on the primary.
     pub read_only: bool,
+    /// `spec.deletion.finalizer`: the finalizer's name, when the rule names it.
+    pub finalizer: Option<String>,
+    /// `spec.events`: Events the rule records on the primary.
+    pub events: Vec<RuleEvent>,
     /// The compiled templates every part above refers to.
     pub templates: TemplateSet,
     /// The API the rule defines (`spec.api`): its CRD.

@@ -57,6 +57,16 @@ pub fn refusals(spec: &RawSpec) -> Vec<Refusal> {
             format!("{WHY}, and ordered deletion needs a finalizer on it"),
         ));
     }
+    if spec
+        .deletion
+        .as_ref()
+        .is_some_and(|d| d.finalizer.is_some())
+    {
+        out.push((
+            spec_at(&[key("deletion"), key("finalizer")]),
+            format!("{WHY}, so it holds no finalizer on it"),
+        ));
+    }
     for (i, c) in spec.children.iter().enumerate() {
         if !c.recreate {
             out.push((

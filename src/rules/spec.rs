@@ -91,6 +91,10 @@ pub struct RawSpec {
     /// What happens to the children when a primary is deleted.
     #[serde(default)]
     pub deletion: Option<RawDeletion>,
+    /// Events of the rule's own on the primary after a reconcile (as
+    /// sample-controller records `Synced`), each when its `when` holds.
+    #[serde(default)]
+    pub events: Vec<RawEvent>,
     /// A sync and a finalize hook speaking Metacontroller's
     /// CompositeController JSON: what the sync hook returns is applied as
     /// the primary's children and status.
@@ -249,6 +253,25 @@ pub struct RawLastGood {
     pub max_age: DurationText,
 }
 
+/// An Event the rule records on the primary when a reconcile ends.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvent {
+    /// The reason, literal CamelCase, e.g. `Synced`.
+    pub reason: String,
+    /// `Normal` (default) or `Warning`.
+    #[serde(default, rename = "type")]
+    pub type_: Option<String>,
+    /// A template for the message; sees `self`, `rule` and `outcome`.
+    pub message: String,
+    /// An expression on `self` and `outcome` (`outcome.reconciled`,
+    /// `outcome.ready`, `outcome.reason`, `outcome.message`): the Event is
+    /// recorded while it holds (default `outcome.reconciled`), once per
+    /// generation of the primary and message.
+    #[serde(default)]
+    pub when: Option<String>,
+}
+
 /// A decorator: fields kiln sets on an object it does not own.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -291,6 +314,13 @@ pub struct RawDeletion {
     /// collector deletes them, in no order, and kiln adds no finalizer.
     #[serde(default)]
     pub ordered: bool,
+    /// The name of the finalizer kiln keeps on the primary (a qualified
+    /// name, e.g. `finalizers.example.com`). Named, kiln holds it on every
+    /// primary it takes, and deletes the children (in reverse dependency
+    /// order) before letting go. Default: `<rule>.kiln.dev/ordered-deletion`,
+    /// held only with `ordered` or `outside` children.
+    #[serde(default)]
+    pub finalizer: Option<String>,
 }
 
 /// How children are applied (server-side apply).

@@ -17,7 +17,8 @@ use super::spec::{
 };
 use super::{
     Backoff, Child, Condition, Decorator, DecoratorTarget, Diagnostic, Gvk, LabelSelector, Need,
-    Operator, Primary, Requeue, Requirement, Rule, RuleSet, Watch, WatchTarget, duration,
+    Operator, Primary, Requeue, Requirement, Rule, RuleEvent, RuleSet, Watch, WatchTarget,
+    duration,
 };
 use crate::template::known::{Callable, Unknown};
 use crate::template::{Piece, TemplateId, TemplateSet, Tree};
@@ -26,6 +27,7 @@ use crate::yaml::{Pos, Step, path_string};
 mod adoption;
 mod children;
 mod decorators;
+mod events;
 mod external;
 mod history;
 mod hooks;
@@ -89,6 +91,11 @@ pub(super) fn validate_all(
             Ok(rule) => {
                 if let Some(why) = crate::api::rule::defined_twice(&rules, &rule) {
                     diagnostics.push(doc.diagnostic(&[key("spec"), key("api")], why));
+                    continue;
+                }
+                if let Some(why) = finalizer_twice(&rules, &rule) {
+                    let at = [key("spec"), key("deletion"), key("finalizer")];
+                    diagnostics.push(doc.diagnostic(&at, why));
                     continue;
                 }
                 let clashes = status_field_clashes(&rules, &rule);
@@ -240,6 +247,8 @@ impl<'a> Checker<'a> {
         let primary_schema = self.primary_schema(api.as_ref(), primary.as_ref());
         self.type_children(&mut children, primary_schema.as_ref().map(|s| &s.0));
         let requeue_at = self.requeue_at(&watch_names, &child_ids);
+        let events = self.events();
+        let finalizer = self.finalizer();
         for (at, why) in super::read_only::refusals(&raw.spec) {
             self.error(&at, why);
         }
@@ -272,6 +281,8 @@ impl<'a> Checker<'a> {
             decorators,
             ordered_deletion: raw.spec.deletion.as_ref().is_some_and(|d| d.ordered),
             read_only: super::read_only::is_read_only(&raw.spec),
+            finalizer,
+            events,
             templates: self.set,
             api: api.map(Arc::new),
             warnings: self.warnings,
@@ -397,6 +408,22 @@ pub fn is_condition_reason(r: &str) -> bool {
         && r.starts_with(|c: char| c.is_ascii_alphabetic())
         && r.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
         && r.chars().all(inner)
+}
+
+/// Why `rule` may not name its finalizer: a rule before it on the same
+/// kind names the same one (each would take the other's hold for its own,
+/// and tear down while the other still holds the primary).
+fn finalizer_twice(before: &[Arc<Rule>], rule: &Rule) -> Option<String> {
+    let name = rule.finalizer.as_deref()?;
+    let other = before.iter().find(|r| {
+        r.finalizer.as_deref() == Some(name)
+            && r.primary.gvk.group == rule.primary.gvk.group
+            && r.primary.gvk.kind == rule.primary.gvk.kind
+    })?;
+    Some(format!(
+        "finalizer `{name}` is already named by rule `{}` on {}: each rule holds a finalizer of its own",
+        other.name, rule.primary.gvk.kind
+    ))
 }
 
 /// `apiVersion` and `kind` as a kind, unchecked (checked elsewhere).

@@ -112,11 +112,16 @@ fn draw(n: usize) -> Result<String, Error> {
 /// Most characters `seeded_string` makes.
 pub const MAX_SEEDED: u32 = 1024;
 
-/// The `seeded_string(seed, n)` function: `n` letters and digits that
-/// depend only on `seed` (any value; a string as is, anything else as its
-/// compact JSON), so every render gives the same string. Blocks of
-/// SHA-256(seed, block number) feed [`alphanumeric`]. Not a secret: anyone
-/// who knows the seed knows the string (use `random_secret` for that).
+/// What KRO's `random.seededString` draws from.
+const KRO_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+
+/// The `seeded_string(seed, n)` function: KRO's `random.seededString(n,
+/// seed)`, character for character, so a ported rule names what KRO named
+/// the same. `seed` is any value: a string as is, anything else as its
+/// compact JSON. As KRO does: character `i` is the big-endian `u32` at byte
+/// `4i mod 32` of SHA-256(seed), modulo 36, into `0-9a-z` (so past 8
+/// characters the string repeats every 8). Not a secret: anyone who knows
+/// the seed knows the string (use `random_secret` for that).
 pub fn seeded_string(seed: &minijinja::Value, n: u32) -> Result<String, Error> {
     if !(1..=MAX_SEEDED).contains(&n) {
         return Err(Error::new(
@@ -139,15 +144,14 @@ pub fn seeded_string(seed: &minijinja::Value, n: u32) -> Result<String, Error> {
             )
         })?,
     };
-    let mut block = 0u64;
-    alphanumeric(n as usize, || {
-        block += 1;
-        Ok(Sha256::new()
-            .chain_update(&seed)
-            .chain_update(block.to_be_bytes())
-            .finalize()
-            .to_vec())
-    })
+    let hash = Sha256::digest(&seed);
+    Ok((0..n as usize)
+        .map(|i| {
+            let at = (i * 4) % hash.len();
+            let word = u32::from_be_bytes([hash[at], hash[at + 1], hash[at + 2], hash[at + 3]]);
+            char::from(KRO_ALPHABET[word as usize % KRO_ALPHABET.len()])
+        })
+        .collect())
 }
 
 /// `n` characters of [`ALPHABET`], uniformly, from the bytes `next` gives:
@@ -198,6 +202,15 @@ mod tests {
     }
 
     #[test]
+    fn seeded_strings_are_kros() {
+        // kubernetes-sigs/kro at 0302e659: random.seededString(10,
+        // 'test-seed') and (20, 'test-seed'), computed apart from this code.
+        let seed = minijinja::Value::from("test-seed");
+        assert_eq!(seeded_string(&seed, 10).unwrap(), "5czheg3o5c");
+        assert_eq!(seeded_string(&seed, 20).unwrap(), "5czheg3o5czheg3o5czh");
+    }
+
+    #[test]
     fn seeded_strings_depend_on_the_seed_only() {
         let seed = minijinja::Value::from("web-a");
         let a = seeded_string(&seed, 100).unwrap();
@@ -207,7 +220,11 @@ mod tests {
             "same seed, same string"
         );
         assert_eq!(a.len(), 100);
-        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()), "{a}");
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()),
+            "{a}"
+        );
         // A shorter one is a prefix of a longer one from the same seed.
         assert_eq!(seeded_string(&seed, 7).unwrap(), a[..7]);
         // Pinned, so a change of the algorithm is a visible change.
@@ -224,7 +241,9 @@ mod tests {
         assert!(err.to_string().contains("undefined"), "{err}");
     }
 
-    const PINNED: &str = "I7cG8WbxH4Ws";
+    /// KRO's `random.seededString(12, "web-a")` (computed apart from this
+    /// code, from KRO's `pkg/cel/library/random.go`).
+    const PINNED: &str = "lhi9q3rklhi9";
 
     #[test]
     fn placeholder_is_fixed() {

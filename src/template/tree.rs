@@ -234,6 +234,21 @@ impl Tree {
     }
 }
 
+/// `value` without the fields that rendered none: a field left out (in
+/// maps at any depth; an item of a list stays, as its place counts).
+pub fn without_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
+}
+
 /// The name of a JSON value's type, for messages.
 pub fn kind_of(v: &Value) -> &'static str {
     match v {

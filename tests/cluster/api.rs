@@ -114,6 +114,22 @@ pub(crate) fn fix_version(mut obj: DynamicObject, group: &str) -> DynamicObject 
     obj
 }
 
+/// Creates a Site of each spec and checks the API server refuses it with
+/// its message (each case: the marker, the spec, the message).
+async fn each_refused(api: &Api<DynamicObject>, group: &str, refused: Vec<(&str, Value, &str)>) {
+    for (i, (marker, spec, message)) in refused.into_iter().enumerate() {
+        let obj = fix_version(site(&format!("bad-{i}"), spec), group);
+        let err = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(&format!("{marker}: a bad object was accepted"));
+        assert!(
+            err.to_string().contains(message),
+            "{marker}: expected {message:?} in {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_rule_defined_api_enforces_its_markers_defaults_and_immutability() {
     let client = support::admin_client().await;
@@ -202,17 +218,7 @@ async fn a_rule_defined_api_enforces_its_markers_defaults_and_immutability() {
             "spec.pages[0].name: Required value",
         ),
     ];
-    for (i, (marker, spec, message)) in refused.into_iter().enumerate() {
-        let obj = fix_version(site(&format!("bad-{i}"), spec), &group);
-        let err = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect_err(&format!("{marker}: a bad object was accepted"));
-        assert!(
-            err.to_string().contains(message),
-            "{marker}: expected {message:?} in {err}"
-        );
-    }
+    each_refused(&api, &group, refused).await;
     let created = api
         .create(
             &PostParams::default(),
@@ -256,6 +262,73 @@ async fn a_rule_defined_api_enforces_its_markers_defaults_and_immutability() {
         .collect();
     assert_eq!(headers, ["Name", "Domain", "Ready"]);
     assert_eq!(table["rows"][0]["cells"][1], "docs.example");
+    ns.delete().await;
+}
+
+/// KRO's SimpleSchema as KRO writes it (its docs and examples): a nested
+/// object without required fields whose fields have defaults is defaulted
+/// to `{}` and so gets those defaults; `listType=map listMapKey=…` merges
+/// and refuses duplicate keys; `validation="CEL"` is checked on the field;
+/// a value in braces holds spaces.
+const KRO_SPEC: &str = r#"            title: string | required=true
+            domain: string | required=true
+            theme: string | default="light"
+            config:
+              field: string
+              field2: integer | default=200
+            pages: '[]Page | listType=map listMapKey=name'
+            replicas: integer | validation="self % 2 == 1" validation="self < 10"
+            labels: 'map[string]string | default={"team": "web ops"}'
+"#;
+
+#[tokio::test]
+async fn kro_simple_schema_pasted_unchanged_is_enforced_as_in_kro() {
+    let client = support::admin_client().await;
+    let ns = TestNamespace::new(&client, "api-kro").await;
+    let group = format!("kro{}.api.kiln.dev", std::process::id());
+    let set = load(&site_rule("sites", &group, KRO_SPEC, ""));
+    kiln::api::install::install_set(&client, None, &set)
+        .await
+        .unwrap_or_else(|r| panic!("{}", r.diagnostics[0]));
+    let api = sites(&client, &group, ns.name());
+    let good = json!({"title": "Docs", "domain": "docs.example"});
+    let with = |k: &str, v: Value| {
+        let mut s = good.clone();
+        s[k] = v;
+        s
+    };
+    let refused: Vec<(&str, Value, &str)> = vec![
+        (
+            "listType=map",
+            with("pages", json!([{"name": "a"}, {"name": "a"}])),
+            "Duplicate value",
+        ),
+        (
+            "validation",
+            with("replicas", json!(2)),
+            "validation failed",
+        ),
+        (
+            "second validation",
+            with("replicas", json!(11)),
+            "validation failed",
+        ),
+    ];
+    each_refused(&api, &group, refused).await;
+    let created = api
+        .create(
+            &PostParams::default(),
+            &fix_version(site("good", with("replicas", json!(3))), &group),
+        )
+        .await
+        .unwrap();
+    let spec = &serde_json::to_value(&created).unwrap()["spec"];
+    assert_eq!(
+        spec["config"],
+        json!({"field2": 200}),
+        "a nested object is created with its fields' defaults"
+    );
+    assert_eq!(spec["labels"], json!({"team": "web ops"}));
     ns.delete().await;
 }
 

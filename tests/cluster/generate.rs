@@ -137,6 +137,67 @@ async fn take_existing_false_takes_only_primaries_created_after_the_first_load()
     scene.end().await;
 }
 
+/// Creates, within one second of the API server's clock, a Widget `old`,
+/// the record of the first load of `new-only` naming `old` as existing in
+/// its second (as kiln records what it listed before), then a Widget
+/// `new`; tries again until all three share a second. Returns the
+/// names of the two Widgets.
+async fn one_second(scene: &Scene) -> (String, String) {
+    for attempt in 0..50 {
+        let (old, new) = (format!("old{attempt}"), format!("new{attempt}"));
+        let old_w = scene.apply(widget(&old, "a")).await;
+        let uid = old_w["metadata"]["uid"].as_str().unwrap();
+        let record = scene
+            .apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kiln-since-new-only"}, "data": {"rule": "new-only", "sameSecond": uid}}))
+            .await;
+        let new_w = scene.apply(widget(&new, "b")).await;
+        let second = |o: &Value| o["metadata"]["creationTimestamp"].clone();
+        if second(&old_w) == second(&record) && second(&record) == second(&new_w) {
+            return (old, new);
+        }
+        for name in [&old, &new] {
+            support::delete(
+                &scene.client,
+                ("test.kiln.dev/v1", "Widget"),
+                Some(scene.ns()),
+                name,
+            )
+            .await;
+        }
+        support::delete(
+            &scene.client,
+            ("v1", "ConfigMap"),
+            Some(scene.ns()),
+            "kiln-since-new-only",
+        )
+        .await;
+    }
+    panic!("no second held all three creations in 50 tries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_existing_false_takes_a_primary_created_in_the_first_loads_second_after_it() {
+    let rules = [rule_from_yaml(NEW_ONLY)];
+    let scene = Scene::new("same-second").await.with_widgets().await;
+    let (old, new) = one_second(&scene).await;
+    let scene = scene.running(&rules).await;
+    scene
+        .until(
+            "the primary made after the record, in its second",
+            configmap(&format!("{new}-config")),
+            |c| c["data"]["team"] == "b",
+        )
+        .await;
+    stays_absent(
+        &scene,
+        configmap(&format!("{old}-config")),
+        Duration::from_secs(2),
+    )
+    .await;
+    scene.end().await;
+}
+
 const ONCE: &str = r#"
 apiVersion: kiln.dev/v1alpha1
 kind: Rule

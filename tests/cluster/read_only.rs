@@ -129,3 +129,56 @@ async fn a_read_only_rule_makes_its_children_and_leaves_the_primary_as_others_wr
     .await;
     scene.end().await;
 }
+
+/// The one kind of `outside` child a read-only primary may have: one left
+/// to outlive it (`deletionPolicy: Orphan`), here cluster-scoped.
+const ORPHAN_OUTSIDE: &str = r#"
+apiVersion: kiln.dev/v1alpha1
+kind: Rule
+metadata: {name: viewer}
+spec:
+  for: {apiVersion: test.kiln.dev/v1, kind: Widget, readOnly: true}
+  children:
+    - id: role
+      outside: true
+      deletionPolicy: Orphan
+      template:
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: ClusterRole
+        metadata: {name: "{{ self.metadata.namespace }}-{{ self.metadata.name }}-viewer"}
+        rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_outside_child_is_repaired_when_edited_or_deleted() {
+    let scene = Scene::new("orphan-outside").await.with_widgets().await;
+    scene
+        .apply(json!({"apiVersion": "test.kiln.dev/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}))
+        .await;
+    let scene = scene.running(&[rule_from_yaml(ORPHAN_OUTSIDE)]).await;
+    let name = format!("{}-w-viewer", scene.ns());
+    let role = ("rbac.authorization.k8s.io/v1", "ClusterRole");
+    let verbs = |verb: &'static str| move |r: &Value| r["rules"][0]["verbs"] == json!([verb]);
+    scene
+        .until("the role", (role.0, role.1, &name), verbs("get"))
+        .await;
+    // Edited by someone: put back.
+    crate::support::edit(
+        &scene.client,
+        role,
+        None,
+        &name,
+        json!({"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}),
+    )
+    .await;
+    scene
+        .until("the role put back", (role.0, role.1, &name), verbs("get"))
+        .await;
+    // Deleted: made again.
+    crate::support::delete(&scene.client, role, None, &name).await;
+    scene
+        .until("the role made again", (role.0, role.1, &name), verbs("get"))
+        .await;
+    crate::support::delete(&scene.client, role, None, &name).await;
+    scene.end().await;
+}

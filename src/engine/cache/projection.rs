@@ -10,7 +10,8 @@
 //! expression kiln cannot see through never loses a field it reads.
 //!
 //! Of a kind used only for children, `metadata.creationTimestamp` is dropped
-//! too unless a rule reads it: the engine itself never reads it of a child.
+//! too unless a rule reads it or the child has a `history` (kept newest
+//! first by it); what a history class's `when` reads of `child` is kept.
 //!
 //! Objects of a child kind that kiln did not make (no rule label) keep only
 //! their identity, unless a rule also watches or is primary for the kind.
@@ -384,6 +385,16 @@ pub(crate) fn of_rule(rule: &Rule) -> Vec<(Gvk, Projection)> {
                 keep.keep_path(path);
             }
         }
+        // `history` files live children by what its `when`s read of
+        // `child`, and keeps the newest by creation time.
+        for class in &child.history {
+            for reference in class.when.iter().flat_map(|w| rule.templates.references(w)) {
+                keep.keep_read(&reference, "child");
+            }
+        }
+        if !child.history.is_empty() {
+            keep.keep_path(&["metadata", "creationTimestamp"]);
+        }
         out.push((child.gvk.clone(), keep.without_stamps_unread()));
     }
     for watch in &rule.watches {
@@ -419,7 +430,13 @@ fn templates_of(rule: &Rule) -> Vec<&crate::template::TemplateId> {
                 .when
                 .iter()
                 .chain(&child.for_each)
-                .chain(&child.ready_when),
+                .chain(&child.ready_when)
+                .chain(
+                    child
+                        .history
+                        .iter()
+                        .flat_map(|h| h.when.iter().chain([&h.keep])),
+                ),
         );
         out.extend(child.template.templates());
     }

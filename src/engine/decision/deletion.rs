@@ -11,8 +11,16 @@ use super::live::LiveChild;
 use super::plan::{Next, Prune, orphaned};
 use crate::rules::{DeletionPolicy, Rule};
 
-/// The finalizer a rule with ordered deletion keeps on its primaries.
-pub(crate) fn finalizer(rule: &str) -> String {
+/// The finalizer a rule keeps on its primaries: the one it names, else
+/// `<rule>.kiln.dev/ordered-deletion`.
+pub(crate) fn finalizer(rule: &Rule) -> String {
+    rule.finalizer
+        .clone()
+        .unwrap_or_else(|| unnamed_finalizer(&rule.name))
+}
+
+/// The finalizer of the rule named `rule` when it names none.
+pub(crate) fn unnamed_finalizer(rule: &str) -> String {
     format!("{rule}.kiln.dev/ordered-deletion")
 }
 
@@ -22,12 +30,13 @@ pub(crate) fn manager(rule: &str) -> String {
     format!("kiln-finalizer-{rule}")
 }
 
-/// Whether the rule holds its finalizer on primaries: it deletes its
-/// children in order, it has a finalize hook to call first, or it has
-/// `outside` children it deletes (no owner reference lets the garbage
-/// collector delete those; kiln does).
+/// Whether the rule holds its finalizer on primaries: it names it, it
+/// deletes its children in order, it has a finalize hook to call first, or
+/// it has `outside` children it deletes (no owner reference lets the
+/// garbage collector delete those; kiln does).
 pub(crate) fn needed(rule: &Rule) -> bool {
-    rule.ordered_deletion
+    rule.finalizer.is_some()
+        || rule.ordered_deletion
         || rule.hook.as_ref().is_some_and(|h| h.finalize.is_some())
         || rule
             .children
@@ -37,7 +46,7 @@ pub(crate) fn needed(rule: &Rule) -> bool {
 
 /// Whether a primary with these `finalizers` carries the rule's.
 pub(crate) fn holds(rule: &Rule, finalizers: &[String]) -> bool {
-    let finalizer = finalizer(&rule.name);
+    let finalizer = finalizer(rule);
     finalizers.contains(&finalizer)
 }
 
@@ -275,11 +284,17 @@ spec:
 
     #[test]
     fn a_primary_holds_the_rule_s_finalizer_not_another_rule_s() {
-        let rule = one_rule(RULE);
-        let ours = finalizer("shop");
+        let mut rule = one_rule(RULE);
+        let ours = finalizer(&rule);
         assert_eq!(ours, "shop.kiln.dev/ordered-deletion");
         assert!(holds(&rule, &[String::from("x"), ours]));
-        assert!(!holds(&rule, &[finalizer("other")]));
+        assert!(!holds(&rule, &["other.kiln.dev/ordered-deletion".into()]));
         assert!(!holds(&rule, &[]));
+        // A finalizer the rule names is the one it holds, always.
+        rule.finalizer = Some("finalizers.example.com".into());
+        rule.ordered_deletion = false;
+        assert_eq!(finalizer(&rule), "finalizers.example.com");
+        assert!(holds(&rule, &["finalizers.example.com".into()]));
+        assert!(needed(&rule));
     }
 }

@@ -141,6 +141,7 @@ mod tests {
                 outcome: Outcome::Applied {
                     not_ready: Vec::new(),
                     waiting: Vec::new(),
+                    unserved: Vec::new(),
                 },
                 fields: Some(serde_json::Map::new()),
                 conditions: Vec::new(),

@@ -441,10 +441,7 @@ impl Draft {
     /// Decides the reconcile: what to apply, re-own and prune, the status
     /// and when to look again.
     pub fn decide(self, rule: &Rule, observed: &Observed, known: &Known) -> Plan {
-        let Self {
-            rendered,
-            generation,
-        } = self;
+        let (rendered, generation) = (self.rendered, self.generation);
         if let Some(plan) = collisions(rule, observed, &rendered.children, generation) {
             return plan;
         }
@@ -500,7 +497,11 @@ impl Draft {
         let primary = &observed.inputs.primary;
         touch.extend(super::remember::update(rule, primary, &observed.children));
         let (finalized, waiting, next) = finalizing(rule, observed, waiting, next);
-        let outcome = Outcome::Applied { not_ready, waiting };
+        let outcome = Outcome::Applied {
+            not_ready,
+            waiting,
+            unserved: unserved(rule, observed, &rendered.waiting),
+        };
         Plan {
             apply,
             reown,
@@ -589,6 +590,21 @@ fn progress(rule: &Rule, rendered: &render::Rendered) -> (Vec<String>, Vec<Strin
     }
     .no_later_than(rendered.wake.map(|w| w.after));
     (not_ready, waiting, next)
+}
+
+/// The kinds the children waiting wait for the API server to serve.
+fn unserved(rule: &Rule, observed: &Observed, waiting: &[render::ChildWait]) -> Vec<String> {
+    let mut kinds: Vec<String> = Vec::new();
+    for w in waiting {
+        let Some(child) = policy(rule, &w.id) else {
+            continue;
+        };
+        let kind = child.gvk.to_string();
+        if observed.inputs.unserved.contains(&child.gvk) && !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
 }
 
 /// Whether the rendered child `c` is the live child `live`.

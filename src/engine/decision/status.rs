@@ -36,6 +36,8 @@ pub mod reasons {
     pub const DEPENDENCIES_PRESENT: &str = "DependenciesPresent";
     /// A child waits for another child to exist or be ready.
     pub const WAITING_FOR_CHILDREN: &str = "WaitingForChildren";
+    /// A child waits for its kind to be served (a CRD not installed yet).
+    pub const KIND_NOT_SERVED: &str = "KindNotServed";
     /// A template failed for this object.
     pub const TEMPLATE_ERROR: &str = "TemplateError";
     /// The API server refused a write as forbidden.
@@ -75,6 +77,8 @@ pub enum Outcome {
         /// Children not applied yet because they wait for other children,
         /// e.g. "`ingress` waits for `service` to be ready".
         waiting: Vec<String>,
+        /// The kinds some of `waiting` wait for the API server to serve.
+        unserved: Vec<String>,
     },
     /// Required related objects are missing (described for humans).
     Waiting {
@@ -181,22 +185,37 @@ impl Cond {
 /// Ready, Reconciled, Waiting for one outcome.
 fn triple(outcome: &Outcome) -> [Cond; 3] {
     match outcome {
-        Outcome::Applied { not_ready, waiting } if !waiting.is_empty() => {
+        Outcome::Applied {
+            not_ready,
+            waiting,
+            unserved,
+        } if !waiting.is_empty() => {
             let message = format!("waiting: {}", waiting.join("; "));
             let mut unready = not_ready.clone();
             unready.extend(waiting.iter().cloned());
-            [
-                Cond::new(
-                    false,
+            let unready = format!("not ready: {}", unready.join(", "));
+            // A kind not served is what people wait for first: it names
+            // the CustomResourceDefinition to install.
+            let (ready_reason, reason, ready) = match unserved.as_slice() {
+                [] => (
                     reasons::CHILDREN_NOT_READY,
-                    format!("not ready: {}", unready.join(", ")),
+                    reasons::WAITING_FOR_CHILDREN,
+                    unready,
                 ),
+                kinds => (
+                    reasons::KIND_NOT_SERVED,
+                    reasons::KIND_NOT_SERVED,
+                    format!("waiting for {} to be served; {unready}", kinds.join(", ")),
+                ),
+            };
+            [
+                Cond::new(false, ready_reason, ready),
                 Cond::new(
                     true,
                     reasons::APPLIED,
                     "every child not waiting for another applied".into(),
                 ),
-                Cond::new(true, reasons::WAITING_FOR_CHILDREN, message),
+                Cond::new(true, reason, message),
             ]
         }
         Outcome::Applied { not_ready, .. } if not_ready.is_empty() => [
@@ -243,6 +262,19 @@ fn triple(outcome: &Outcome) -> [Cond; 3] {
             Cond::new(false, reasons::DEPENDENCIES_PRESENT, String::new()),
         ],
     }
+}
+
+/// How a reconcile ended, as a rule's Events read it (`outcome.*`): whether
+/// it applied every child not waiting (`reconciled`), whether the primary
+/// is `ready`, and the `Ready` condition's reason and message.
+pub(crate) fn summary(outcome: &Outcome) -> Value {
+    let [ready, ..] = triple(outcome);
+    json!({
+        "reconciled": matches!(outcome, Outcome::Applied { .. }),
+        "ready": ready.is_true(),
+        "reason": ready.reason,
+        "message": ready.message,
+    })
 }
 
 const TYPES: [&str; 3] = [types::READY, types::RECONCILED, types::WAITING];

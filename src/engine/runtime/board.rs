@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
+use crate::engine::decision::existing::Since;
 use crate::engine::decision::status::Part;
 use crate::engine::key::ObjKey;
 use crate::rules::{Gvk, Rule};
@@ -23,7 +24,7 @@ struct Inner {
     rules: HashMap<Gvk, Vec<Arc<Rule>>>,
     /// Rule name → the instant it takes primaries from
     /// (`takeExisting: false`: since.rs).
-    since: HashMap<String, jiff::Timestamp>,
+    since: HashMap<String, Since>,
     /// Rule name → its part, per object shared by several rules.
     parts: HashMap<Object, BTreeMap<String, Part>>,
     /// Serialises status writes to one object shared by several rules.
@@ -43,7 +44,7 @@ impl Board {
 
     /// A rule starts taking its primary kind, those created after `since`
     /// only when given.
-    pub fn register(&self, rule: &Arc<Rule>, since: Option<jiff::Timestamp>) {
+    pub fn register(&self, rule: &Arc<Rule>, since: Option<Since>) {
         let mut inner = self.lock();
         match since {
             Some(at) => inner.since.insert(rule.name.clone(), at),
@@ -80,7 +81,8 @@ impl Board {
         let namespace = obj.namespace();
         let created = obj.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let inner = self.lock();
-        let since = |r: &Rule| inner.since.get(&r.name).copied();
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let since = |r: &Rule| inner.since.get(&r.name);
         inner
             .rules
             .get(gvk)
@@ -88,7 +90,7 @@ impl Board {
                 rules
                     .iter()
                     .filter(|r| r.primary.selects(namespace.as_deref(), obj.labels()))
-                    .filter(|r| crate::engine::decision::existing::takes(since(r), created))
+                    .filter(|r| crate::engine::decision::existing::takes(since(r), created, uid))
                     .cloned()
                     .collect()
             })

@@ -27,6 +27,7 @@ mod handlers;
 mod hook;
 mod observe;
 mod state;
+mod told;
 mod writes;
 
 use crate::engine::backoff;
@@ -79,7 +80,10 @@ pub struct Wiring {
     /// children and letting go of its finalizer needs no status.
     pub refused: bool,
     /// Only primaries created after this are taken (`takeExisting: false`).
-    pub since: Option<jiff::Timestamp>,
+    pub since: Option<crate::engine::decision::existing::Since>,
+    /// Child kinds not served: their children wait (the rule starts over
+    /// once one is served).
+    pub unserved: Vec<Gvk>,
 }
 
 /// A running rule.
@@ -92,6 +96,8 @@ pub struct RuleController {
     states: Mutex<HashMap<ObjKey, PrimaryState>>,
     /// Which primary decorates which related object.
     claims: Mutex<Claims>,
+    /// Per primary, per rule Event: what was last told (`told.rs`).
+    told: Mutex<HashMap<ObjKey, Vec<Option<u64>>>>,
     /// When each primary's hook was last asked (rules with hooks only).
     asked: Mutex<HashMap<ObjKey, std::time::Instant>>,
     subscriptions: Mutex<Vec<(Arc<Informer>, u64)>>,
@@ -124,7 +130,7 @@ impl RuleController {
     pub fn new(rule: Arc<Rule>, shared: Arc<Shared>, wiring: Wiring) -> Arc<Self> {
         // A refused rule writes no status: it has no part in any.
         if !wiring.refused {
-            shared.board.register(&rule, wiring.since);
+            shared.board.register(&rule, wiring.since.clone());
         }
         let this = Arc::new(Self {
             rule,
@@ -134,6 +140,7 @@ impl RuleController {
             reverse: Mutex::default(),
             states: Mutex::default(),
             claims: Mutex::default(),
+            told: Mutex::default(),
             subscriptions: Mutex::default(),
             asked: Mutex::default(),
         });
@@ -311,8 +318,9 @@ impl RuleController {
         let holds = self.holds(&obj);
         let selected = self.selects(obj.namespace().as_deref(), obj.labels())
             && crate::engine::decision::existing::takes(
-                self.wiring.since,
+                self.wiring.since.as_ref(),
                 obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                obj.metadata.uid.as_deref().unwrap_or_default(),
             );
         let wanted = deletion::needed(&self.rule) && selected;
         // Never act on missing information: while the Namespace cache cannot

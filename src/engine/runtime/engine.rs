@@ -16,6 +16,7 @@ use crate::engine::cache::crd_watch;
 use crate::engine::cache::kinds::Kinds;
 use crate::engine::cache::undecodable;
 use crate::engine::cache::{informer, registry::Registry};
+use crate::engine::decision::deletion;
 use crate::engine::options::Options;
 use crate::rules::{Gvk, Rule, RuleSet};
 
@@ -188,7 +189,13 @@ impl Engine {
     pub async fn replace(&self, rule: Arc<Rule>) {
         let old = self.controller(&rule.name);
         self.stop(&rule.name).await;
-        if let Some(old) = old.filter(|c| !same_kind(&c.rule().primary.gvk, &rule.primary.gvk)) {
+        // Another kind, or another finalizer name: the new version would
+        // never remove the old one's finalizer.
+        let let_go = |c: &Arc<RuleController>| {
+            !same_kind(&c.rule().primary.gvk, &rule.primary.gvk)
+                || deletion::finalizer(c.rule()) != deletion::finalizer(&rule)
+        };
+        if let Some(old) = old.filter(let_go) {
             old.release().await;
         }
         self.start(rule);

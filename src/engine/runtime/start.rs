@@ -55,14 +55,26 @@ pub(crate) fn kinds_of(rule: &Rule) -> Vec<Gvk> {
     out
 }
 
-/// Every kind the rule touches, resolved through discovery, and those that
-/// could not be (not served, or discovery failed).
-async fn resolve(rule: &Rule, shared: &Shared) -> (Vec<Arc<kinds::Kind>>, Vec<String>) {
+/// Whether the rule runs while `gvk` is not served: a kind only its
+/// children are of (the children of that kind wait for it, the rest runs).
+/// The primary, a watched kind and Namespaces are needed to render at all.
+fn waits_within(rule: &Rule, gvk: &Gvk) -> bool {
+    *gvk != rule.primary.gvk
+        && !rule.watches.iter().any(|w| &w.gvk == gvk)
+        && *gvk != crate::rules::namespace_gvk()
+}
+
+/// Every kind the rule touches, resolved through discovery; the child kinds
+/// not served, which the rule runs without; and the kinds it cannot run
+/// without that could not be resolved (not served, or discovery failed).
+async fn resolve(rule: &Rule, shared: &Shared) -> (Vec<Arc<kinds::Kind>>, Vec<Gvk>, Vec<String>) {
     let mut resolved = Vec::new();
+    let mut unserved = Vec::new();
     let mut missing = Vec::new();
     for gvk in kinds_of(rule) {
         match shared.kinds.resolve(&gvk).await {
             Ok(kind) => resolved.push(kind),
+            Err(KindError::NotServed(gvk)) if waits_within(rule, &gvk) => unserved.push(gvk),
             Err(KindError::NotServed(gvk)) => missing.push(gvk.to_string()),
             Err(error) => {
                 tracing::warn!(rule = %rule.name, %error, "discovery failed");
@@ -70,7 +82,17 @@ async fn resolve(rule: &Rule, shared: &Shared) -> (Vec<Arc<kinds::Kind>>, Vec<St
             }
         }
     }
-    (resolved, missing)
+    (resolved, unserved, missing)
+}
+
+/// Whether one of the kinds the rule runs without is served now.
+async fn arrived(shared: &Shared, unserved: &[Gvk]) -> Option<Gvk> {
+    for gvk in unserved {
+        if shared.kinds.resolve(gvk).await.is_ok() {
+            return Some(gvk.clone());
+        }
+    }
+    None
 }
 
 pub(crate) async fn run_rule(
@@ -101,15 +123,19 @@ pub(crate) async fn run_rule(
         let Some((kinds, schema)) = resolved(&rule, &shared, &mut stop, &set_state).await else {
             return;
         };
-        match run_resolved(&rule, &shared, &kinds, schema, &mut stop, &set_state, &slot).await {
+        let known: Vec<Gvk> = kinds.kinds.iter().map(|k| k.gvk.clone()).collect();
+        match run_resolved(&rule, &shared, kinds, schema, &mut stop, &set_state, &slot).await {
             Ended::Stopped => return,
+            Ended::KindArrived(gvk) => {
+                tracing::info!(rule = %rule.name, kind = %gvk, "a kind the rule's children wait for is served now; the rule starts over with it");
+            }
             Ended::SchemaChanged => {
                 tracing::info!(rule = %rule.name, "the primary's CustomResourceDefinition changed its status schema; the rule checks it again");
             }
             Ended::KindGone(gvk) => {
                 tracing::warn!(rule = %rule.name, kind = %gvk, "a kind stopped being served; the rule waits for it again");
-                for kind in &kinds {
-                    shared.kinds.forget(&kind.gvk);
+                for gvk in &known {
+                    shared.kinds.forget(gvk);
                 }
                 set_state(RuleState::WaitingForKinds(vec![gvk.to_string()]));
             }
@@ -117,26 +143,41 @@ pub(crate) async fn run_rule(
     }
 }
 
+/// The kinds a rule runs with: those resolved, and the child kinds not
+/// served that its children wait for.
+struct Resolved {
+    kinds: Vec<Arc<kinds::Kind>>,
+    unserved: Vec<Gvk>,
+}
+
 /// Resolves every kind of the rule and reads its status schema, waiting
-/// (and saying so) while a kind is not served or the CRD cannot be read;
-/// `None` once told to stop.
+/// (and saying so) while a kind it cannot run without is not served or the
+/// CRD cannot be read; `None` once told to stop.
 async fn resolved(
     rule: &Rule,
     shared: &Shared,
     stop: &mut watch::Receiver<bool>,
     set_state: &(dyn Fn(RuleState) + Sync),
-) -> Option<(Vec<Arc<kinds::Kind>>, Schema)> {
+) -> Option<(Resolved, Schema)> {
     loop {
         let permit = shared.starting.acquire().await;
-        let (resolved, missing) = resolve(rule, shared).await;
+        let (resolved, unserved, missing) = resolve(rule, shared).await;
         if missing.is_empty() {
+            if !unserved.is_empty() {
+                let kinds: Vec<String> = unserved.iter().map(Gvk::to_string).collect();
+                tracing::warn!(rule = %rule.name, ?kinds, "the API server does not serve these child kinds yet: their children wait, the rest of the rule runs");
+            }
+            let resolved = Resolved {
+                kinds: resolved,
+                unserved,
+            };
             let own = own_manager(rule, shared);
-            let read = status_schema(rule, &shared.client, &resolved[0], own).await;
+            let read = status_schema(rule, &shared.client, &resolved.kinds[0], own).await;
             drop(permit);
             match read {
                 Ok(schema) => {
                     if let Some(why) =
-                        unwatched::refusal(rule, &shared.options.namespaces, &resolved)
+                        unwatched::refusal(rule, &shared.options.namespaces, &resolved.kinds)
                     {
                         tracing::error!(rule = %rule.name, error = %why, "rule refused: it writes where kiln does not watch");
                         set_state(RuleState::Refused(why.clone()));
@@ -190,6 +231,8 @@ async fn refusal_changed(
 enum Ended {
     Stopped,
     KindGone(Gvk),
+    /// A child kind the rule ran without is served now.
+    KindArrived(Gvk),
     /// The primary's CRD was edited: its status schema is read and checked again.
     SchemaChanged,
 }
@@ -309,15 +352,43 @@ fn announce(rule: &Rule, refused: Option<&String>, set_state: &(dyn Fn(RuleState
     }
 }
 
+/// What a running rule checks every `kind_retry`.
+struct Running<'a> {
+    acquired: &'a [Arc<informer::Informer>],
+    kinds: &'a [Arc<kinds::Kind>],
+    unserved: &'a [Gvk],
+}
+
+impl Running<'_> {
+    /// Why the rule must start over now, if it must: a kind gone, a kind
+    /// its children waited for served, or its refusal changed.
+    async fn ends(&self, rule: &Rule, shared: &Shared, refused: Option<&String>) -> Option<Ended> {
+        if let Some(gvk) = gone(self.acquired) {
+            return Some(Ended::KindGone(gvk));
+        }
+        if let Some(gvk) = arrived(shared, self.unserved).await {
+            return Some(Ended::KindArrived(gvk));
+        }
+        match refused {
+            Some(why) if refusal_changed(rule, shared, self.kinds, why).await => {
+                Some(Ended::SchemaChanged)
+            }
+            _ => None,
+        }
+    }
+}
+
 async fn run_resolved(
     rule: &Arc<Rule>,
     shared: &Arc<Shared>,
-    kinds: &[Arc<kinds::Kind>],
+    resolved: Resolved,
     schema: Schema,
     stop: &mut watch::Receiver<bool>,
     set_state: &(dyn Fn(RuleState) + Sync),
     slot: &Arc<Mutex<Option<Arc<RuleController>>>>,
 ) -> Ended {
+    let Resolved { kinds, unserved } = resolved;
+    let kinds = kinds.as_slice();
     let acquired = acquire(rule, shared, kinds);
     let Some(primary) = acquired.primary else {
         release(shared, &acquired.all);
@@ -337,6 +408,7 @@ async fn run_resolved(
         writes_status: schema.writes,
         namespaces: acquired.namespaces,
         refused: schema.refused.is_some(),
+        unserved: unserved.clone(),
     };
     let refused = schema.refused.clone();
     let changed = schema_change(shared, rule, &schema, primary.clone());
@@ -363,13 +435,9 @@ async fn run_resolved(
             _ = stop.changed() => break Ended::Stopped,
             () = &mut changed => break Ended::SchemaChanged,
             () = tokio::time::sleep(shared.options.kind_retry) => {
-                if let Some(gvk) = gone(&acquired_all) {
-                    break Ended::KindGone(gvk);
-                }
-                if let Some(why) = &refused
-                    && refusal_changed(rule, shared, kinds, why).await
-                {
-                    break Ended::SchemaChanged;
+                let running = Running { acquired: &acquired_all, kinds, unserved: &unserved };
+                if let Some(ended) = running.ends(rule, shared, refused.as_ref()).await {
+                    break ended;
                 }
             }
         }

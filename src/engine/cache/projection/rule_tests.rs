@@ -260,3 +260,24 @@ fn a_list_the_server_lengthened_converges_when_what_it_stored_is_cut_as_the_cach
     let whole = normalized(&sent, &stored).unwrap();
     assert!(!converged(&cached, &sent, Some(&whole)));
 }
+
+#[test]
+fn history_keeps_what_its_classes_read_of_a_child_and_its_creation_time() {
+    let rule = rule_from(
+        "apiVersion: kiln.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  for: {apiVersion: demo.kiln.dev/v1, kind: CronJob}\n  children:\n    - id: jobs\n      readyWhen: exists\n      template:\n        apiVersion: batch/v1\n        kind: Job\n        metadata: {name: \"{{ self.metadata.name }}-1\"}\n        spec: {template: {spec: {containers: []}}}\n      history:\n        - {when: child.status.succeeded | default(0) > 0, keep: 3}\n        - {keep: 1}\n",
+    );
+    let all = of_rule(&rule);
+    let mut job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "c-1", "creationTimestamp": "2026-05-17T09:15:00Z",
+            "labels": {crate::render::RULE_LABEL: "r"}},
+        "spec": {"template": {"spec": {"containers": []}}, "parallelism": 1},
+        "status": {"succeeded": 1, "active": 0}
+    });
+    of(&all, "Job").apply(&mut job);
+    assert_eq!(job["status"], json!({"succeeded": 1}), "{job}");
+    assert_eq!(
+        job["metadata"]["creationTimestamp"], "2026-05-17T09:15:00Z",
+        "history keeps the newest by creation time"
+    );
+}

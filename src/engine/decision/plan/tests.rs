@@ -338,7 +338,8 @@ fn converged_children_need_no_write() {
         plan.status.outcome,
         Outcome::Applied {
             not_ready: vec![],
-            waiting: vec![]
+            waiting: vec![],
+            unserved: Vec::new(),
         }
     );
     assert_eq!(plan.status.fields.unwrap()["size"], 2);
@@ -432,7 +433,8 @@ fn a_child_not_ready_yet_makes_the_primary_wait() {
         plan.status.outcome,
         Outcome::Applied {
             not_ready: vec!["extra/shop-extra".into()],
-            waiting: vec![]
+            waiting: vec![],
+            unserved: Vec::new(),
         }
     );
     assert_eq!(plan.next, Next::After(Duration::from_secs(5)));
@@ -653,6 +655,7 @@ fn a_created_once_child_still_counts_for_readiness() {
         Outcome::Applied {
             not_ready: vec!["extra/shop-extra".into()],
             waiting: Vec::new(),
+            unserved: Vec::new(),
         }
     );
 }

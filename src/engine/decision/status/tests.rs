@@ -10,6 +10,7 @@ fn ready_when_applied_and_all_children_ready() {
         &Outcome::Applied {
             not_ready: vec![],
             waiting: vec![],
+            unserved: Vec::new(),
         },
         &[],
         "T1",
@@ -27,6 +28,7 @@ fn a_child_waiting_for_another_sets_waiting_and_keeps_reconciled() {
         &Outcome::Applied {
             not_ready: vec!["deployment/shop".into()],
             waiting: vec!["`ingress` waits for `deployment` to be ready".into()],
+            unserved: Vec::new(),
         },
         &[],
         "T1",
@@ -52,6 +54,7 @@ fn transition_time_moves_only_on_a_status_change() {
         &Outcome::Applied {
             not_ready: vec!["deployment/shop".into()],
             waiting: vec![],
+            unserved: Vec::new(),
         },
         &[],
         "T1",
@@ -62,6 +65,7 @@ fn transition_time_moves_only_on_a_status_change() {
         &Outcome::Applied {
             not_ready: vec!["service/shop".into()],
             waiting: vec![],
+            unserved: Vec::new(),
         },
         &first,
         "T2",
@@ -80,6 +84,7 @@ fn transition_time_moves_only_on_a_status_change() {
         &Outcome::Applied {
             not_ready: vec![],
             waiting: vec![],
+            unserved: Vec::new(),
         },
         &same,
         "T3",
@@ -106,6 +111,7 @@ fn ready() -> Outcome {
     Outcome::Applied {
         not_ready: vec![],
         waiting: vec![],
+        unserved: Vec::new(),
     }
 }
 

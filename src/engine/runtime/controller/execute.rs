@@ -73,6 +73,7 @@ impl RuleController {
             return self.failed(obj, plan, failure, secrets).await;
         }
         self.end(obj, &outcome::succeeded(plan)).await;
+        self.tell(obj, &plan.status.outcome).await;
         Ok(plan.next)
     }
 
@@ -250,6 +251,7 @@ impl RuleController {
         self.count_failure(&failed.ending);
         let written = self.write_status(obj, &failed.status).await;
         self.report_ending(obj, &failed.ending.report).await;
+        self.tell(obj, &failed.status.outcome).await;
         failed.next(written)
     }
 

@@ -75,7 +75,7 @@ impl RuleController {
         let gvk = &self.rule.primary.gvk;
         let key = ObjKey::of(obj);
         let finalizers: Vec<String> = if hold {
-            vec![deletion::finalizer(&self.rule.name)]
+            vec![deletion::finalizer(&self.rule)]
         } else {
             Vec::new()
         };

@@ -23,6 +23,7 @@ impl RuleController {
             Change::Deleted(obj) => {
                 let key = ObjKey::of(obj);
                 lock(&self.states).remove(&key);
+                lock(&self.told).remove(&key);
                 lock(&self.reverse).forget(&key);
                 lock(&self.asked).remove(&key);
                 let touched = lock(&self.claims).forget(&key);
@@ -50,7 +51,28 @@ impl RuleController {
         // An `outside` child names its primary's namespace; an owned or
         // orphaned one lives in it.
         let namespaced = self.wiring.primary.kind().namespaced;
-        let namespace = mark.primary_namespace(obj.namespace().as_deref(), namespaced);
+        // An `outside` child left to outlive its primary (`Orphan`) names
+        // it by uid alone: the primary's namespace is that of the primary
+        // cached with that uid, not the child's.
+        let outside = mark.orphaned()
+            && namespaced
+            && self
+                .rule
+                .children
+                .iter()
+                .any(|c| c.id == mark.child && c.outside);
+        let namespace = if outside {
+            let entries = self.wiring.primary.entries();
+            let found = entries
+                .iter()
+                .find(|p| p.uid().is_some_and(|u| u.to_string() == mark.uid));
+            let Some(primary) = found else {
+                return;
+            };
+            primary.namespace().map(str::to_string)
+        } else {
+            mark.primary_namespace(obj.namespace().as_deref(), namespaced)
+        };
         self.enqueue(ObjKey {
             namespace,
             name: mark.name,

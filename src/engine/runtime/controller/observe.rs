@@ -127,6 +127,7 @@ impl RuleController {
             primary,
             // One instant for all of this reconcile's templates (`now()`).
             now: Some(crate::template::time::current()),
+            unserved: self.wiring.unserved.clone(),
             ..render::Inputs::default()
         };
         let source = Caches {
