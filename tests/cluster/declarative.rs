@@ -183,10 +183,11 @@ async fn two_rules_on_one_primary_keep_their_status_and_children_apart() {
         .until("beta's child", configmap("w-beta"), |_| true)
         .await;
 
-    // beta's child is refused (a ConfigMap value must be a string): beta
-    // fails, and alpha's status fields and conditions survive beta's writes.
+    // beta's child cannot be made (an object is no ConfigMap value, and no
+    // string either): beta fails, and alpha's status fields and conditions
+    // survive beta's writes.
     scene
-        .apply(widget("w", json!({"alpha": "a2", "beta": 5})))
+        .apply(widget("w", json!({"alpha": "a2", "beta": {"not": "a string"}})))
         .await;
     let failing = scene
         .until("beta to fail", widget_at("w"), |w| {
