@@ -187,7 +187,10 @@ async fn two_rules_on_one_primary_keep_their_status_and_children_apart() {
     // string either): beta fails, and alpha's status fields and conditions
     // survive beta's writes.
     scene
-        .apply(widget("w", json!({"alpha": "a2", "beta": {"not": "a string"}})))
+        .apply(widget(
+            "w",
+            json!({"alpha": "a2", "beta": {"not": "a string"}}),
+        ))
         .await;
     let failing = scene
         .until("beta to fail", widget_at("w"), |w| {

@@ -21,6 +21,7 @@ pub(crate) mod failure;
 mod history;
 pub(crate) mod hooked;
 mod live;
+pub(crate) mod next;
 pub(crate) mod observe;
 pub(crate) mod outcome;
 pub(crate) mod placed;

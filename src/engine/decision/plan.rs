@@ -6,13 +6,13 @@
 //! of scenarios.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use minijinja::Value as JinjaValue;
 
 use super::adoption;
 use super::diff::{Normalized, converged};
 pub(crate) use super::live::{LiveChild, key_of};
+pub(crate) use super::next::Next;
 use super::reown::Reown;
 use super::status::{Outcome, Part, reasons};
 use crate::engine::key::ObjKey;
@@ -20,26 +20,6 @@ use crate::render::{self, DesiredChild, Inputs, ScopeOf};
 use crate::rules::DeletionPolicy::Orphan;
 use crate::rules::UpdatePolicy::CreateOnce;
 use crate::rules::{Gvk, Rule};
-
-/// What to do with a primary after a reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing until something changes.
-    Done,
-    /// Reconcile again after this long.
-    After(Duration),
-}
-
-impl Next {
-    /// The sooner of this and a wake `after` this long (`spec.requeue.at`).
-    fn no_later_than(self, after: Option<Duration>) -> Self {
-        match (self, after) {
-            (Self::After(d), Some(a)) => Self::After(d.min(a)),
-            (Self::Done, Some(a)) => Self::After(a),
-            (next, None) => next,
-        }
-    }
-}
 
 /// A cache the reconcile reads from that cannot be trusted yet: an object
 /// it lacks may exist.

@@ -71,15 +71,7 @@ impl<'a> Checker<'a> {
             let template = self.child_template(&with("template"), c, &scope, watches, ids);
             let history = self.history(&at, c, watches, ids);
             if c.outside {
-                if c.for_each.is_some() {
-                    self.error(
-                        &with("outside"),
-                        "an `outside` child cannot use `forEach`: its name and namespace come from the primary's identity, not from a list the primary's author writes",
-                    );
-                }
-                if let Some((_, tree)) = &template {
-                    self.where_only_from_identity(tree);
-                }
+                self.outside(&with("outside"), c, template.as_ref().map(|(_, tree)| tree));
             }
             let needs = self.needs(&at, c, ids);
             let adopt_names = self.adopt_names(&at, c);
@@ -113,6 +105,20 @@ impl<'a> Checker<'a> {
             }
         }
         out
+    }
+
+    /// An `outside` child: no `forEach`, and a place drawn only from the
+    /// primary's identity.
+    fn outside(&mut self, at: &[Step], c: &RawChild, tree: Option<&Tree>) {
+        if c.for_each.is_some() {
+            self.error(
+                at,
+                "an `outside` child cannot use `forEach`: its name and namespace come from the primary's identity, not from a list the primary's author writes",
+            );
+        }
+        if let Some(tree) = tree {
+            self.where_only_from_identity(tree);
+        }
     }
 
     /// A child template's metadata: a name (one per item with `forEach`)

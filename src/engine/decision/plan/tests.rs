@@ -1,6 +1,8 @@
 //! Each test is one scenario: the world as the cache shows it, and what
 //! the plan does about it.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
 use super::*;
