@@ -22,8 +22,8 @@ use super::secret::Auth;
 use super::tls;
 
 /// Headers a rule may not set: credentials come from a Secret, the framing
-/// is the client's.
-const RESERVED: &[&str] = &[
+/// is the client's (`kiln validate` refuses them in a rule).
+pub const RESERVED_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
     "cookie",
@@ -135,7 +135,7 @@ fn prepare(request: &Request) -> Result<http::Request<Full<Bytes>>, Error> {
     for (name, value) in &request.headers {
         let header_name = HeaderName::try_from(name.as_str())
             .ok()
-            .filter(|n| !RESERVED.contains(&n.as_str()))
+            .filter(|n| !RESERVED_HEADERS.contains(&n.as_str()))
             .ok_or_else(|| Error::Header(name.clone()))?;
         let value =
             HeaderValue::try_from(value.as_str()).map_err(|_| Error::Header(name.clone()))?;

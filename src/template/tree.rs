@@ -40,8 +40,14 @@ enum Shape<'a> {
     Text,
 }
 
+/// Whether a string holds template syntax (an expression, a statement or
+/// a comment).
+pub fn is_template(s: &str) -> bool {
+    s.contains("{{") || s.contains("{%") || s.contains("{#")
+}
+
 fn shape(s: &str) -> Shape<'_> {
-    if !(s.contains("{{") || s.contains("{%") || s.contains("{#")) {
+    if !is_template(s) {
         return Shape::Literal;
     }
     if let Some(inner) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {

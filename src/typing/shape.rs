@@ -9,6 +9,7 @@ use serde_json::{Number, Value};
 
 use super::builtin;
 use super::node::{Node, Ty};
+use crate::template::tree::is_template;
 use crate::yaml::{Step, path_string};
 
 /// What cannot be shaped, and where in the object.
@@ -135,11 +136,6 @@ pub struct Template {
     pub problems: Vec<Problem>,
     /// Each templated string value, with what its field takes.
     pub templated: Vec<(Vec<Step>, Takes)>,
-}
-
-/// Whether a string holds template syntax.
-pub fn is_template(s: &str) -> bool {
-    s.contains("{{") || s.contains("{%") || s.contains("{#")
 }
 
 /// Types a child template (whose string scalars and keys may be

@@ -5,29 +5,13 @@
 use std::time::Duration;
 
 use super::*;
+use crate::egress::client::RESERVED_HEADERS;
 use crate::egress::{AllowList, Cidr, Destination, Limits, Method};
 use crate::rules::external::{
     DEFAULT_INTERVAL, DEFAULT_MIN_INTERVAL, External, MIN_INTERVAL, SecretRef,
 };
 use crate::rules::spec::RawExternal;
-
-/// Headers a rule may not write: credentials come from the Secret, the
-/// framing is the client's.
-const RESERVED_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "upgrade",
-    "te",
-];
-
-fn templated(s: &str) -> bool {
-    s.contains("{{") || s.contains("{%") || s.contains("{#")
-}
+use crate::template::tree::is_template;
 
 impl<'a> Checker<'a> {
     pub(super) fn externals(&mut self) -> Vec<External> {
@@ -131,7 +115,7 @@ impl<'a> Checker<'a> {
         let mut query = Vec::new();
         for (name, value) in &e.query {
             let here = [with("query").as_slice(), &[key(name)]].concat();
-            if templated(name) {
+            if is_template(name) {
                 self.error(
                     &here,
                     "a query parameter's name is literal (its value may be a template)",
@@ -181,7 +165,7 @@ impl<'a> Checker<'a> {
     }
 
     fn destination(&mut self, at: &[Step], url: &str) -> Option<Destination> {
-        if templated(url) {
+        if is_template(url) {
             self.error(
                 at,
                 "the url is literal: a primary's values go in `path` and `query`, never in the destination",
@@ -210,7 +194,7 @@ impl<'a> Checker<'a> {
                 || http::HeaderValue::try_from(value.as_str()).is_err()
             {
                 self.error(&here, format!("header `{name}` is not a valid HTTP header"));
-            } else if templated(value) {
+            } else if is_template(value) {
                 self.error(&here, "header values are literal");
             }
         }

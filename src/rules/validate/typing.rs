@@ -4,7 +4,8 @@
 //! immutable fields a template may change (a warning).
 
 use super::*;
-use crate::typing::shape::{Takes, is_template, takes_at};
+use crate::template::tree::is_template;
+use crate::typing::shape::{Takes, takes_at};
 use crate::typing::{Node, Typing};
 
 /// The paths of the values that are one expression (`{{ expr }}`, which
